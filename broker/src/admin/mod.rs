@@ -1,0 +1,128 @@
+//! The admin gRPC service quorumqctl talks to (proto `quorumq.v1.Admin`),
+//! served on the cluster listener.
+
+use std::sync::Arc;
+
+use quorumq_proto::v1::admin_server::{Admin, AdminServer};
+use quorumq_proto::v1::{
+    AdminReply, ClearPolicyRequest, ListPoliciesReply, ListPoliciesRequest, ListQueuesReply, ListQueuesRequest, Policy as PbPolicy,
+    QueueInfo, SetPolicyRequest, StatusReply, StatusRequest,
+};
+use tonic::{Request, Response, Status};
+
+use crate::meta::command::{MetaCommand, MetaReply};
+use crate::meta::policy::Policy;
+use crate::meta::QueueKind;
+use crate::node::Broker;
+
+/// Admin API implementation over a running node.
+pub struct AdminService {
+    broker: Arc<Broker>,
+}
+
+impl AdminService {
+    /// The tonic server for `broker`.
+    pub fn server(broker: Arc<Broker>) -> AdminServer<AdminService> {
+        AdminServer::new(AdminService { broker })
+    }
+
+    async fn write(&self, cmd: MetaCommand) -> AdminReply {
+        match self.broker.meta_write(cmd).await {
+            Ok(MetaReply::Error(e)) => AdminReply { ok: false, error: e.text },
+            Ok(_) => {
+                self.broker.refresh_configs().await;
+                AdminReply { ok: true, error: String::new() }
+            }
+            Err(e) => AdminReply { ok: false, error: format!("{e:?}") },
+        }
+    }
+}
+
+fn vhost_or_default(v: &str) -> String {
+    if v.is_empty() { "/".into() } else { v.into() }
+}
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
+        let queues = self.broker.queue_handles().len() as u64;
+        Ok(Response::new(StatusReply {
+            node_id: self.broker.node_id(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            queues,
+            connections: 0,
+            members: vec![self.broker.node_id()],
+            meta_leader: self.broker.node_id(),
+        }))
+    }
+
+    async fn set_policy(&self, req: Request<SetPolicyRequest>) -> Result<Response<AdminReply>, Status> {
+        let Some(p) = req.into_inner().policy else { return Err(Status::invalid_argument("policy missing")) };
+        let definition: serde_json::Value = match serde_json::from_str(&p.definition_json) {
+            Ok(v) => v,
+            Err(e) => return Ok(Response::new(AdminReply { ok: false, error: format!("invalid JSON definition: {e}") })),
+        };
+        let policy = Policy {
+            vhost: vhost_or_default(&p.vhost),
+            name: p.name,
+            pattern: p.pattern,
+            definition,
+            priority: p.priority,
+            apply_to: if p.apply_to.is_empty() { "all".into() } else { p.apply_to },
+        };
+        Ok(Response::new(self.write(MetaCommand::SetPolicy(policy)).await))
+    }
+
+    async fn clear_policy(&self, req: Request<ClearPolicyRequest>) -> Result<Response<AdminReply>, Status> {
+        let r = req.into_inner();
+        Ok(Response::new(self.write(MetaCommand::ClearPolicy { vhost: vhost_or_default(&r.vhost), name: r.name }).await))
+    }
+
+    async fn list_policies(&self, req: Request<ListPoliciesRequest>) -> Result<Response<ListPoliciesReply>, Status> {
+        let vhost = vhost_or_default(&req.into_inner().vhost);
+        let policies = self
+            .broker
+            .with_topology(|t| t.policies(&vhost))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| PbPolicy {
+                vhost: p.vhost,
+                name: p.name,
+                pattern: p.pattern,
+                definition_json: p.definition.to_string(),
+                priority: p.priority,
+                apply_to: p.apply_to,
+            })
+            .collect();
+        Ok(Response::new(ListPoliciesReply { policies }))
+    }
+
+    async fn list_queues(&self, req: Request<ListQueuesRequest>) -> Result<Response<ListQueuesReply>, Status> {
+        let vhost = vhost_or_default(&req.into_inner().vhost);
+        let records: Vec<_> = self.broker.with_topology(|t| t.queues().filter(|q| q.vhost == vhost).cloned().collect()).unwrap_or_default();
+        let mut queues = Vec::new();
+        for rec in records {
+            let (ready, unacked, consumers, held) = self
+                .broker
+                .queue_by_group(rec.group_id)
+                .and_then(|h| h.read(|host| {
+                    let m = host.machine();
+                    (m.ready_count(), m.unacked_count(), m.consumer_count(), m.held_count())
+                }))
+                .unwrap_or_default();
+            let policy = self.broker.with_topology(|t| t.effective_config(&rec.vhost, &rec.name)).flatten().and_then(|(_, _, p)| p);
+            queues.push(QueueInfo {
+                vhost: rec.vhost.clone(),
+                name: rec.name.clone(),
+                queue_type: match rec.kind { QueueKind::Quorum => "quorum".into(), QueueKind::Local { .. } => "classic".into() },
+                messages_ready: ready,
+                messages_unacknowledged: unacked,
+                consumers,
+                dead_letter_held: held,
+                group_id: rec.group_id,
+                policy: policy.unwrap_or_default(),
+            });
+        }
+        Ok(Response::new(ListQueuesReply { queues }))
+    }
+}

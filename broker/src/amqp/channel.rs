@@ -1,0 +1,776 @@
+//! Channel methods: exchange/queue/basic/confirm classes. This is where AMQP
+//! meets the domain: topology changes go to the meta group, publishes and
+//! settlements to queue groups. No queue logic lives here.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use amq_protocol::protocol::basic::{self, AMQPProperties};
+use amq_protocol::protocol::{channel, confirm, exchange, queue, AMQPClass};
+use amq_protocol::types::{AMQPValue, ShortString};
+use bytes::{Bytes, BytesMut};
+
+use super::codec;
+use super::confirms::ConfirmTracker;
+use super::connection::Conn;
+use super::error::ProtocolError;
+use crate::consumers::QueueDelivery;
+use crate::message::StoredMessage;
+use crate::meta::command::{MetaCommand, MetaReply};
+use crate::meta::publish::{cc_bcc_keys, parse_expiration, strip_bcc};
+use crate::meta::{QueueDeclare, QueueRecord};
+use crate::queue::handle::QueueHandle;
+use crate::queue::types::{ConsumerId, EnqueueMsg, EnqueueOutcome, MsgId, QueueCommand, QueueReply};
+
+/// Largest message body accepted (bytes), RabbitMQ 3.10's `max_message_size`.
+pub const MAX_MESSAGE_SIZE: u64 = 134_217_728;
+
+type Result<T> = std::result::Result<T, ProtocolError>;
+
+/// An asynchronous result the connection loop picks up.
+pub enum Completion {
+    /// A confirm-mode publish finished on every target queue.
+    Confirm { channel: u16, seq: u64, ok: bool },
+}
+
+struct Publishing {
+    publish: basic::Publish,
+    header: Option<(AMQPProperties, Bytes, u64)>,
+    body: BytesMut,
+}
+
+struct Unacked {
+    queue: Arc<QueueHandle>,
+    consumer: ConsumerId,
+    msg: MsgId,
+}
+
+struct ConsumerEntry {
+    id: ConsumerId,
+    queue: Arc<QueueHandle>,
+    no_ack: bool,
+    exclusive: bool,
+}
+
+/// State of one open channel.
+#[derive(Default)]
+pub struct ChannelState {
+    /// We sent channel.close and wait for close-ok; frames are ignored.
+    closing: bool,
+    content: Option<Publishing>,
+    confirms: Option<ConfirmTracker>,
+    next_tag: u64,
+    unacked: BTreeMap<u64, Unacked>,
+    consumers: HashMap<String, ConsumerEntry>,
+    get_slots: HashMap<u64, (ConsumerId, Arc<QueueHandle>)>,
+    prefetch: u16,
+}
+
+fn ok_frame(class: AMQPClass) -> AMQPClass {
+    class
+}
+
+impl Conn {
+    fn chan(&mut self, ch: u16) -> Result<&mut ChannelState> {
+        self.channels
+            .get_mut(&ch)
+            .ok_or_else(|| ProtocolError::connection(504, format!("CHANNEL_ERROR - expected 'channel.open' for channel {ch}")))
+    }
+
+    /// Sends channel.close and marks the channel closing.
+    pub(super) fn close_channel_with(&mut self, ch: u16, code: u16, text: String, class_id: u16, method_id: u16) {
+        if let Some(state) = self.channels.get_mut(&ch) {
+            state.closing = true;
+            state.content = None;
+        }
+        tracing::debug!(ch, code, %text, "closing channel");
+        self.send(
+            ch,
+            AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close {
+                reply_code: code,
+                reply_text: ShortString::from(text.chars().take(255).collect::<String>()),
+                class_id,
+                method_id,
+            })),
+        );
+    }
+
+    /// Handles a method on channel `ch` (> 0).
+    pub(super) async fn on_channel_method(&mut self, ch: u16, m: AMQPClass) -> Result<()> {
+        let (class_id, method_id) = (m.get_amqp_class_id(), m.get_amqp_method_id());
+        if let AMQPClass::Channel(cm) = &m {
+            match cm {
+                channel::AMQPMethod::Open(_) => {
+                    if self.channels.contains_key(&ch) {
+                        return Err(ProtocolError::connection(504, "CHANNEL_ERROR - second 'channel.open' seen"));
+                    }
+                    if ch > self.channel_max {
+                        return Err(ProtocolError::connection(530, format!("NOT_ALLOWED - channel number {ch} exceeds channel_max")));
+                    }
+                    self.channels.insert(ch, ChannelState::default());
+                    self.send(ch, AMQPClass::Channel(channel::AMQPMethod::OpenOk(channel::OpenOk {})));
+                    return Ok(());
+                }
+                channel::AMQPMethod::Close(_) => {
+                    self.release_channel(ch).await;
+                    self.send(ch, AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})));
+                    return Ok(());
+                }
+                channel::AMQPMethod::CloseOk(_) => {
+                    self.release_channel(ch).await;
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+        let state = self.chan(ch)?;
+        if state.closing {
+            return Ok(());
+        }
+        if state.content.is_some() {
+            return Err(ProtocolError::unexpected_frame(format!(
+                "expected content header for class 60, got non content header frame instead"
+            )));
+        }
+        let r = self.dispatch(ch, m).await;
+        match r {
+            Err(ProtocolError::Channel { code, text }) => {
+                self.close_channel_with(ch, code, text, class_id, method_id);
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    async fn dispatch(&mut self, ch: u16, m: AMQPClass) -> Result<()> {
+        match m {
+            AMQPClass::Channel(channel::AMQPMethod::Flow(f)) => {
+                self.send(ch, AMQPClass::Channel(channel::AMQPMethod::FlowOk(channel::FlowOk { active: f.active })));
+                Ok(())
+            }
+            AMQPClass::Channel(channel::AMQPMethod::FlowOk(_)) => Ok(()),
+            AMQPClass::Exchange(em) => self.on_exchange(ch, em).await,
+            AMQPClass::Queue(qm) => self.on_queue(ch, qm).await,
+            AMQPClass::Basic(bm) => self.on_basic(ch, bm).await,
+            AMQPClass::Confirm(confirm::AMQPMethod::Select(s)) => {
+                let state = self.chan(ch)?;
+                if state.confirms.is_none() {
+                    state.confirms = Some(ConfirmTracker::default());
+                }
+                if !s.nowait {
+                    self.send(ch, AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(confirm::SelectOk {})));
+                }
+                Ok(())
+            }
+            AMQPClass::Tx(_) => Err(ProtocolError::not_implemented("transactions are not supported by quorumq")),
+            AMQPClass::Access(_) => Err(ProtocolError::command_invalid("access class is not supported")),
+            _ => Err(ProtocolError::command_invalid("unexpected method")),
+        }
+    }
+
+    async fn meta(&mut self, cmd: MetaCommand) -> Result<MetaReply> {
+        match self.broker.meta_write(cmd).await? {
+            MetaReply::Error(e) => Err(e.into()),
+            r => Ok(r),
+        }
+    }
+
+    async fn on_exchange(&mut self, ch: u16, m: exchange::AMQPMethod) -> Result<()> {
+        match m {
+            exchange::AMQPMethod::Declare(d) => {
+                self.meta(MetaCommand::DeclareExchange {
+                    vhost: self.vhost.clone(),
+                    name: d.exchange.as_str().into(),
+                    kind: d.kind.as_str().into(),
+                    passive: d.passive,
+                    durable: d.durable,
+                    auto_delete: d.auto_delete,
+                    internal: d.internal,
+                    arguments: d.arguments,
+                })
+                .await?;
+                self.broker.topology_changed();
+                if !d.nowait {
+                    self.send(ch, AMQPClass::Exchange(exchange::AMQPMethod::DeclareOk(exchange::DeclareOk {})));
+                }
+            }
+            exchange::AMQPMethod::Delete(d) => {
+                self.meta(MetaCommand::DeleteExchange { vhost: self.vhost.clone(), name: d.exchange.as_str().into(), if_unused: d.if_unused })
+                    .await?;
+                if !d.nowait {
+                    self.send(ch, AMQPClass::Exchange(exchange::AMQPMethod::DeleteOk(exchange::DeleteOk {})));
+                }
+            }
+            exchange::AMQPMethod::Bind(_) | exchange::AMQPMethod::Unbind(_) => {
+                return Err(ProtocolError::not_implemented("exchange-to-exchange bindings are not supported by quorumq"));
+            }
+            _ => return Err(ProtocolError::command_invalid("unexpected exchange method")),
+        }
+        Ok(())
+    }
+
+    /// Looks a queue up and checks exclusive ownership (405 RESOURCE_LOCKED).
+    fn lookup_queue(&self, name: &str) -> Result<(QueueRecord, Arc<QueueHandle>)> {
+        let (rec, handle) = self
+            .broker
+            .queue(&self.vhost, name)
+            .ok_or_else(|| ProtocolError::not_found(format!("no queue '{name}' in vhost '{}'", self.vhost)))?;
+        if let Some(owner) = rec.exclusive_owner {
+            if owner != self.id {
+                return Err(ProtocolError::channel(
+                    405,
+                    format!("RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{name}' in vhost '{}'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration.", self.vhost),
+                ));
+            }
+        }
+        Ok((rec, handle))
+    }
+
+    async fn on_queue(&mut self, ch: u16, m: queue::AMQPMethod) -> Result<()> {
+        match m {
+            queue::AMQPMethod::Declare(d) => {
+                let mut name = d.queue.as_str().to_string();
+                if name.is_empty() {
+                    if let Some(AMQPValue::LongString(t)) = d.arguments.inner().get("x-queue-type") {
+                        if t.as_bytes() == b"quorum" {
+                            return Err(ProtocolError::precondition("Cannot declare a server-named queue for type rabbit_quorum_queue"));
+                        }
+                    }
+                    name = server_name("amq.gen-");
+                }
+                let (rec, handle) = if d.passive {
+                    self.lookup_queue(&name)?
+                } else {
+                    let reply = self
+                        .meta(MetaCommand::DeclareQueue(QueueDeclare {
+                            vhost: self.vhost.clone(),
+                            name: name.clone(),
+                            passive: false,
+                            durable: d.durable,
+                            exclusive: d.exclusive,
+                            auto_delete: d.auto_delete,
+                            arguments: d.arguments,
+                            node: self.broker.node_id(),
+                            connection: self.id,
+                        }))
+                        .await?;
+                    let MetaReply::QueueDeclared { record, created } = reply else {
+                        return Err(ProtocolError::internal("unexpected reply to queue.declare"));
+                    };
+                    let handle = self.broker.ensure_queue(&record).await?;
+                    if created && d.exclusive {
+                        self.exclusive_queues.push(name.clone());
+                    }
+                    (record, handle)
+                };
+                let _ = rec;
+                let (ready, _unacked, consumers) = handle.counts();
+                if !d.nowait {
+                    self.send(
+                        ch,
+                        AMQPClass::Queue(queue::AMQPMethod::DeclareOk(queue::DeclareOk {
+                            queue: name.as_str().into(),
+                            message_count: ready as u32,
+                            consumer_count: consumers as u32,
+                        })),
+                    );
+                }
+            }
+            queue::AMQPMethod::Bind(b) => {
+                let name = self.default_queue_name(ch, b.queue.as_str())?;
+                if self.broker.queue(&self.vhost, &name).is_some() {
+                    self.lookup_queue(&name)?;
+                }
+                self.meta(MetaCommand::Bind {
+                    vhost: self.vhost.clone(),
+                    queue: name,
+                    exchange: b.exchange.as_str().into(),
+                    routing_key: b.routing_key.as_str().into(),
+                    arguments: b.arguments,
+                })
+                .await?;
+                self.broker.topology_changed();
+                if !b.nowait {
+                    self.send(ch, AMQPClass::Queue(queue::AMQPMethod::BindOk(queue::BindOk {})));
+                }
+            }
+            queue::AMQPMethod::Unbind(b) => {
+                let name = self.default_queue_name(ch, b.queue.as_str())?;
+                self.meta(MetaCommand::Unbind {
+                    vhost: self.vhost.clone(),
+                    queue: name,
+                    exchange: b.exchange.as_str().into(),
+                    routing_key: b.routing_key.as_str().into(),
+                    arguments: b.arguments,
+                })
+                .await?;
+                self.send(ch, AMQPClass::Queue(queue::AMQPMethod::UnbindOk(queue::UnbindOk {})));
+            }
+            queue::AMQPMethod::Purge(p) => {
+                let name = self.default_queue_name(ch, p.queue.as_str())?;
+                let (_, handle) = self.lookup_queue(&name)?;
+                let reply = handle
+                    .call(QueueCommand::Purge { now_ms: crate::now_ms() })
+                    .await
+                    .map_err(|e| ProtocolError::internal(e))?;
+                let n = match reply {
+                    QueueReply::Purged(n) => n,
+                    _ => 0,
+                };
+                if !p.nowait {
+                    self.send(ch, AMQPClass::Queue(queue::AMQPMethod::PurgeOk(queue::PurgeOk { message_count: n as u32 })));
+                }
+            }
+            queue::AMQPMethod::Delete(d) => {
+                let name = self.default_queue_name(ch, d.queue.as_str())?;
+                let mut count = 0;
+                if self.broker.queue(&self.vhost, &name).is_some() {
+                    let (_, handle) = self.lookup_queue(&name)?;
+                    let (ready, unacked, consumers) = handle.counts();
+                    if d.if_unused && consumers > 0 {
+                        return Err(ProtocolError::precondition(format!("queue '{name}' in vhost '{}' in use", self.vhost)));
+                    }
+                    if d.if_empty && ready + unacked > 0 {
+                        return Err(ProtocolError::precondition(format!("queue '{name}' in vhost '{}' is not empty", self.vhost)));
+                    }
+                    count = ready;
+                    self.broker.delete_queue(&self.vhost, &name).await?;
+                    self.exclusive_queues.retain(|q| q != &name);
+                }
+                if !d.nowait {
+                    self.send(ch, AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk { message_count: count as u32 })));
+                }
+            }
+            _ => return Err(ProtocolError::command_invalid("unexpected queue method")),
+        }
+        Ok(())
+    }
+
+    /// An empty queue name means the channel's last declared queue in
+    /// AMQP 0-9-1; we don't track it, so it is a 404 like an unknown name.
+    fn default_queue_name(&self, _ch: u16, name: &str) -> Result<String> {
+        Ok(name.to_string())
+    }
+
+    async fn on_basic(&mut self, ch: u16, m: basic::AMQPMethod) -> Result<()> {
+        match m {
+            basic::AMQPMethod::Qos(q) => {
+                let state = self.chan(ch)?;
+                if !q.global {
+                    state.prefetch = q.prefetch_count;
+                }
+                self.send(ch, AMQPClass::Basic(basic::AMQPMethod::QosOk(basic::QosOk {})));
+                Ok(())
+            }
+            basic::AMQPMethod::Publish(p) => {
+                self.chan(ch)?.content = Some(Publishing { publish: p, header: None, body: BytesMut::new() });
+                Ok(())
+            }
+            basic::AMQPMethod::Consume(c) => self.on_consume(ch, c).await,
+            basic::AMQPMethod::Cancel(c) => self.on_cancel(ch, c).await,
+            basic::AMQPMethod::Get(g) => self.on_get(ch, g).await,
+            basic::AMQPMethod::Ack(a) => self.settle(ch, a.delivery_tag, a.multiple, Settlement::Ack).await,
+            basic::AMQPMethod::Nack(n) => {
+                let how = if n.requeue { Settlement::Requeue } else { Settlement::Discard };
+                self.settle(ch, n.delivery_tag, n.multiple, how).await
+            }
+            basic::AMQPMethod::Reject(r) => {
+                let how = if r.requeue { Settlement::Requeue } else { Settlement::Discard };
+                self.settle(ch, r.delivery_tag, false, how).await
+            }
+            basic::AMQPMethod::Recover(r) => {
+                self.recover(ch, r.requeue).await?;
+                self.send(ch, AMQPClass::Basic(basic::AMQPMethod::RecoverOk(basic::RecoverOk {})));
+                Ok(())
+            }
+            basic::AMQPMethod::RecoverAsync(r) => self.recover(ch, r.requeue).await,
+            _ => Err(ProtocolError::command_invalid("unexpected basic method")),
+        }
+    }
+
+    async fn recover(&mut self, ch: u16, requeue: bool) -> Result<()> {
+        if !requeue {
+            return Err(ProtocolError::not_implemented("requeue=false"));
+        }
+        let state = self.chan(ch)?;
+        let all: Vec<u64> = state.unacked.keys().copied().collect();
+        let tags = all;
+        self.settle_tags(ch, tags, Settlement::Requeue).await
+    }
+
+    async fn on_consume(&mut self, ch: u16, c: basic::Consume) -> Result<()> {
+        let name = c.queue.as_str().to_string();
+        let (_, handle) = self.lookup_queue(&name)?;
+        let tag = if c.consumer_tag.as_str().is_empty() { server_name("amq.ctag-") } else { c.consumer_tag.as_str().to_string() };
+        let prefetch = {
+            let state = self.chan(ch)?;
+            if state.consumers.contains_key(&tag) {
+                return Err(ProtocolError::connection(530, format!("NOT_ALLOWED - attempt to reuse consumer tag '{tag}'")));
+            }
+            state.prefetch
+        };
+        if !handle.try_add_consumer(c.exclusive) {
+            return Err(ProtocolError::channel(403, format!("ACCESS_REFUSED - queue '{name}' in vhost '{}' in exclusive use", self.vhost)));
+        }
+        let id = self.broker.consumers().register(self.mailbox.clone());
+        self.chan(ch)?.consumers.insert(tag.clone(), ConsumerEntry { id, queue: handle.clone(), no_ack: c.no_ack, exclusive: c.exclusive });
+        if !c.nowait {
+            self.send(ch, AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(basic::ConsumeOk { consumer_tag: tag.as_str().into() })));
+        }
+        let reply = handle
+            .call(QueueCommand::Checkout { now_ms: crate::now_ms(), consumer: id, prefetch: u32::from(prefetch), no_ack: c.no_ack })
+            .await;
+        if let Err(e) = reply {
+            return Err(ProtocolError::internal(e));
+        }
+        Ok(())
+    }
+
+    async fn on_cancel(&mut self, ch: u16, c: basic::Cancel) -> Result<()> {
+        let tag = c.consumer_tag.as_str().to_string();
+        let entry = self.chan(ch)?.consumers.get(&tag).map(|e| (e.id, e.queue.clone(), e.exclusive));
+        if let Some((id, handle, exclusive)) = entry {
+            let _ = handle.call(QueueCommand::Cancel { now_ms: crate::now_ms(), consumer: id }).await;
+            handle.remove_consumer(exclusive);
+            self.broker.maybe_auto_delete(&handle).await;
+        }
+        if !c.nowait {
+            self.deferred.push((ch, AMQPClass::Basic(basic::AMQPMethod::CancelOk(basic::CancelOk { consumer_tag: tag.as_str().into() }))));
+        }
+        Ok(())
+    }
+
+    async fn on_get(&mut self, ch: u16, g: basic::Get) -> Result<()> {
+        let name = g.queue.as_str().to_string();
+        let (_, handle) = self.lookup_queue(&name)?;
+        let slot = match self.chan(ch)?.get_slots.get(&handle.group) {
+            Some((id, _)) => *id,
+            None => {
+                let id = self.broker.consumers().register(self.mailbox.clone());
+                self.chan(ch)?.get_slots.insert(handle.group, (id, handle.clone()));
+                id
+            }
+        };
+        let reply = handle
+            .call(QueueCommand::Dequeue { now_ms: crate::now_ms(), consumer: slot, no_ack: g.no_ack })
+            .await
+            .map_err(ProtocolError::internal)?;
+        let QueueReply::Dequeued(Some((delivery, left))) = reply else {
+            self.send(ch, AMQPClass::Basic(basic::AMQPMethod::GetEmpty(basic::GetEmpty {})));
+            return Ok(());
+        };
+        let Some(msg) = delivery.payload.as_deref().and_then(|p| StoredMessage::decode(p).ok()) else {
+            return Err(ProtocolError::internal("stored message is missing"));
+        };
+        let state = self.chan(ch)?;
+        state.next_tag += 1;
+        let tag = state.next_tag;
+        if !g.no_ack {
+            state.unacked.insert(tag, Unacked { queue: handle.clone(), consumer: slot, msg: delivery.id });
+        }
+        self.send(
+            ch,
+            AMQPClass::Basic(basic::AMQPMethod::GetOk(basic::GetOk {
+                delivery_tag: tag,
+                redelivered: delivery.delivery_count > 0,
+                exchange: msg.exchange.as_str().into(),
+                routing_key: msg.routing_key.as_str().into(),
+                message_count: left as u32,
+            })),
+        );
+        // RabbitMQ 3.10 adds x-delivery-count to every basic.get (spec §2.7).
+        let props = with_delivery_count(&msg.properties, delivery.delivery_count);
+        codec::write_content(&mut self.out, ch, &props, &msg.body, self.frame_max);
+        Ok(())
+    }
+
+    async fn settle(&mut self, ch: u16, tag: u64, multiple: bool, how: Settlement) -> Result<()> {
+        let state = self.chan(ch)?;
+        let tags: Vec<u64> = if multiple {
+            if tag == 0 {
+                state.unacked.keys().copied().collect()
+            } else {
+                state.unacked.range(..=tag).map(|(t, _)| *t).collect()
+            }
+        } else {
+            vec![tag]
+        };
+        if !multiple && !state.unacked.contains_key(&tag) || multiple && tag != 0 && tags.is_empty() && !state.unacked.contains_key(&tag) {
+            return Err(ProtocolError::precondition(format!("unknown delivery tag {tag}")));
+        }
+        self.settle_tags(ch, tags, how).await
+    }
+
+    async fn settle_tags(&mut self, ch: u16, tags: Vec<u64>, how: Settlement) -> Result<()> {
+        let state = self.chan(ch)?;
+        // Group by (queue, consumer), keeping delivery-tag order (spec §2.2).
+        let mut groups: Vec<(Arc<QueueHandle>, ConsumerId, Vec<MsgId>)> = Vec::new();
+        for t in tags {
+            if let Some(u) = state.unacked.remove(&t) {
+                match groups.iter_mut().find(|(q, c, _)| q.group == u.queue.group && *c == u.consumer) {
+                    Some(g) => g.2.push(u.msg),
+                    None => groups.push((u.queue, u.consumer, vec![u.msg])),
+                }
+            }
+        }
+        let now_ms = crate::now_ms();
+        for (queue, consumer, ids) in groups {
+            let cmd = match how {
+                Settlement::Ack => QueueCommand::Settle { now_ms, consumer, ids },
+                Settlement::Requeue => QueueCommand::Return { now_ms, consumer, ids },
+                Settlement::Discard => QueueCommand::Discard { now_ms, consumer, ids },
+            };
+            // Fire and forget: the command is ordered behind earlier ones.
+            drop(queue.propose(cmd).await);
+        }
+        Ok(())
+    }
+
+    /// Frees a channel: consumers go down (their unacked messages return
+    /// to the queue, counted as a delivery attempt, spec §2.3).
+    pub(super) async fn release_channel(&mut self, ch: u16) {
+        let Some(state) = self.channels.remove(&ch) else { return };
+        let now_ms = crate::now_ms();
+        let mut waits = Vec::new();
+        for (_, c) in state.consumers {
+            self.broker.consumers().unregister(c.id);
+            waits.push(c.queue.propose(QueueCommand::ConsumerDown { now_ms, consumer: c.id }).await);
+            c.queue.remove_consumer(c.exclusive);
+            self.broker.maybe_auto_delete(&c.queue).await;
+        }
+        for (_, (id, q)) in state.get_slots {
+            self.broker.consumers().unregister(id);
+            waits.push(q.propose(QueueCommand::ConsumerDown { now_ms, consumer: id }).await);
+        }
+        for w in waits {
+            let _ = w.await;
+        }
+    }
+
+    /// Content header frame of a publish.
+    pub(super) async fn on_content_header(
+        &mut self,
+        ch: u16,
+        class_id: u16,
+        body_size: u64,
+        properties: AMQPProperties,
+        raw: Bytes,
+    ) -> Result<()> {
+        let state = self.chan(ch)?;
+        if state.closing {
+            return Ok(());
+        }
+        let Some(p) = state.content.as_mut() else {
+            return Err(ProtocolError::unexpected_frame("expected method frame, got non method frame instead"));
+        };
+        if p.header.is_some() || class_id != 60 {
+            return Err(ProtocolError::unexpected_frame("expected content body, got non content body frame instead"));
+        }
+        if body_size > MAX_MESSAGE_SIZE {
+            state.content = None;
+            let text = format!("message size {body_size} is larger than configured max size {MAX_MESSAGE_SIZE}");
+            self.close_channel_with(ch, 406, format!("PRECONDITION_FAILED - {text}"), 60, 40);
+            return Ok(());
+        }
+        p.header = Some((properties, raw, body_size));
+        p.body.reserve(body_size as usize);
+        if body_size == 0 {
+            return self.finish_publish(ch).await;
+        }
+        Ok(())
+    }
+
+    /// Content body frame of a publish.
+    pub(super) async fn on_content_body(&mut self, ch: u16, body: Bytes) -> Result<()> {
+        let state = self.chan(ch)?;
+        if state.closing {
+            return Ok(());
+        }
+        let Some(p) = state.content.as_mut() else {
+            return Err(ProtocolError::unexpected_frame("expected method frame, got non method frame instead"));
+        };
+        let Some((_, _, size)) = p.header.as_ref() else {
+            return Err(ProtocolError::unexpected_frame("expected content header for class 60, got non content header frame instead"));
+        };
+        let size = *size;
+        p.body.extend_from_slice(&body);
+        if p.body.len() as u64 > size {
+            return Err(ProtocolError::connection(501, "FRAME_ERROR - content body larger than declared size"));
+        }
+        if p.body.len() as u64 == size {
+            return self.finish_publish(ch).await;
+        }
+        Ok(())
+    }
+
+    async fn finish_publish(&mut self, ch: u16) -> Result<()> {
+        let r = self.publish(ch).await;
+        if let Err(ProtocolError::Channel { code, text }) = r {
+            self.close_channel_with(ch, code, text, 60, 40);
+            return Ok(());
+        }
+        r
+    }
+
+    async fn publish(&mut self, ch: u16) -> Result<()> {
+        let state = self.chan(ch)?;
+        let Some(Publishing { publish, header: Some((mut props, mut raw, _)), body }) = state.content.take() else {
+            return Ok(());
+        };
+        let seq = state.confirms.as_mut().map(|c| c.next());
+        let exchange = publish.exchange.as_str().to_string();
+        let routing_key = publish.routing_key.as_str().to_string();
+        let (cc, bcc) = cc_bcc_keys(props.headers().as_ref())?;
+        let ttl_ms = match props.expiration() {
+            Some(e) => Some(parse_expiration(e.as_str())?),
+            None => None,
+        };
+        let mut keys = Vec::with_capacity(1 + cc.len() + bcc.len());
+        keys.push(routing_key.clone());
+        keys.extend(cc.iter().cloned());
+        keys.extend(bcc.iter().cloned());
+        let targets = self.broker.route(&self.vhost, &exchange, &keys, props.headers().as_ref())?;
+        if !bcc.is_empty() {
+            if let Some(mut h) = props.headers().clone() {
+                strip_bcc(&mut h);
+                props = props.with_headers(h);
+                raw = codec::encode_properties(&props);
+            }
+        }
+        let body = body.freeze();
+        if targets.is_empty() {
+            if publish.mandatory {
+                self.send(
+                    ch,
+                    AMQPClass::Basic(basic::AMQPMethod::Return(basic::Return {
+                        reply_code: 312,
+                        reply_text: "NO_ROUTE".into(),
+                        exchange: exchange.as_str().into(),
+                        routing_key: routing_key.as_str().into(),
+                    })),
+                );
+                codec::write_content(&mut self.out, ch, &raw, &body, self.frame_max);
+            }
+            if let Some(seq) = seq {
+                if let Some(c) = self.chan(ch)?.confirms.as_mut() {
+                    c.complete(seq, true);
+                }
+                self.send_confirms(ch);
+            }
+            return Ok(());
+        }
+        let body_size = body.len() as u32;
+        let stored = StoredMessage { exchange, routing_key, bcc, properties: raw, body };
+        let payload = stored.encode().map_err(ProtocolError::internal)?;
+        let now_ms = crate::now_ms();
+        let mut waits = Vec::with_capacity(targets.len());
+        for q in targets {
+            let msg = EnqueueMsg { payload: payload.clone(), body_size, ttl_ms };
+            waits.push(q.propose(QueueCommand::Enqueue { now_ms, msgs: vec![msg] }).await);
+        }
+        if let Some(seq) = seq {
+            self.pending.push(Box::pin(async move {
+                let mut ok = true;
+                for w in waits {
+                    match w.await {
+                        Ok(Ok(QueueReply::Enqueued(outcomes))) => {
+                            ok &= outcomes.iter().all(|o| *o == EnqueueOutcome::Accepted);
+                        }
+                        _ => ok = false,
+                    }
+                }
+                Completion::Confirm { channel: ch, seq, ok }
+            }));
+        }
+        Ok(())
+    }
+
+    fn send_confirms(&mut self, ch: u16) {
+        let frames = match self.channels.get_mut(&ch).and_then(|s| s.confirms.as_mut()) {
+            Some(c) => c.drain(),
+            None => return,
+        };
+        for (tag, multiple, ack) in frames {
+            let m = if ack {
+                basic::AMQPMethod::Ack(basic::Ack { delivery_tag: tag, multiple })
+            } else {
+                basic::AMQPMethod::Nack(basic::Nack { delivery_tag: tag, multiple, requeue: false })
+            };
+            self.send(ch, ok_frame(AMQPClass::Basic(m)));
+        }
+    }
+
+    /// A confirm-mode publish completed.
+    pub(super) fn on_completion(&mut self, c: Completion) {
+        match c {
+            Completion::Confirm { channel, seq, ok } => {
+                if let Some(t) = self.channels.get_mut(&channel).and_then(|s| s.confirms.as_mut()) {
+                    t.complete(seq, ok);
+                }
+                self.send_confirms(channel);
+            }
+        }
+    }
+
+    /// A queue handed a message to one of this connection's consumers.
+    pub(super) async fn on_delivery(&mut self, d: QueueDelivery) {
+        let found = self.channels.iter_mut().find_map(|(ch, s)| {
+            if s.closing {
+                return None;
+            }
+            s.consumers.iter().find(|(_, c)| c.id == d.consumer).map(|(tag, c)| (*ch, tag.clone(), c.no_ack, c.queue.clone()))
+        });
+        let Some((ch, tag, no_ack, queue)) = found else { return };
+        let Some(msg) = d.delivery.payload.as_deref().and_then(|p| StoredMessage::decode(p).ok()) else {
+            tracing::error!(queue = %queue.name, id = d.delivery.id, "delivered message has no stored payload");
+            return;
+        };
+        let Some(state) = self.channels.get_mut(&ch) else { return };
+        state.next_tag += 1;
+        let dtag = state.next_tag;
+        if !no_ack {
+            state.unacked.insert(dtag, Unacked { queue, consumer: d.consumer, msg: d.delivery.id });
+        }
+        self.send(
+            ch,
+            AMQPClass::Basic(basic::AMQPMethod::Deliver(basic::Deliver {
+                consumer_tag: tag.as_str().into(),
+                delivery_tag: dtag,
+                redelivered: d.delivery.delivery_count > 0,
+                exchange: msg.exchange.as_str().into(),
+                routing_key: msg.routing_key.as_str().into(),
+            })),
+        );
+        if d.delivery.delivery_count > 0 {
+            let props = with_delivery_count(&msg.properties, d.delivery.delivery_count);
+            codec::write_content(&mut self.out, ch, &props, &msg.body, self.frame_max);
+        } else {
+            codec::write_content(&mut self.out, ch, &msg.properties, &msg.body, self.frame_max);
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Settlement {
+    Ack,
+    Requeue,
+    Discard,
+}
+
+/// Raw properties with an `x-delivery-count` header (long), spec §2.7.
+fn with_delivery_count(raw: &Bytes, count: u32) -> Bytes {
+    let Ok((_, props)) = basic::parse_properties(&raw[..]) else { return raw.clone() };
+    let mut headers = props.headers().clone().unwrap_or_default();
+    headers.insert("x-delivery-count".into(), AMQPValue::LongLongInt(i64::from(count)));
+    codec::encode_properties(&props.with_headers(headers))
+}
+
+/// A server-generated name: prefix + 22 url-safe random characters, the
+/// shape of RabbitMQ's `amq.gen-…` and `amq.ctag-…` names.
+pub fn server_name(prefix: &str) -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut rng = rand::thread_rng();
+    let suffix: String = (0..22).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect();
+    format!("{prefix}{suffix}")
+}

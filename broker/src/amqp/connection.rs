@@ -1,0 +1,459 @@
+//! One client connection: protocol header, start/tune/open handshake,
+//! then a loop over socket frames, queue deliveries and publisher-confirm
+//! completions. Socket writes go through a writer task so a slow reader
+//! never stalls frame processing.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use amq_protocol::protocol::{connection, AMQPClass};
+use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
+use bytes::BytesMut;
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use super::channel::{ChannelState, Completion};
+use super::codec::{self, FrameReader, InFrame};
+use super::error::ProtocolError;
+use crate::consumers::QueueDelivery;
+use crate::node::Broker;
+
+/// Largest frame we accept and offer (bytes), as RabbitMQ's default.
+pub const FRAME_MAX: u32 = 131_072;
+/// Channels per connection we offer, as RabbitMQ's default.
+pub const CHANNEL_MAX: u16 = 2047;
+/// Heartbeat we offer (seconds), as RabbitMQ's default.
+pub const HEARTBEAT: u16 = 60;
+/// Time allowed for the handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Per-connection state shared by the channel handlers.
+pub struct Conn {
+    pub(super) broker: Arc<Broker>,
+    /// Node-unique connection id (exclusive queue ownership).
+    pub(super) id: u64,
+    pub(super) vhost: String,
+    pub(super) out: BytesMut,
+    pub(super) frame_max: u32,
+    pub(super) channel_max: u16,
+    pub(super) channels: HashMap<u16, ChannelState>,
+    pub(super) mailbox: mpsc::UnboundedSender<QueueDelivery>,
+    pub(super) pending: FuturesUnordered<futures::future::BoxFuture<'static, Completion>>,
+    /// Exclusive queues this connection declared: deleted when it closes.
+    pub(super) exclusive_queues: Vec<String>,
+    /// Frames to send only after deliveries already queued for this
+    /// connection (basic.cancel-ok must follow the consumer's last delivery).
+    pub(super) deferred: Vec<(u16, AMQPClass)>,
+}
+
+enum Step {
+    Continue,
+    Close,
+}
+
+/// Serves one accepted socket until it closes. Never panics on input.
+pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
+    let _ = socket.set_nodelay(true);
+    let peer = socket.peer_addr().ok();
+    let (mut rd, wr) = socket.into_split();
+    let (wtx, wrx) = mpsc::channel::<BytesMut>(256);
+    let writer = tokio::spawn(run_writer(wr, wrx));
+    let (mtx, mut mrx) = mpsc::unbounded_channel();
+    let mut conn = Conn {
+        broker,
+        id,
+        vhost: "/".into(),
+        out: BytesMut::with_capacity(64 * 1024),
+        frame_max: FRAME_MAX,
+        channel_max: CHANNEL_MAX,
+        channels: HashMap::new(),
+        mailbox: mtx,
+        pending: FuturesUnordered::new(),
+        exclusive_queues: Vec::new(),
+        deferred: Vec::new(),
+    };
+    let mut reader = FrameReader::new();
+    let heartbeat = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake(&mut rd, &mut reader, &wtx)).await {
+        Ok(Ok(Some(hb))) => hb,
+        Ok(Ok(None)) | Err(_) => {
+            conn.flush(&wtx).await;
+            drop(wtx);
+            let _ = writer.await;
+            return;
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(?peer, error = %e, "handshake failed");
+            conn.flush(&wtx).await;
+            drop(wtx);
+            let _ = writer.await;
+            return;
+        }
+    };
+    tracing::debug!(?peer, id, "connection open");
+    let hb = if heartbeat == 0 { None } else { Some(Duration::from_secs(u64::from(heartbeat))) };
+    let mut last_read = Instant::now();
+    let mut last_write = Instant::now();
+    let mut ticker = tokio::time::interval(hb.map(|d| d / 2).unwrap_or(Duration::from_secs(3600)));
+    let mut closing_since: Option<Instant> = None;
+    loop {
+        let step = tokio::select! {
+            biased;
+            r = rd.read_buf(reader.buffer()) => match r {
+                Ok(0) | Err(_) => Step::Close,
+                Ok(_) => {
+                    last_read = Instant::now();
+                    let step = conn.on_bytes(&mut reader, &mut closing_since).await;
+                    if !conn.deferred.is_empty() {
+                        while let Ok(d) = mrx.try_recv() { conn.on_delivery(d).await; }
+                        for (ch, m) in std::mem::take(&mut conn.deferred) { conn.send(ch, m); }
+                    }
+                    step
+                }
+            },
+            Some(c) = conn.pending.next() => { conn.on_completion(c); Step::Continue }
+            Some(d) = mrx.recv() => {
+                conn.on_delivery(d).await;
+                while let Ok(d) = mrx.try_recv() { conn.on_delivery(d).await; }
+                Step::Continue
+            }
+            _ = ticker.tick() => {
+                if let Some(hb) = hb {
+                    if last_read.elapsed() > hb * 2 {
+                        tracing::info!(?peer, "missed heartbeats from client, closing TCP connection");
+                        Step::Close
+                    } else {
+                        if last_write.elapsed() >= hb / 2 { codec::write_heartbeat(&mut conn.out); }
+                        Step::Continue
+                    }
+                } else { Step::Continue }
+            }
+        };
+        if let Some(since) = closing_since {
+            if since.elapsed() > Duration::from_secs(5) {
+                conn.flush(&wtx).await;
+                break;
+            }
+        }
+        if !conn.out.is_empty() {
+            last_write = Instant::now();
+            if !conn.flush(&wtx).await {
+                break;
+            }
+        }
+        if matches!(step, Step::Close) {
+            break;
+        }
+    }
+    conn.cleanup().await;
+    drop(wtx);
+    let _ = writer.await;
+    tracing::debug!(?peer, id, "connection closed");
+}
+
+async fn run_writer(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<BytesMut>) {
+    while let Some(mut buf) = rx.recv().await {
+        while let Ok(more) = rx.try_recv() {
+            buf.extend_from_slice(&more);
+        }
+        if wr.write_all(&buf).await.is_err() {
+            break;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+impl Conn {
+    /// Hands pending output to the writer; false if the socket is gone.
+    pub(super) async fn flush(&mut self, wtx: &mpsc::Sender<BytesMut>) -> bool {
+        if self.out.is_empty() {
+            return true;
+        }
+        let buf = self.out.split();
+        wtx.send(buf).await.is_ok()
+    }
+
+    pub(super) fn send(&mut self, channel: u16, method: AMQPClass) {
+        codec::write_method(&mut self.out, channel, method);
+    }
+
+    /// Runs the handshake; Some(heartbeat seconds) when the connection is open.
+    async fn handshake(
+        &mut self,
+        rd: &mut tokio::net::tcp::OwnedReadHalf,
+        reader: &mut FrameReader,
+        wtx: &mpsc::Sender<BytesMut>,
+    ) -> Result<Option<u16>, std::io::Error> {
+        // Protocol header.
+        loop {
+            match reader.take_protocol_header() {
+                Some(Ok(())) => break,
+                Some(Err(())) => {
+                    self.out.extend_from_slice(codec::protocol_header());
+                    return Ok(None);
+                }
+                None => {
+                    if rd.read_buf(reader.buffer()).await? == 0 {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        self.send(0, AMQPClass::Connection(connection::AMQPMethod::Start(connection::Start {
+            version_major: 0,
+            version_minor: 9,
+            server_properties: server_properties(),
+            mechanisms: LongString::from("PLAIN AMQPLAIN"),
+            locales: LongString::from("en_US"),
+        })));
+        self.flush(wtx).await;
+        let start_ok = match next_method(rd, reader).await? {
+            Some(AMQPClass::Connection(connection::AMQPMethod::StartOk(s))) => s,
+            _ => return Ok(None),
+        };
+        let mechanism = start_ok.mechanism.as_str().to_string();
+        if !authenticate(&mechanism, start_ok.response.as_bytes()) {
+            self.close_connection(403, format!("ACCESS_REFUSED - Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."), 0, 0);
+            return Ok(None);
+        }
+        self.send(0, AMQPClass::Connection(connection::AMQPMethod::Tune(connection::Tune {
+            channel_max: CHANNEL_MAX,
+            frame_max: FRAME_MAX,
+            heartbeat: HEARTBEAT,
+        })));
+        self.flush(wtx).await;
+        let tune_ok = match next_method(rd, reader).await? {
+            Some(AMQPClass::Connection(connection::AMQPMethod::TuneOk(t))) => t,
+            _ => return Ok(None),
+        };
+        self.frame_max = match tune_ok.frame_max {
+            0 => FRAME_MAX,
+            f => f.clamp(4096, FRAME_MAX),
+        };
+        self.channel_max = match tune_ok.channel_max {
+            0 => CHANNEL_MAX,
+            c => c.min(CHANNEL_MAX),
+        };
+        reader.set_frame_max(self.frame_max);
+        let open = match next_method(rd, reader).await? {
+            Some(AMQPClass::Connection(connection::AMQPMethod::Open(o))) => o,
+            _ => return Ok(None),
+        };
+        let vhost = open.virtual_host.as_str().to_string();
+        if vhost != "/" {
+            self.close_connection(530, format!("NOT_ALLOWED - vhost {vhost} not found"), 10, 40);
+            return Ok(None);
+        }
+        self.vhost = vhost;
+        self.send(0, AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {})));
+        Ok(Some(tune_ok.heartbeat))
+    }
+
+    /// Sends connection.close; the caller stops reading soon after.
+    pub(super) fn close_connection(&mut self, code: u16, text: String, class_id: u16, method_id: u16) {
+        let text = ShortString::from(truncate(text));
+        self.send(0, AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+            reply_code: code,
+            reply_text: text,
+            class_id,
+            method_id,
+        })));
+    }
+
+    async fn on_bytes(&mut self, reader: &mut FrameReader, closing_since: &mut Option<Instant>) -> Step {
+        loop {
+            let frame = match reader.next_frame() {
+                Ok(Some(f)) => f,
+                Ok(None) => return Step::Continue,
+                Err(e) => {
+                    tracing::info!(error = %e, "malformed frame, closing connection");
+                    let name = if e.reply_code() == 502 { "SYNTAX_ERROR" } else { "FRAME_ERROR" };
+                    self.close_connection(e.reply_code(), format!("{name} - {e}"), 0, 0);
+                    return Step::Close;
+                }
+            };
+            if closing_since.is_some() {
+                // After our connection.close only close-ok/close matter.
+                if let InFrame::Method(0, AMQPClass::Connection(m)) = frame {
+                    match m {
+                        connection::AMQPMethod::CloseOk(_) => return Step::Close,
+                        connection::AMQPMethod::Close(_) => {
+                            self.send(0, AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})));
+                            return Step::Close;
+                        }
+                        _ => {}
+                    }
+                }
+                continue;
+            }
+            let (class_id, method_id) = match &frame {
+                InFrame::Method(_, m) => (m.get_amqp_class_id(), m.get_amqp_method_id()),
+                _ => (0, 0),
+            };
+            let result = match frame {
+                InFrame::Heartbeat(0) => Ok(()),
+                InFrame::Heartbeat(_) => Err(ProtocolError::connection(501, "FRAME_ERROR - heartbeat on non-zero channel")),
+                InFrame::Method(0, AMQPClass::Connection(m)) => match m {
+                    connection::AMQPMethod::Close(_) => {
+                        self.send(0, AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})));
+                        return Step::Close;
+                    }
+                    connection::AMQPMethod::CloseOk(_) => return Step::Close,
+                    connection::AMQPMethod::Blocked(_) | connection::AMQPMethod::Unblocked(_) => Ok(()),
+                    connection::AMQPMethod::UpdateSecret(_) => {
+                        self.send(0, AMQPClass::Connection(connection::AMQPMethod::UpdateSecretOk(connection::UpdateSecretOk {})));
+                        Ok(())
+                    }
+                    _ => Err(ProtocolError::command_invalid("unexpected connection method")),
+                },
+                InFrame::Method(0, _) => Err(ProtocolError::command_invalid("method on channel 0")),
+                InFrame::Method(ch, m) => self.on_channel_method(ch, m).await,
+                InFrame::Header { channel, class_id, body_size, properties, raw_properties } => {
+                    self.on_content_header(channel, class_id, body_size, properties, raw_properties).await
+                }
+                InFrame::Body(ch, body) => self.on_content_body(ch, body).await,
+            };
+            if let Err(e) = result {
+                match e {
+                    // Channel errors are answered inside the channel handlers;
+                    // one reaching here has no channel to close, so it escalates.
+                    ProtocolError::Channel { code, text } | ProtocolError::Connection { code, text } => {
+                        tracing::info!(code, %text, "closing connection");
+                        self.close_connection(code, text, class_id, method_id);
+                        *closing_since = Some(Instant::now());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases everything the connection held: consumers, unacked
+    /// messages (returned to their queues), exclusive queues.
+    async fn cleanup(&mut self) {
+        let ids: Vec<u16> = self.channels.keys().copied().collect();
+        for ch in ids {
+            self.release_channel(ch).await;
+        }
+        for name in std::mem::take(&mut self.exclusive_queues) {
+            if let Err(e) = self.broker.delete_queue(&self.vhost, &name).await {
+                tracing::warn!(queue = %name, error = ?e, "failed to delete exclusive queue");
+            }
+        }
+    }
+}
+
+fn truncate(mut s: String) -> String {
+    if s.len() > 255 {
+        let mut end = 255;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+async fn next_method(
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    reader: &mut FrameReader,
+) -> Result<Option<AMQPClass>, std::io::Error> {
+    loop {
+        match reader.next_frame() {
+            Ok(Some(InFrame::Method(0, m))) => return Ok(Some(m)),
+            Ok(Some(InFrame::Heartbeat(_))) => continue,
+            Ok(Some(_)) | Err(_) => return Ok(None),
+            Ok(None) => {
+                if rd.read_buf(reader.buffer()).await? == 0 {
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
+/// guest/guest, as RabbitMQ's default user (PLAIN: "\0user\0pass";
+/// AMQPLAIN: a field table without its length prefix, LOGIN and PASSWORD).
+fn authenticate(mechanism: &str, response: &[u8]) -> bool {
+    let (user, pass) = match mechanism {
+        "PLAIN" => {
+            let mut parts = response.split(|b| *b == 0);
+            let _authzid = parts.next();
+            match (parts.next(), parts.next()) {
+                (Some(u), Some(p)) => (u.to_vec(), p.to_vec()),
+                _ => return false,
+            }
+        }
+        "AMQPLAIN" => match parse_amqplain(response) {
+            Some(up) => up,
+            None => return false,
+        },
+        _ => return false,
+    };
+    user == b"guest" && pass == b"guest"
+}
+
+fn parse_amqplain(response: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let mut framed = Vec::with_capacity(response.len() + 4);
+    framed.extend_from_slice(&(response.len() as u32).to_be_bytes());
+    framed.extend_from_slice(response);
+    let (_, table) = amq_protocol::types::parsing::parse_field_table(&framed[..]).ok()?;
+    let get = |k: &str| match table.inner().get(k) {
+        Some(AMQPValue::LongString(s)) => Some(s.as_bytes().to_vec()),
+        Some(AMQPValue::ShortString(s)) => Some(s.as_str().as_bytes().to_vec()),
+        _ => None,
+    };
+    Some((get("LOGIN")?, get("PASSWORD")?))
+}
+
+fn server_properties() -> FieldTable {
+    let mut caps = FieldTable::default();
+    for cap in [
+        "publisher_confirms",
+        "exchange_exchange_bindings",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "consumer_priorities",
+        "authentication_failure_close",
+        "per_consumer_qos",
+        "direct_reply_to",
+    ] {
+        caps.insert(cap.into(), AMQPValue::Boolean(cap != "exchange_exchange_bindings" && cap != "direct_reply_to"));
+    }
+    let mut props = FieldTable::default();
+    props.insert("capabilities".into(), AMQPValue::FieldTable(caps));
+    props.insert("product".into(), AMQPValue::LongString("quorumq".into()));
+    props.insert("version".into(), AMQPValue::LongString(env!("CARGO_PKG_VERSION").into()));
+    props.insert("platform".into(), AMQPValue::LongString("Rust".into()));
+    props.insert("cluster_name".into(), AMQPValue::LongString("quorumq".into()));
+    props.insert("copyright".into(), AMQPValue::LongString("quorumq authors".into()));
+    props.insert("information".into(), AMQPValue::LongString("Licensed under Apache-2.0".into()));
+    props
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_auth() {
+        assert!(authenticate("PLAIN", b"\0guest\0guest"));
+        assert!(!authenticate("PLAIN", b"\0guest\0nope"));
+        assert!(!authenticate("PLAIN", b"garbage"));
+        assert!(!authenticate("EXTERNAL", b""));
+    }
+
+    #[test]
+    fn amqplain_auth() {
+        let mut t = FieldTable::default();
+        t.insert("LOGIN".into(), AMQPValue::LongString("guest".into()));
+        t.insert("PASSWORD".into(), AMQPValue::LongString("guest".into()));
+        let bytes = cookie_factory::gen_simple(amq_protocol::types::generation::gen_field_table(&t), Vec::new()).expect("encode");
+        assert!(authenticate("AMQPLAIN", &bytes[4..]));
+        assert!(!authenticate("AMQPLAIN", &[1, 2, 3]));
+    }
+}

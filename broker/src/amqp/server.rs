@@ -1,0 +1,23 @@
+//! The AMQP listener: accepts sockets and serves each on its own task.
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+use crate::node::Broker;
+
+/// Accepts connections until the listener fails or the task is dropped.
+pub async fn run(listener: TcpListener, broker: Arc<Broker>) {
+    loop {
+        match listener.accept().await {
+            Ok((socket, _)) => {
+                let id = broker.next_connection_id();
+                tokio::spawn(super::connection::serve(socket, broker.clone(), id));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}

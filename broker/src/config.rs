@@ -1,0 +1,48 @@
+//! Node configuration: TOML file, overridden by command-line flags.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Settings of one node. Defaults give a single node on 127.0.0.1 with
+/// data under `./data`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// Node id (u64, unique in the cluster, never reused for a wiped node).
+    pub node_id: u64,
+    /// Root of the node's data (sled database under `node-<id>/`).
+    pub data_dir: PathBuf,
+    /// AMQP 0-9-1 listener.
+    pub amqp_listen: String,
+    /// Cluster gRPC listener (Raft transport and admin API).
+    pub cluster_listen: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_id: 1,
+            data_dir: PathBuf::from("./data"),
+            amqp_listen: "127.0.0.1:5672".into(),
+            cluster_listen: "127.0.0.1:5680".into(),
+        }
+    }
+}
+
+/// Errors reading a configuration file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("parsing {path}: {source}")]
+    Parse { path: PathBuf, source: toml::de::Error },
+}
+
+impl Config {
+    /// Loads a TOML file (keys as the struct fields).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.into(), source })
+    }
+}

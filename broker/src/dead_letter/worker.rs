@@ -1,0 +1,146 @@
+//! The at-least-once dead-letter worker of one source queue (spec §5.4-5.5,
+//! RabbitMQ's rabbit_fifo_dlx_worker). It runs beside the queue's leader,
+//! forwards held messages to every routed target, waits until each target
+//! has committed its enqueue (its Raft commit is the confirm), and only
+//! then proposes `DeadLetterSettled` to the source. Anything that blocks a
+//! message — no DLX, no route, a cycle, a target refusing with
+//! reject-publish — keeps it held; retries are driven by node events
+//! (topology changes, a queue unblocking) with a periodic fallback.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::at_most_once::{log_once, prepare};
+use crate::node::Broker;
+use crate::queue::handle::QueueHandle;
+use crate::queue::types::{DeadLetterStrategy, EnqueueMsg, EnqueueOutcome, MsgId, QueueCommand, QueueReply};
+
+/// Held messages forwarded per round.
+const ROUND: usize = 512;
+/// Retry interval when nothing signals a change (ms). RabbitMQ: 180 000.
+const FALLBACK_MS: u64 = 1000;
+
+/// Handle to a running worker; dropping it stops the task.
+pub struct Worker {
+    wake: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Worker {
+    /// Starts the worker of `queue`.
+    pub fn spawn(broker: Weak<Broker>, queue: Arc<QueueHandle>) -> Worker {
+        let wake = Arc::new(Notify::new());
+        let task = tokio::spawn(run(broker, queue, wake.clone()));
+        Worker { wake, task }
+    }
+
+    /// New held messages arrived.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn run(broker: Weak<Broker>, queue: Arc<QueueHandle>, wake: Arc<Notify>) {
+    let Some(mut events) = broker.upgrade().map(|b| b.subscribe_events()) else { return };
+    // Targets that already committed a copy, per held message: a retry
+    // only goes to the others (no duplicates from partial rejections).
+    let mut settled_targets: HashMap<MsgId, HashSet<u64>> = HashMap::new();
+    loop {
+        events.borrow_and_update();
+        let Some(b) = broker.upgrade() else { return };
+        if b.is_stopping() {
+            return;
+        }
+        let progress = forward_round(&b, &queue, &mut settled_targets).await;
+        drop(b);
+        if progress {
+            continue;
+        }
+        tokio::select! {
+            _ = wake.notified() => {}
+            r = events.changed() => { if r.is_err() { return; } }
+            _ = tokio::time::sleep(Duration::from_millis(FALLBACK_MS)) => {}
+        }
+    }
+}
+
+/// One pass over the held messages; true if any was settled.
+async fn forward_round(broker: &Broker, queue: &QueueHandle, settled_targets: &mut HashMap<MsgId, HashSet<u64>>) -> bool {
+    let Some((held, config)) = queue.read(|h| {
+        let m = h.machine();
+        (m.held_dead_letters().take(ROUND).collect::<Vec<_>>(), m.config().clone())
+    }) else {
+        return false;
+    };
+    if held.is_empty() {
+        settled_targets.clear();
+        return false;
+    }
+    let (DeadLetterStrategy::AtLeastOnce, Some(target)) = (config.strategy, config.dead_letter.as_ref()) else {
+        return false;
+    };
+    let now_ms = crate::now_ms();
+    let mut inflight = Vec::with_capacity(held.len());
+    let mut done: Vec<MsgId> = Vec::new();
+    for (id, reason) in held {
+        let Some(payload) = queue.read(|h| h.payload(id)).flatten() else { continue };
+        let Some((dl, targets)) = prepare(broker, queue, reason, target, &payload) else {
+            log_once(format!("nodlx:{}:{}", queue.name, target.exchange), || {
+                format!("Cannot forward any dead-letter messages from source quorum queue '{}' because its configured dead-letter-exchange '{}' does not exist. This message will not be logged again.", queue.name, target.exchange)
+            });
+            continue;
+        };
+        let already = settled_targets.entry(id).or_default();
+        let pending: Vec<Arc<QueueHandle>> = targets.into_iter().filter(|t| !already.contains(&t.group)).collect();
+        if pending.is_empty() {
+            if already.is_empty() {
+                log_once(format!("noroute:{}:{}", queue.name, target.exchange), || {
+                    format!("Cannot forward any dead-letter messages from source quorum queue '{}' with configured dead-letter-exchange '{}' and configured dead-letter-routing-key '{}'. This can happen either if the dead-letter routing topology is misconfigured or if all target queues reject messages. This message will not be logged again.", queue.name, target.exchange, target.routing_key.clone().unwrap_or_default())
+                });
+            } else {
+                done.push(id);
+            }
+            continue;
+        }
+        let Ok(encoded) = dl.message.encode() else { continue };
+        let body_size = dl.message.body.len() as u32;
+        for t in pending {
+            let msg = EnqueueMsg { payload: encoded.clone(), body_size, ttl_ms: None };
+            let rx = t.propose(QueueCommand::Enqueue { now_ms, msgs: vec![msg] }).await;
+            inflight.push((id, t.group, rx));
+        }
+    }
+    let mut all_ok: HashMap<MsgId, bool> = HashMap::new();
+    for (id, group, rx) in inflight {
+        let ok = matches!(rx.await, Ok(Ok(QueueReply::Enqueued(ref o))) if o.iter().all(|x| *x == EnqueueOutcome::Accepted));
+        if ok {
+            settled_targets.entry(id).or_default().insert(group);
+        }
+        let e = all_ok.entry(id).or_insert(true);
+        *e &= ok;
+    }
+    done.extend(all_ok.into_iter().filter(|(_, ok)| *ok).map(|(id, _)| id));
+    if done.is_empty() {
+        return false;
+    }
+    done.sort_unstable();
+    for id in &done {
+        settled_targets.remove(id);
+    }
+    match queue.call(QueueCommand::DeadLetterSettled { now_ms: crate::now_ms(), ids: done }).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(queue = %queue.name, error = %e, "dead-letter settle failed; will resend");
+            false
+        }
+    }
+}

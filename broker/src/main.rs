@@ -1,0 +1,109 @@
+//! `quorumq`: starts one broker node (single-node by default, data under
+//! `./data`, AMQP on 127.0.0.1:5672).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use quorumq::config::Config;
+use quorumq::node::Broker;
+
+/// Command-line flags; they override the config file.
+#[derive(Parser, Debug)]
+#[command(name = "quorumq", version, about = "RabbitMQ-compatible broker with Raft-replicated quorum queues")]
+struct Args {
+    /// TOML configuration file (see deploy/quorumq.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// AMQP 0-9-1 listen address.
+    #[arg(long)]
+    amqp_listen: Option<String>,
+    /// Data directory.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Cluster gRPC (Raft transport + admin API) listen address.
+    #[arg(long)]
+    cluster_listen: Option<String>,
+    /// Node id.
+    #[arg(long)]
+    node_id: Option<u64>,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,openraft=warn,sled=warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let mut config = match &args.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    if let Some(v) = args.amqp_listen {
+        config.amqp_listen = v;
+    }
+    if let Some(v) = args.data_dir {
+        config.data_dir = v;
+    }
+    if let Some(v) = args.cluster_listen {
+        config.cluster_listen = v;
+    }
+    if let Some(v) = args.node_id {
+        config.node_id = v;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(run(config))
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    let amqp = tokio::net::TcpListener::bind(&config.amqp_listen)
+        .await
+        .with_context(|| format!("binding AMQP listener {}", config.amqp_listen))?;
+    let cluster_addr: SocketAddr = config.cluster_listen.parse().context("cluster_listen must be host:port")?;
+    let cluster = tokio::net::TcpListener::bind(cluster_addr)
+        .await
+        .with_context(|| format!("binding cluster listener {cluster_addr}"))?;
+    let broker = Broker::start(config.clone()).await.context("starting node")?;
+    let admin = quorumq::admin::AdminService::server(broker.clone());
+    let grpc = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(admin)
+            .serve_with_incoming(tokio_stream_incoming(cluster)),
+    );
+    tracing::info!(amqp = %config.amqp_listen, cluster = %cluster_addr, data = %config.data_dir.display(), "quorumq ready");
+    let server = tokio::spawn(quorumq::amqp::server::run(amqp, broker.clone()));
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    server.abort();
+    grpc.abort();
+    broker.shutdown().await;
+    Ok(())
+}
+
+fn tokio_stream_incoming(
+    listener: tokio::net::TcpListener,
+) -> impl futures_core::Stream<Item = Result<tokio::net::TcpStream, std::io::Error>> {
+    futures::stream::unfold(listener, |l| async move {
+        let r = l.accept().await.map(|(s, _)| s);
+        Some((r, l))
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

@@ -1,0 +1,52 @@
+//! Commands of the meta Raft group (topology changes) and their replies.
+//! Validation happens when the command is applied, so concurrent declares
+//! on different nodes resolve the same way on every replica.
+
+use amq_protocol::types::FieldTable;
+use serde::{Deserialize, Serialize};
+
+use super::error::AmqpError;
+use super::policy::Policy;
+use super::{QueueDeclare, QueueRecord};
+
+/// A topology change, applied in log order by every node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum MetaCommand {
+    /// exchange.declare (passive included: it is answered from the log order too).
+    DeclareExchange {
+        vhost: String,
+        name: String,
+        kind: String,
+        passive: bool,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: FieldTable,
+    },
+    /// exchange.delete.
+    DeleteExchange { vhost: String, name: String, if_unused: bool },
+    /// queue.declare (non-passive; passive declares read the local replica).
+    DeclareQueue(QueueDeclare),
+    /// queue.delete (if-unused/if-empty are checked by the caller against the
+    /// queue leader first), queue TTL expiry, exclusive owner gone.
+    DeleteQueue { vhost: String, name: String },
+    /// queue.bind.
+    Bind { vhost: String, queue: String, exchange: String, routing_key: String, arguments: FieldTable },
+    /// queue.unbind.
+    Unbind { vhost: String, queue: String, exchange: String, routing_key: String, arguments: FieldTable },
+    /// quorumqctl set_policy.
+    SetPolicy(Policy),
+    /// quorumqctl clear_policy.
+    ClearPolicy { vhost: String, name: String },
+}
+
+/// Result of a [`MetaCommand`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum MetaReply {
+    Ok,
+    Error(AmqpError),
+    /// The queue now exists; `created` = this command created it.
+    QueueDeclared { record: QueueRecord, created: bool },
+    /// The deleted queue, if it existed.
+    QueueDeleted(Option<QueueRecord>),
+}

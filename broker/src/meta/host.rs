@@ -1,0 +1,78 @@
+//! The meta group's state machine: the topology, changed only by
+//! [`MetaCommand`]s in log order. Every node applies it, so routing is a
+//! local lookup.
+
+use openraft::BasicNode;
+
+use super::command::{MetaCommand, MetaReply};
+use super::{QueueDeclared, Topology};
+use crate::cluster::types::{GroupCommand, GroupReply, TypeConfig};
+
+/// Topology plus the Raft adapter glue.
+#[derive(Default)]
+pub struct MetaHost {
+    topology: Topology,
+}
+
+impl MetaHost {
+    /// Fresh topology (vhost "/", predeclared exchanges).
+    pub fn new() -> Self {
+        MetaHost { topology: Topology::new() }
+    }
+
+    /// The current topology (local replica).
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// Applies one command; errors are replies, not failures.
+    pub fn apply(&mut self, cmd: MetaCommand) -> MetaReply {
+        let t = &mut self.topology;
+        let r = match cmd {
+            MetaCommand::DeclareExchange { vhost, name, kind, passive, durable, auto_delete, internal, arguments } => {
+                t.declare_exchange(&vhost, &name, &kind, passive, durable, auto_delete, internal, &arguments).map(|_| MetaReply::Ok)
+            }
+            MetaCommand::DeleteExchange { vhost, name, if_unused } => t.delete_exchange(&vhost, &name, if_unused).map(|_| MetaReply::Ok),
+            MetaCommand::DeclareQueue(d) => t.check_queue_declare(&d).map(|declared| match declared {
+                QueueDeclared::Existing(record) => MetaReply::QueueDeclared { record, created: false },
+                QueueDeclared::Create(record) => {
+                    t.add_queue(record.clone());
+                    MetaReply::QueueDeclared { record, created: true }
+                }
+            }),
+            MetaCommand::DeleteQueue { vhost, name } => Ok(MetaReply::QueueDeleted(t.delete_queue(&vhost, &name))),
+            MetaCommand::Bind { vhost, queue, exchange, routing_key, arguments } => {
+                t.bind(&vhost, &queue, &exchange, &routing_key, &arguments).map(|_| MetaReply::Ok)
+            }
+            MetaCommand::Unbind { vhost, queue, exchange, routing_key, arguments } => {
+                t.unbind(&vhost, &queue, &exchange, &routing_key, &arguments).map(|_| MetaReply::Ok)
+            }
+            MetaCommand::SetPolicy(p) => t.set_policy(p).map(|_| MetaReply::Ok),
+            MetaCommand::ClearPolicy { vhost, name } => t.clear_policy(&vhost, &name).map(|_| MetaReply::Ok),
+        };
+        r.unwrap_or_else(MetaReply::Error)
+    }
+}
+
+impl raft_log::Machine<TypeConfig> for MetaHost {
+    fn apply(&mut self, _meta: &raft_log::ApplyMeta, cmd: GroupCommand) -> GroupReply {
+        match cmd {
+            GroupCommand::Meta(c) => GroupReply::Meta(MetaHost::apply(self, c)),
+            GroupCommand::Queue { .. } => GroupReply::None,
+        }
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, raft_log::StoreError> {
+        raft_log::codec::encode(&self.topology)
+    }
+
+    fn restore(&mut self, data: &[u8]) -> Result<(), raft_log::StoreError> {
+        self.topology = raft_log::codec::decode(data)?;
+        Ok(())
+    }
+}
+
+/// Membership entry for a single node (address used by the cluster transport).
+pub fn node_entry(addr: &str) -> BasicNode {
+    BasicNode::new(addr)
+}

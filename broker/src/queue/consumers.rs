@@ -1,0 +1,219 @@
+//! Consumer records (rabbit_fifo `consumers` + `service_queue`): what each
+//! consumer has checked out, its prefetch, and the round-robin order.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use super::message::Msg;
+use super::types::{ConsumerId, MsgId};
+
+/// One consumer, a cancelled consumer that still holds messages, or a
+/// channel's basic.get slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Consumer {
+    /// Max messages checked out at once; 0 = unlimited.
+    pub prefetch: u32,
+    /// Settle on delivery (nothing is ever checked out by a push).
+    pub no_ack: bool,
+    /// Receives pushes. False for a cancelled consumer or a basic.get slot.
+    pub active: bool,
+    /// In the service queue (= active with spare prefetch).
+    queued: bool,
+    /// Messages delivered and not yet settled, by id.
+    pub checked_out: BTreeMap<MsgId, Msg>,
+}
+
+impl Consumer {
+    fn new() -> Self {
+        Consumer { prefetch: 0, no_ack: false, active: false, queued: false, checked_out: BTreeMap::new() }
+    }
+
+    /// Can take one more pushed message.
+    fn has_spare(&self) -> bool {
+        self.active
+            && (self.no_ack || self.prefetch == 0 || self.checked_out.len() < self.prefetch as usize)
+    }
+}
+
+/// All consumer records plus the service queue: the active consumers with
+/// spare prefetch, in the order they became able to take a message
+/// (rabbit_fifo 3.10 `service_queue`). A push goes to the first; it goes to
+/// the back if it can take more. This is the round-robin.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Consumers {
+    records: BTreeMap<ConsumerId, Consumer>,
+    service: VecDeque<ConsumerId>,
+    /// Active records, count.
+    active: u64,
+    /// Total checked-out messages over all records.
+    unacked: u64,
+}
+
+impl Consumers {
+    /// Put `id` into, or take it out of, the service queue to match its state.
+    fn requeue(&mut self, id: ConsumerId) {
+        let Some(rec) = self.records.get_mut(&id) else { return };
+        let want = rec.has_spare();
+        if want && !rec.queued {
+            rec.queued = true;
+            self.service.push_back(id);
+        } else if !want && rec.queued {
+            rec.queued = false;
+            self.service.retain(|c| *c != id);
+        }
+    }
+
+    /// basic.consume: add the consumer, or update and re-activate it.
+    pub fn checkout(&mut self, id: ConsumerId, prefetch: u32, no_ack: bool) {
+        let rec = self.records.entry(id).or_insert_with(Consumer::new);
+        rec.prefetch = prefetch;
+        rec.no_ack = no_ack;
+        if !rec.active {
+            rec.active = true;
+            self.active += 1;
+        }
+        self.requeue(id);
+    }
+
+    /// basic.cancel: no more pushes; the record stays while it holds
+    /// messages. Returns true if an active consumer was cancelled.
+    pub fn cancel(&mut self, id: ConsumerId) -> bool {
+        let Some(rec) = self.records.get_mut(&id) else { return false };
+        if !rec.active {
+            return false;
+        }
+        rec.active = false;
+        self.active -= 1;
+        self.requeue(id);
+        self.gc(id);
+        true
+    }
+
+    /// Remove the record entirely (consumer down), giving back what it held.
+    pub fn remove(&mut self, id: ConsumerId) -> Option<Consumer> {
+        let rec = self.records.remove(&id)?;
+        if rec.queued {
+            self.service.retain(|c| *c != id);
+        }
+        if rec.active {
+            self.active -= 1;
+        }
+        self.unacked -= rec.checked_out.len() as u64;
+        Some(rec)
+    }
+
+    /// Drop an inactive record that holds nothing.
+    pub fn gc(&mut self, id: ConsumerId) {
+        if self.records.get(&id).is_some_and(|r| !r.active && r.checked_out.is_empty()) {
+            self.records.remove(&id);
+        }
+    }
+
+    /// The consumer the next push goes to, and whether it is no_ack. It
+    /// leaves the service queue; [`Consumers::check_out`] or
+    /// [`Consumers::pushed_no_ack`] puts it back at the end if it has room.
+    pub fn next_for_push(&mut self) -> Option<(ConsumerId, bool)> {
+        while let Some(id) = self.service.pop_front() {
+            if let Some(rec) = self.records.get_mut(&id) {
+                rec.queued = false;
+                if rec.has_spare() {
+                    return Some((id, rec.no_ack));
+                }
+            }
+        }
+        None
+    }
+
+    /// A no_ack push to `id` is done (nothing checked out).
+    pub fn pushed_no_ack(&mut self, id: ConsumerId) {
+        self.requeue(id);
+    }
+
+    /// Record `msg` as checked out to `id`, creating an inactive record (the
+    /// basic.get slot) if there is none.
+    pub fn check_out(&mut self, id: ConsumerId, msg: Msg) {
+        let rec = self.records.entry(id).or_insert_with(Consumer::new);
+        if rec.checked_out.insert(msg.id, msg).is_none() {
+            self.unacked += 1;
+        }
+        self.requeue(id);
+    }
+
+    /// Take message `msg_id` back from consumer `id` if it holds it. Call
+    /// [`Consumers::gc`] once done with the consumer.
+    pub fn take(&mut self, id: ConsumerId, msg_id: MsgId) -> Option<Msg> {
+        let msg = self.records.get_mut(&id)?.checked_out.remove(&msg_id)?;
+        self.unacked -= 1;
+        self.requeue(id);
+        Some(msg)
+    }
+
+    /// Consumers of `node` from a boot epoch older than `epoch`, in id order.
+    pub fn of_node_before(&self, node: u64, epoch: u32) -> Vec<ConsumerId> {
+        self.records.keys().filter(|c| c.node == node && c.epoch < epoch).copied().collect()
+    }
+
+    /// Active (not cancelled) consumers.
+    pub fn active_count(&self) -> u64 {
+        self.active
+    }
+
+    /// All records: active, cancelled-with-messages, basic.get slots.
+    pub fn record_count(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Checked-out messages over all consumers.
+    pub fn unacked(&self) -> u64 {
+        self.unacked
+    }
+
+    /// The record of consumer `id`.
+    pub fn get(&self, id: &ConsumerId) -> Option<&Consumer> {
+        self.records.get(id)
+    }
+
+    /// Every record, in id order.
+    #[cfg(test)]
+    pub fn iter(&self) -> impl Iterator<Item = (&ConsumerId, &Consumer)> + '_ {
+        self.records.iter()
+    }
+
+    /// Test-only consistency check: service queue = active records with
+    /// spare, no duplicates; totals; no empty inactive record.
+    #[cfg(test)]
+    pub fn check(&self) -> Result<(), String> {
+        let total: u64 = self.records.values().map(|r| r.checked_out.len() as u64).sum();
+        if total != self.unacked {
+            return Err(format!("unacked {} != sum {}", self.unacked, total));
+        }
+        let active = self.records.values().filter(|r| r.active).count() as u64;
+        if active != self.active {
+            return Err(format!("active {} != count {}", self.active, active));
+        }
+        let mut service: Vec<_> = self.service.iter().copied().collect();
+        service.sort();
+        let before = service.len();
+        service.dedup();
+        if before != service.len() {
+            return Err("duplicate in service queue".into());
+        }
+        let spare: Vec<_> = self.records.iter().filter(|(_, r)| r.has_spare()).map(|(id, _)| *id).collect();
+        if spare != service {
+            return Err(format!("service {service:?} != consumers with spare {spare:?}"));
+        }
+        for (id, r) in &self.records {
+            if r.queued != service.contains(id) {
+                return Err(format!("queued flag wrong for {id:?}"));
+            }
+            if !r.active && r.checked_out.is_empty() {
+                return Err(format!("empty inactive record {id:?} kept"));
+            }
+            if r.checked_out.iter().any(|(k, m)| *k != m.id) {
+                return Err(format!("checked-out key mismatch for {id:?}"));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,32 @@
+//! basic.publish into the queue (rabbit_fifo 3.10 `enqueue` + `evaluate_limit`).
+
+use super::machine::QueueMachine;
+use super::message::{expiry_at, Msg};
+use super::types::{Effect, EnqueueMsg, EnqueueOutcome};
+
+impl QueueMachine {
+    /// Enqueue each message in turn, exactly as if each were its own command:
+    /// refused while publishers are blocked (reject-publish, spec §2.5),
+    /// otherwise given the next id, stored (`StoreBody`), appended to the main
+    /// queue with its expiry fixed now (spec §2.4), offered to consumers, and
+    /// then the limits are evaluated (so the message that goes over the limit
+    /// is accepted, the next one is refused; spec §10.5).
+    pub(super) fn enqueue(&mut self, now_ms: u64, msgs: Vec<EnqueueMsg>, effects: &mut Vec<Effect>) -> Vec<EnqueueOutcome> {
+        let mut outcomes = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            if self.blocked {
+                outcomes.push(EnqueueOutcome::Rejected);
+                continue;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            let expiry = expiry_at(now_ms, self.config.message_ttl_ms, m.ttl_ms);
+            effects.push(Effect::StoreBody { id, payload: m.payload });
+            self.ready.push_back(Msg { id, expiry, size: m.body_size, delivery_count: 0 });
+            outcomes.push(EnqueueOutcome::Accepted);
+            self.deliver(now_ms, effects);
+            self.evaluate_limits(effects);
+        }
+        outcomes
+    }
+}

@@ -1,0 +1,48 @@
+//! Time-driven behaviour (spec §2.4): head-only message expiry, the expiry
+//! timer for the leader, and the queue TTL (`x-expires`).
+
+use super::machine::QueueMachine;
+use super::types::{DeadLetterReason, Effect};
+
+impl QueueMachine {
+    /// Dead-letter `expired` every expired message at the head (returns
+    /// first), stopping at the first unexpired one: a message behind an
+    /// unexpired one never expires early (spec §2.4, rabbit_fifo 3.10 `expire_msgs`).
+    pub(super) fn expire_head(&mut self, now_ms: u64, effects: &mut Vec<Effect>) {
+        while self.ready.head().is_some_and(|m| m.is_expired(now_ms)) {
+            let Some(msg) = self.ready.pop_head() else { break };
+            self.dead_letter(msg, DeadLetterReason::Expired, effects);
+        }
+    }
+
+    /// Renew the `x-expires` lease (basic.get, a consumer leaving, config update).
+    pub(super) fn touch(&mut self, now_ms: u64) {
+        self.last_active = Some(now_ms);
+        self.expired_notified = false;
+    }
+
+    /// On a tick: emit `QueueExpired` once when `now > last_active + expires`
+    /// and the queue has no consumer record (rabbit_fifo 3.10 `is_expired`:
+    /// every consumer that is not down counts, including cancelled ones still
+    /// holding messages and basic.get slots with unacked messages).
+    pub(super) fn check_queue_expires(&mut self, now_ms: u64, effects: &mut Vec<Effect>) {
+        let (Some(expires), Some(last)) = (self.config.expires_ms, self.last_active) else { return };
+        if !self.expired_notified && self.consumers.record_count() == 0 && now_ms > last.saturating_add(expires) {
+            self.expired_notified = true;
+            effects.push(Effect::QueueExpired);
+        }
+    }
+
+    /// Emit `ExpiryTimer` when the head's expiry differs from the one last
+    /// emitted, or always (if the head has one) when `force` (a tick, so a
+    /// timer that fired early is re-armed).
+    pub(super) fn emit_expiry_timer(&mut self, force: bool, effects: &mut Vec<Effect>) {
+        let next = self.next_expiry_ms();
+        if next != self.timer_at || force {
+            if let Some(at_ms) = next {
+                effects.push(Effect::ExpiryTimer { at_ms });
+            }
+            self.timer_at = next;
+        }
+    }
+}

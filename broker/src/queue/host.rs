@@ -1,0 +1,151 @@
+//! The impure shell around the pure [`QueueMachine`]: it applies commands,
+//! keeps the body store in step with the machine on every replica, and —
+//! only on the leader, for entries it proposed itself — carries out the
+//! machine's effects (deliveries, dead-letters, timers).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::bodies::BodyStore;
+use super::QueueMachine;
+use super::types::{DeadLetterReason, DeadLetterTarget, Effect, MsgId, QueueCommand, QueueReply};
+use crate::consumers::{ConsumerRegistry, QueueDelivery};
+
+/// Effects only the leader carries out, handed to the queue's runtime task.
+#[derive(Debug)]
+pub enum LeaderEffect {
+    /// At-most-once: publish this message to the dead-letter target now.
+    DeadLetter { id: MsgId, reason: DeadLetterReason, target: DeadLetterTarget, payload: Bytes },
+    /// At-least-once: a message entered the dead-letter area.
+    DeadLetterHeld { id: MsgId, reason: DeadLetterReason },
+    /// x-expires elapsed: delete the queue.
+    QueueExpired,
+    /// Propose a `Tick` at this time (ms since the epoch).
+    ExpiryTimer { at_ms: u64 },
+    /// Publishers blocked (true) or unblocked (false) by reject-publish.
+    PublishersBlocked(bool),
+}
+
+/// Per-queue context shared by the host and the queue's runtime.
+pub struct QueueContext {
+    /// Group id of the queue.
+    pub group: u64,
+    /// This node's id.
+    pub node: u64,
+    /// True once the group finished start-up replay; effects of replayed
+    /// entries are never carried out (their consumers are gone).
+    pub live: AtomicBool,
+    /// Where deliveries go.
+    pub consumers: Arc<ConsumerRegistry>,
+    /// Leader-only effects other than deliveries.
+    pub effects: UnboundedSender<LeaderEffect>,
+}
+
+/// The queue state machine plus its body store.
+pub struct QueueHost {
+    machine: QueueMachine,
+    bodies: Box<dyn BodyStore>,
+    ctx: Arc<QueueContext>,
+}
+
+impl QueueHost {
+    /// A host over `machine` (fresh or restored later from a snapshot).
+    pub fn new(machine: QueueMachine, bodies: Box<dyn BodyStore>, ctx: Arc<QueueContext>) -> Self {
+        QueueHost { machine, bodies, ctx }
+    }
+
+    /// Read access to the machine (counts for declare-ok, get-ok, …).
+    pub fn machine(&self) -> &QueueMachine {
+        &self.machine
+    }
+
+    /// Reads a stored payload (used by the dead-letter worker).
+    pub fn payload(&self, id: MsgId) -> Option<Bytes> {
+        self.bodies.get(id)
+    }
+
+    /// Applies one command. `lead` = this node proposed the entry in its
+    /// current leadership, so effects are carried out here.
+    pub fn apply(&mut self, cmd: QueueCommand, lead: bool) -> QueueReply {
+        let (mut reply, effects) = self.machine.apply(cmd);
+        let lead = lead && self.ctx.live.load(Ordering::Acquire);
+        let mut drops = Vec::new();
+        for effect in effects {
+            match effect {
+                Effect::StoreBody { id, payload } => self.bodies.put(id, &payload),
+                Effect::DropBody { id } => drops.push(id),
+                Effect::Deliver { consumer, mut delivery } if lead => {
+                    delivery.payload = self.bodies.get(delivery.id);
+                    self.ctx.consumers.deliver(QueueDelivery { consumer, group: self.ctx.group, delivery });
+                }
+                Effect::DeadLetter { id, reason, target } if lead => {
+                    if let Some(payload) = self.bodies.get(id) {
+                        let _ = self.ctx.effects.send(LeaderEffect::DeadLetter { id, reason, target, payload });
+                    }
+                }
+                Effect::DeadLetterHeld { id, reason } if lead => {
+                    let _ = self.ctx.effects.send(LeaderEffect::DeadLetterHeld { id, reason });
+                }
+                Effect::QueueExpired if lead => {
+                    let _ = self.ctx.effects.send(LeaderEffect::QueueExpired);
+                }
+                Effect::ExpiryTimer { at_ms } if lead => {
+                    let _ = self.ctx.effects.send(LeaderEffect::ExpiryTimer { at_ms });
+                }
+                Effect::PublishersBlocked(b) if lead => {
+                    let _ = self.ctx.effects.send(LeaderEffect::PublishersBlocked(b));
+                }
+                _ => {}
+            }
+        }
+        self.fill_payloads(&mut reply);
+        for id in drops {
+            self.bodies.remove(id);
+        }
+        reply
+    }
+
+    /// Attaches payloads to basic.get replies (before bodies are dropped).
+    fn fill_payloads(&self, reply: &mut QueueReply) {
+        match reply {
+            QueueReply::Dequeued(Some((d, _))) => d.payload = self.bodies.get(d.id),
+            QueueReply::Batch(rs) => rs.iter_mut().for_each(|r| self.fill_payloads(r)),
+            _ => {}
+        }
+    }
+
+    /// Serialized machine (snapshot; bodies stay in their own tree).
+    pub fn snapshot(&self) -> Result<Vec<u8>, raft_log::StoreError> {
+        raft_log::codec::encode(&self.machine)
+    }
+
+    /// Replaces the machine from a snapshot.
+    pub fn restore(&mut self, data: &[u8]) -> Result<(), raft_log::StoreError> {
+        self.machine = raft_log::codec::decode(data)?;
+        Ok(())
+    }
+}
+
+impl raft_log::Machine<crate::cluster::types::TypeConfig> for QueueHost {
+    fn apply(&mut self, _meta: &raft_log::ApplyMeta, cmd: crate::cluster::types::GroupCommand) -> crate::cluster::types::GroupReply {
+        use crate::cluster::types::{GroupCommand, GroupReply};
+        match cmd {
+            GroupCommand::Queue { origin, cmd } => {
+                let lead = origin.node == self.ctx.node && origin.epoch == self.ctx.consumers.epoch();
+                GroupReply::Queue(QueueHost::apply(self, cmd, lead))
+            }
+            GroupCommand::Meta(_) => GroupReply::None,
+        }
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>, raft_log::StoreError> {
+        QueueHost::snapshot(self)
+    }
+
+    fn restore(&mut self, data: &[u8]) -> Result<(), raft_log::StoreError> {
+        QueueHost::restore(self, data)
+    }
+}

@@ -1,0 +1,158 @@
+//! The queue state value and its single entry point, `apply`.
+
+use serde::{Deserialize, Serialize};
+
+use super::consumers::Consumers;
+use super::dead_letter::HeldArea;
+use super::messages::ReadyQueue;
+use super::types::{Effect, QueueCommand, QueueConfig, QueueReply};
+
+/// The replicated state of one quorum queue (RabbitMQ 3.10 `rabbit_fifo` +
+/// `rabbit_fifo_dlx`, spec §2, §5, §6).
+///
+/// Pure and deterministic: no I/O, clock or randomness; time comes only from
+/// the commands' `now_ms`; all collections are ordered, so replaying the same
+/// commands on any replica gives the same state and effects. Payloads are
+/// never kept: each accepted message leaves at once in `Effect::StoreBody` and
+/// the machine keeps a 24-byte index (id, expiry, body size, delivery count).
+///
+/// Design choices where the spec is open (see also the method docs):
+/// - Negative `delivery_limit` = unlimited (spec §6.1 says not to copy 3.10).
+/// - At-least-once is in effect only with a target and overflow
+///   reject-publish; otherwise at-most-once (spec §5.1).
+/// - `last_active` (x-expires lease) starts at the first command's `now_ms`
+///   and is renewed by basic.get, a consumer leaving (cancel, down, node
+///   restart) and `UpdateConfig` (3.10, spec §1.6); never by publishing.
+/// - Publishers are unblocked when the queue is at or below 80 % of every
+///   limit, and also when overflow stops being reject-publish or the limits
+///   are removed (3.10 has no such step, spec §1.6; a permanent block is worse).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueMachine {
+    pub(super) config: QueueConfig,
+    /// Id of the next accepted message.
+    pub(super) next_id: u64,
+    pub(super) ready: ReadyQueue,
+    pub(super) consumers: Consumers,
+    /// At-least-once dead letters not yet confirmed.
+    pub(super) held: HeldArea,
+    /// Reject-publish: publishers are blocked.
+    pub(super) blocked: bool,
+    /// x-expires lease start, ms; None before the first command.
+    pub(super) last_active: Option<u64>,
+    /// `QueueExpired` was emitted for the current lease.
+    pub(super) expired_notified: bool,
+    /// The last `ExpiryTimer` emitted (None: none pending).
+    pub(super) timer_at: Option<u64>,
+}
+
+impl QueueMachine {
+    /// An empty queue with the given effective configuration.
+    pub fn new(config: QueueConfig) -> Self {
+        QueueMachine { config, ..QueueMachine::default() }
+    }
+
+    /// Apply one committed command: returns the reply for the caller and the
+    /// effects to carry out (`StoreBody`/`DropBody` on every replica, the rest
+    /// on the leader only), in order. After every command the machine expires
+    /// the head, delivers to consumers, evaluates the limits; at the end it
+    /// emits `ExpiryTimer` if the head's expiry changed. `Batch` applies its
+    /// commands in order and replies `Batch` with one reply each.
+    pub fn apply(&mut self, cmd: QueueCommand) -> (QueueReply, Vec<Effect>) {
+        let mut effects = Vec::new();
+        let mut tick = false;
+        let reply = self.apply_one(cmd, &mut effects, &mut tick);
+        self.emit_expiry_timer(tick, &mut effects);
+        (reply, effects)
+    }
+
+    fn apply_one(&mut self, cmd: QueueCommand, effects: &mut Vec<Effect>, tick: &mut bool) -> QueueReply {
+        use QueueCommand as C;
+        let (now, reply) = match cmd {
+            C::Batch(cmds) => {
+                return QueueReply::Batch(cmds.into_iter().map(|c| self.apply_one(c, effects, tick)).collect());
+            }
+            C::Enqueue { now_ms, msgs } => {
+                self.start_lease(now_ms);
+                (now_ms, QueueReply::Enqueued(self.enqueue(now_ms, msgs, effects)))
+            }
+            C::Checkout { now_ms, consumer, prefetch, no_ack } => {
+                self.start_lease(now_ms);
+                self.consumers.checkout(consumer, prefetch, no_ack);
+                (now_ms, QueueReply::Ok)
+            }
+            C::Cancel { now_ms, consumer } => {
+                self.start_lease(now_ms);
+                self.cancel(now_ms, consumer);
+                (now_ms, QueueReply::Ok)
+            }
+            C::ConsumerDown { now_ms, consumer } => {
+                self.start_lease(now_ms);
+                self.consumer_down(now_ms, consumer, effects);
+                (now_ms, QueueReply::Ok)
+            }
+            C::NodeRestarted { now_ms, node, epoch } => {
+                self.start_lease(now_ms);
+                self.node_restarted(now_ms, node, epoch, effects);
+                (now_ms, QueueReply::Ok)
+            }
+            C::Settle { now_ms, consumer, ids } => {
+                self.start_lease(now_ms);
+                self.settle(consumer, ids, effects);
+                (now_ms, QueueReply::Ok)
+            }
+            C::Return { now_ms, consumer, ids } => {
+                self.start_lease(now_ms);
+                self.return_ids(consumer, ids, effects);
+                (now_ms, QueueReply::Ok)
+            }
+            C::Discard { now_ms, consumer, ids } => {
+                self.start_lease(now_ms);
+                self.discard(consumer, ids, effects);
+                (now_ms, QueueReply::Ok)
+            }
+            C::Dequeue { now_ms, consumer, no_ack } => {
+                self.start_lease(now_ms);
+                (now_ms, QueueReply::Dequeued(self.dequeue(now_ms, consumer, no_ack, effects)))
+            }
+            C::Purge { now_ms } => {
+                self.start_lease(now_ms);
+                (now_ms, QueueReply::Purged(self.purge(effects)))
+            }
+            C::Tick { now_ms } => {
+                self.start_lease(now_ms);
+                *tick = true;
+                self.after_command(now_ms, effects);
+                self.check_queue_expires(now_ms, effects);
+                return QueueReply::Ok;
+            }
+            C::UpdateConfig { now_ms, config } => {
+                self.start_lease(now_ms);
+                self.replace_config(config, effects);
+                self.touch(now_ms);
+                (now_ms, QueueReply::Ok)
+            }
+            C::DeadLetterSettled { now_ms, ids } => {
+                self.start_lease(now_ms);
+                self.settle_dead_letters(ids, effects);
+                (now_ms, QueueReply::Ok)
+            }
+        };
+        self.after_command(now, effects);
+        reply
+    }
+
+    /// The x-expires lease starts with the first command the queue sees.
+    fn start_lease(&mut self, now_ms: u64) {
+        if self.last_active.is_none() {
+            self.last_active = Some(now_ms);
+        }
+    }
+
+    /// Run after every command (rabbit_fifo 3.10 `checkout/4`): expire the
+    /// head and deliver, then apply the limits, then maybe unblock publishers.
+    fn after_command(&mut self, now_ms: u64, effects: &mut Vec<Effect>) {
+        self.deliver(now_ms, effects);
+        self.evaluate_limits(effects);
+        self.maybe_unblock(effects);
+    }
+}

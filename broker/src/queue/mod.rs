@@ -1,0 +1,41 @@
+//! The quorum-queue state machine: a pure, deterministic value with one entry
+//! point, [`QueueMachine::apply`], modelled on RabbitMQ 3.10's `rabbit_fifo`
+//! (ready/returns queues, consumers, limits, expiry) and `rabbit_fifo_dlx`
+//! (the at-least-once dead-letter area). Reference: spec §2, §5, §6, §10.
+//!
+//! Files, one concept each:
+//! - `types`: commands, replies, effects (the Raft log format, shared contract)
+//! - `machine`: the state value, `apply` and dispatch
+//! - `enqueue`, `dequeue`, `settlement`: the command handlers
+//! - `delivery`: handing ready messages to consumers
+//! - `message`, `messages`: the compact message index and the ready queues
+//! - `consumers`: consumer records, prefetch, round-robin
+//! - `dead_letter`: the dead-letter handler and the held (at-least-once) area
+//! - `limits`: max-length(-bytes), drop-head, reject-publish
+//! - `expiry`: message TTL, queue TTL (x-expires), the expiry timer
+//! - `queries`: read-only accessors for the broker
+
+pub mod bodies;
+pub mod handle;
+pub mod host;
+pub mod runtime;
+pub mod types;
+
+mod consumers;
+mod dead_letter;
+mod delivery;
+mod dequeue;
+mod enqueue;
+mod expiry;
+mod limits;
+mod machine;
+mod message;
+mod messages;
+mod queries;
+mod settlement;
+
+#[cfg(test)]
+mod tests;
+
+pub use machine::QueueMachine;
+pub use types::*;

@@ -1,0 +1,97 @@
+//! What happens to checked-out messages: settle (ack), return (requeue),
+//! discard (reject requeue=false), and the consumer going away
+//! (spec §2.2, §2.3, §2.8, §6.2; rabbit_fifo 3.10).
+
+use super::machine::QueueMachine;
+use super::message::Msg;
+use super::types::{ConsumerId, DeadLetterReason, Effect, MsgId};
+
+/// Where a counted return sends a message that is within its delivery limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReturnTo {
+    /// The returns queue (served first).
+    Front,
+    /// 3.10 with no delivery limit, explicit client requeue: main-queue tail.
+    BackIfUnlimited,
+}
+
+impl QueueMachine {
+    /// The delivery limit in effect. A negative limit counts as unlimited:
+    /// 3.10 compares literally (any return exceeds -1), which the spec says
+    /// not to copy (§6.1); 4.0+ and the docs treat -1 as "disabled".
+    fn delivery_limit(&self) -> Option<u32> {
+        self.config.delivery_limit.and_then(|l| u32::try_from(l).ok())
+    }
+
+    /// A counted return: delivery_count +1, then dead-letter `delivery_limit`
+    /// if it is now above the limit (§6.2), else make it ready again.
+    fn return_msg(&mut self, mut msg: Msg, to: ReturnTo, effects: &mut Vec<Effect>) {
+        msg.delivery_count = msg.delivery_count.saturating_add(1);
+        match self.delivery_limit() {
+            Some(limit) if msg.delivery_count > limit => {
+                self.dead_letter(msg, DeadLetterReason::DeliveryLimit, effects);
+            }
+            None if to == ReturnTo::BackIfUnlimited => self.ready.push_back(msg),
+            _ => self.ready.push_return(msg),
+        }
+    }
+
+    /// basic.ack: forget the messages; ids not checked out to `consumer` are ignored.
+    pub(super) fn settle(&mut self, consumer: ConsumerId, ids: Vec<MsgId>, effects: &mut Vec<Effect>) {
+        for id in ids {
+            if self.consumers.take(consumer, id).is_some() {
+                effects.push(Effect::DropBody { id });
+            }
+        }
+        self.consumers.gc(consumer);
+    }
+
+    /// nack/reject requeue=true, basic.recover: counted returns in the order
+    /// given. No delivery limit: to the back of the main queue (3.10 `#requeue`,
+    /// spec §2.8); with a limit: to the returns queue.
+    pub(super) fn return_ids(&mut self, consumer: ConsumerId, ids: Vec<MsgId>, effects: &mut Vec<Effect>) {
+        for id in ids {
+            if let Some(msg) = self.consumers.take(consumer, id) {
+                self.return_msg(msg, ReturnTo::BackIfUnlimited, effects);
+            }
+        }
+        self.consumers.gc(consumer);
+    }
+
+    /// nack/reject requeue=false: dead-letter `rejected` in the order given (spec §2.2).
+    pub(super) fn discard(&mut self, consumer: ConsumerId, ids: Vec<MsgId>, effects: &mut Vec<Effect>) {
+        for id in ids {
+            if let Some(msg) = self.consumers.take(consumer, id) {
+                self.dead_letter(msg, DeadLetterReason::Rejected, effects);
+            }
+        }
+        self.consumers.gc(consumer);
+    }
+
+    /// basic.cancel: no more pushes; checked-out messages stay with the
+    /// consumer (spec §2.3, §10.9). Renews the x-expires lease.
+    pub(super) fn cancel(&mut self, now_ms: u64, consumer: ConsumerId) {
+        if self.consumers.cancel(consumer) {
+            self.touch(now_ms);
+        }
+    }
+
+    /// Channel closed or crashed: every checked-out message is returned in id
+    /// order to the returns queue, counted (may hit the delivery limit), and
+    /// the consumer is removed (spec §2.3, §10.8). Renews the x-expires lease.
+    pub(super) fn consumer_down(&mut self, now_ms: u64, consumer: ConsumerId, effects: &mut Vec<Effect>) {
+        let Some(rec) = self.consumers.remove(consumer) else { return };
+        for msg in rec.checked_out.into_values() {
+            self.return_msg(msg, ReturnTo::Front, effects);
+        }
+        self.touch(now_ms);
+    }
+
+    /// Node `node` restarted with boot `epoch`: its consumers of older
+    /// epochs are down, handled in consumer-id order.
+    pub(super) fn node_restarted(&mut self, now_ms: u64, node: u64, epoch: u32, effects: &mut Vec<Effect>) {
+        for consumer in self.consumers.of_node_before(node, epoch) {
+            self.consumer_down(now_ms, consumer, effects);
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! Tests of the queue state machine: unit tests per command and edge case
+//! (rabbit_fifo_SUITE style) and property tests against a naive model.
+
+mod helpers;
+mod invariants;
+mod model;
+
+mod batch;
+mod checkout;
+mod config;
+mod consumers;
+mod dead_letter;
+mod dequeue;
+mod enqueue;
+mod expiry;
+mod limits;
+mod props;
+mod returns;
+mod settle;
+mod snapshot;

@@ -1,0 +1,411 @@
+//! A naive reference model of the queue: plain vectors, linear scans, sums
+//! recomputed on every use, written straight from the spec rules (§2.4 head
+//! expiry, §2.5 limits, §2.8 return position, §5 handlers, §6.2 limit). The
+//! property tests require the machine to give the same replies and effects.
+
+use std::collections::BTreeMap;
+
+use super::super::types::*;
+
+#[derive(Debug, Clone, Copy)]
+struct MMsg {
+    id: MsgId,
+    expiry: Option<u64>,
+    size: u32,
+    count: u32,
+}
+
+#[derive(Debug, Clone, Default)]
+struct MCons {
+    prefetch: u32,
+    no_ack: bool,
+    active: bool,
+    out: BTreeMap<MsgId, MMsg>,
+}
+
+impl MCons {
+    fn spare(&self) -> bool {
+        self.active && (self.no_ack || self.prefetch == 0 || (self.out.len() as u64) < u64::from(self.prefetch))
+    }
+}
+
+enum Dl {
+    Drop,
+    Publish(DeadLetterTarget),
+    Hold,
+}
+
+/// The naive model.
+#[derive(Debug, Clone, Default)]
+pub struct Model {
+    cfg: QueueConfig,
+    next_id: u64,
+    returns: Vec<MMsg>,
+    main: Vec<MMsg>,
+    cons: BTreeMap<ConsumerId, MCons>,
+    /// Consumers waiting for a message, in the order they became able to.
+    waiting: Vec<ConsumerId>,
+    held: Vec<(MsgId, u32, DeadLetterReason)>,
+    blocked: bool,
+    lease: Option<u64>,
+    expired_sent: bool,
+    timer: Option<u64>,
+}
+
+impl Model {
+    /// Empty queue.
+    pub fn new(cfg: QueueConfig) -> Self {
+        Model { cfg, ..Model::default() }
+    }
+
+    /// Ready ids in delivery order.
+    pub fn ready_ids(&self) -> Vec<MsgId> {
+        self.returns.iter().chain(self.main.iter()).map(|m| m.id).collect()
+    }
+
+    /// Checked-out ids of a consumer.
+    pub fn out_ids(&self, c: ConsumerId) -> Vec<MsgId> {
+        self.cons.get(&c).map(|r| r.out.keys().copied().collect()).unwrap_or_default()
+    }
+
+    /// Held ids and reasons.
+    pub fn held(&self) -> Vec<(MsgId, DeadLetterReason)> {
+        self.held.iter().map(|h| (h.0, h.2)).collect()
+    }
+
+    /// Active consumers.
+    pub fn active(&self) -> u64 {
+        self.cons.values().filter(|c| c.active).count() as u64
+    }
+
+    /// Whether publishers are blocked.
+    pub fn blocked(&self) -> bool {
+        self.blocked
+    }
+
+    fn dl_mode(&self) -> Dl {
+        match &self.cfg.dead_letter {
+            None => Dl::Drop,
+            Some(t) => {
+                if self.cfg.strategy == DeadLetterStrategy::AtLeastOnce && self.cfg.overflow == Overflow::RejectPublish {
+                    Dl::Hold
+                } else {
+                    Dl::Publish(t.clone())
+                }
+            }
+        }
+    }
+
+    fn dead_letter(&mut self, m: MMsg, reason: DeadLetterReason, fx: &mut Vec<Effect>) {
+        match self.dl_mode() {
+            Dl::Drop => fx.push(Effect::DropBody { id: m.id }),
+            Dl::Publish(target) => {
+                fx.push(Effect::DeadLetter { id: m.id, reason, target });
+                fx.push(Effect::DropBody { id: m.id });
+            }
+            Dl::Hold => {
+                self.held.push((m.id, m.size, reason));
+                fx.push(Effect::DeadLetterHeld { id: m.id, reason });
+            }
+        }
+    }
+
+    fn head(&self) -> Option<MMsg> {
+        self.returns.first().or(self.main.first()).copied()
+    }
+
+    fn pop(&mut self) -> Option<MMsg> {
+        if !self.returns.is_empty() {
+            return Some(self.returns.remove(0));
+        }
+        if !self.main.is_empty() {
+            return Some(self.main.remove(0));
+        }
+        None
+    }
+
+    fn sync(&mut self, c: ConsumerId) {
+        let spare = self.cons.get(&c).is_some_and(|r| r.spare());
+        let pos = self.waiting.iter().position(|x| *x == c);
+        match (spare, pos) {
+            (true, None) => self.waiting.push(c),
+            (false, Some(i)) => {
+                self.waiting.remove(i);
+            }
+            _ => {}
+        }
+    }
+
+    fn forget_if_idle(&mut self, c: ConsumerId) {
+        if self.cons.get(&c).is_some_and(|r| !r.active && r.out.is_empty()) {
+            self.cons.remove(&c);
+        }
+    }
+
+    fn expire(&mut self, now: u64, fx: &mut Vec<Effect>) {
+        while let Some(h) = self.head() {
+            if h.expiry.is_some_and(|e| now >= e) {
+                self.pop();
+                self.dead_letter(h, DeadLetterReason::Expired, fx);
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn deliver(&mut self, now: u64, fx: &mut Vec<Effect>) {
+        loop {
+            self.expire(now, fx);
+            if self.head().is_none() || self.waiting.is_empty() {
+                return;
+            }
+            let c = self.waiting.remove(0);
+            let Some(m) = self.pop() else { return };
+            fx.push(Effect::Deliver { consumer: c, delivery: Delivery { id: m.id, delivery_count: m.count, payload: None } });
+            let no_ack = self.cons.get(&c).is_some_and(|r| r.no_ack);
+            if no_ack {
+                fx.push(Effect::DropBody { id: m.id });
+            } else if let Some(r) = self.cons.get_mut(&c) {
+                r.out.insert(m.id, m);
+            }
+            self.sync(c);
+        }
+    }
+
+    fn counted(&self) -> (u64, u64) {
+        let n = self.returns.len() + self.main.len() + self.held.len();
+        let b: u64 = self.returns.iter().chain(self.main.iter()).map(|m| u64::from(m.size)).sum::<u64>()
+            + self.held.iter().map(|h| u64::from(h.1)).sum::<u64>();
+        (n as u64, b)
+    }
+
+    fn over(&self) -> bool {
+        let (n, b) = self.counted();
+        self.cfg.max_length.is_some_and(|l| n > l) || self.cfg.max_length_bytes.is_some_and(|l| b > l)
+    }
+
+    fn limits(&mut self, fx: &mut Vec<Effect>) {
+        if self.cfg.overflow == Overflow::DropHead {
+            while self.over() {
+                let Some(m) = self.pop() else { break };
+                self.dead_letter(m, DeadLetterReason::Maxlen, fx);
+            }
+        } else if !self.blocked && self.over() {
+            self.blocked = true;
+            fx.push(Effect::PublishersBlocked(true));
+        }
+    }
+
+    fn unblock(&mut self, fx: &mut Vec<Effect>) {
+        let (n, b) = self.counted();
+        // rabbit_fifo `is_below/2`: Num =< trunc(Limit * 0.8).
+        let low = |l: Option<u64>, v: u64| l.is_none_or(|l| v <= ((l as f64) * 0.8).trunc() as u64);
+        let below = low(self.cfg.max_length, n) && low(self.cfg.max_length_bytes, b);
+        if self.blocked && (self.cfg.overflow != Overflow::RejectPublish || below) {
+            self.blocked = false;
+            fx.push(Effect::PublishersBlocked(false));
+        }
+    }
+
+    fn give_back(&mut self, mut m: MMsg, explicit: bool, fx: &mut Vec<Effect>) {
+        m.count += 1;
+        let limit = self.cfg.delivery_limit.filter(|l| *l >= 0);
+        match limit {
+            Some(l) if i64::from(m.count) > l => self.dead_letter(m, DeadLetterReason::DeliveryLimit, fx),
+            None if explicit => self.main.push(m),
+            _ => self.returns.push(m),
+        }
+    }
+
+    fn down(&mut self, now: u64, c: ConsumerId, fx: &mut Vec<Effect>) {
+        if let Some(r) = self.cons.remove(&c) {
+            self.waiting.retain(|x| *x != c);
+            for m in r.out.into_values() {
+                self.give_back(m, false, fx);
+            }
+            self.lease = Some(now);
+            self.expired_sent = false;
+        }
+    }
+
+    fn take(&mut self, c: ConsumerId, id: MsgId) -> Option<MMsg> {
+        let m = self.cons.get_mut(&c)?.out.remove(&id)?;
+        self.sync(c);
+        Some(m)
+    }
+
+    /// Apply a command; same contract as `QueueMachine::apply`.
+    pub fn apply(&mut self, cmd: QueueCommand) -> (QueueReply, Vec<Effect>) {
+        let mut fx = Vec::new();
+        let mut ticked = false;
+        let reply = self.one(cmd, &mut fx, &mut ticked);
+        let next = self.head().and_then(|h| h.expiry);
+        if next != self.timer || ticked {
+            if let Some(at_ms) = next {
+                fx.push(Effect::ExpiryTimer { at_ms });
+            }
+            self.timer = next;
+        }
+        (reply, fx)
+    }
+
+    fn one(&mut self, cmd: QueueCommand, fx: &mut Vec<Effect>, ticked: &mut bool) -> QueueReply {
+        use QueueCommand as C;
+        let now = match &cmd {
+            C::Batch(cmds) => {
+                return QueueReply::Batch(cmds.clone().into_iter().map(|c| self.one(c, fx, ticked)).collect());
+            }
+            C::Enqueue { now_ms, .. }
+            | C::Checkout { now_ms, .. }
+            | C::Cancel { now_ms, .. }
+            | C::ConsumerDown { now_ms, .. }
+            | C::NodeRestarted { now_ms, .. }
+            | C::Settle { now_ms, .. }
+            | C::Return { now_ms, .. }
+            | C::Discard { now_ms, .. }
+            | C::Dequeue { now_ms, .. }
+            | C::Purge { now_ms }
+            | C::Tick { now_ms }
+            | C::UpdateConfig { now_ms, .. }
+            | C::DeadLetterSettled { now_ms, .. } => *now_ms,
+        };
+        if self.lease.is_none() {
+            self.lease = Some(now);
+        }
+        let mut reply = QueueReply::Ok;
+        let is_tick = matches!(cmd, C::Tick { .. });
+        match cmd {
+            C::Batch(_) => {}
+            C::Enqueue { msgs, .. } => {
+                let mut out = Vec::new();
+                for m in msgs {
+                    if self.blocked {
+                        out.push(EnqueueOutcome::Rejected);
+                        continue;
+                    }
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    let ttl = match (self.cfg.message_ttl_ms, m.ttl_ms) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    let expiry = ttl.map(|t| now.saturating_add(if t == 0 { 1 } else { t }).min(u64::MAX - 1));
+                    fx.push(Effect::StoreBody { id, payload: m.payload });
+                    self.main.push(MMsg { id, expiry, size: m.body_size, count: 0 });
+                    out.push(EnqueueOutcome::Accepted);
+                    self.deliver(now, fx);
+                    self.limits(fx);
+                }
+                reply = QueueReply::Enqueued(out);
+            }
+            C::Checkout { consumer, prefetch, no_ack, .. } => {
+                let r = self.cons.entry(consumer).or_default();
+                r.prefetch = prefetch;
+                r.no_ack = no_ack;
+                r.active = true;
+                self.sync(consumer);
+            }
+            C::Cancel { consumer, .. } => {
+                if let Some(r) = self.cons.get_mut(&consumer) {
+                    if r.active {
+                        r.active = false;
+                        self.sync(consumer);
+                        self.forget_if_idle(consumer);
+                        self.lease = Some(now);
+                        self.expired_sent = false;
+                    }
+                }
+            }
+            C::ConsumerDown { consumer, .. } => self.down(now, consumer, fx),
+            C::NodeRestarted { node, epoch, .. } => {
+                let gone: Vec<ConsumerId> = self.cons.keys().filter(|c| c.node == node && c.epoch < epoch).copied().collect();
+                for c in gone {
+                    self.down(now, c, fx);
+                }
+            }
+            C::Settle { consumer, ids, .. } => {
+                for id in ids {
+                    if self.take(consumer, id).is_some() {
+                        fx.push(Effect::DropBody { id });
+                    }
+                }
+                self.forget_if_idle(consumer);
+            }
+            C::Return { consumer, ids, .. } => {
+                for id in ids {
+                    if let Some(m) = self.take(consumer, id) {
+                        self.give_back(m, true, fx);
+                    }
+                }
+                self.forget_if_idle(consumer);
+            }
+            C::Discard { consumer, ids, .. } => {
+                for id in ids {
+                    if let Some(m) = self.take(consumer, id) {
+                        self.dead_letter(m, DeadLetterReason::Rejected, fx);
+                    }
+                }
+                self.forget_if_idle(consumer);
+            }
+            C::Dequeue { consumer, no_ack, .. } => {
+                self.lease = Some(now);
+                self.expired_sent = false;
+                self.expire(now, fx);
+                let got = self.pop().map(|m| {
+                    if no_ack {
+                        fx.push(Effect::DropBody { id: m.id });
+                    } else {
+                        self.cons.entry(consumer).or_default().out.insert(m.id, m);
+                        self.sync(consumer);
+                    }
+                    (Delivery { id: m.id, delivery_count: m.count, payload: None }, (self.returns.len() + self.main.len()) as u64)
+                });
+                reply = QueueReply::Dequeued(got);
+            }
+            C::Purge { .. } => {
+                let all: Vec<MMsg> = self.returns.drain(..).chain(self.main.drain(..)).collect();
+                for m in &all {
+                    fx.push(Effect::DropBody { id: m.id });
+                }
+                reply = QueueReply::Purged(all.len() as u64);
+            }
+            C::Tick { .. } => *ticked = true,
+            C::UpdateConfig { config, .. } => {
+                let was_hold = matches!(self.dl_mode(), Dl::Hold);
+                self.cfg = config;
+                if was_hold && !matches!(self.dl_mode(), Dl::Hold) {
+                    for h in std::mem::take(&mut self.held) {
+                        fx.push(Effect::DropBody { id: h.0 });
+                    }
+                }
+                self.lease = Some(now);
+                self.expired_sent = false;
+            }
+            C::DeadLetterSettled { ids, .. } => {
+                for id in ids {
+                    if let Some(i) = self.held.iter().position(|h| h.0 == id) {
+                        self.held.remove(i);
+                        fx.push(Effect::DropBody { id });
+                    }
+                }
+            }
+        }
+        self.deliver(now, fx);
+        self.limits(fx);
+        self.unblock(fx);
+        if is_tick {
+            self.tick_expires(now, fx);
+        }
+        reply
+    }
+
+    /// Queue TTL check, on a `Tick` only.
+    fn tick_expires(&mut self, now: u64, fx: &mut Vec<Effect>) {
+        if let (Some(exp), Some(lease)) = (self.cfg.expires_ms, self.lease) {
+            if !self.expired_sent && self.cons.is_empty() && now > lease.saturating_add(exp) {
+                self.expired_sent = true;
+                fx.push(Effect::QueueExpired);
+            }
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! Property tests: random command sequences against the naive model, plus
+//! model-free properties (no loss, no double settle, FIFO, delivery counts,
+//! prefetch, replay determinism, snapshot round trip).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use proptest::prelude::*;
+
+use super::super::machine::QueueMachine;
+use super::super::types::*;
+use super::model::Model;
+
+/// Push consumers: node 1-2, epoch 1-2, seq 0-2. Prefetch by seq: 0
+/// (unlimited), 1, 2; (2, 2, 1) is no_ack.
+fn push_consumer(i: usize) -> (ConsumerId, u32, bool) {
+    let node = 1 + (i % 2) as u64;
+    let epoch = 1 + ((i / 2) % 2) as u32;
+    let seq = ((i / 4) % 3) as u32;
+    (ConsumerId { node, epoch, seq }, seq, node == 2 && epoch == 2 && seq == 1)
+}
+
+/// basic.get slots, never used for Checkout (so prefetch is never mixed with gets).
+fn get_slot(i: usize) -> ConsumerId {
+    ConsumerId { node: 1 + (i % 2) as u64, epoch: 1, seq: 10 + (i % 2) as u32 }
+}
+
+/// Any consumer id, push or get slot.
+fn any_consumer(i: usize) -> ConsumerId {
+    if i % 3 == 2 {
+        get_slot(i / 3)
+    } else {
+        push_consumer(i).0
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Advance(u64),
+    Enqueue(Vec<(u32, Option<u64>)>),
+    Checkout(usize),
+    Cancel(usize),
+    Down(usize),
+    NodeRestarted(u64, u32),
+    Settle(usize, Vec<usize>),
+    Return(usize, Vec<usize>),
+    Discard(usize, Vec<usize>),
+    Dequeue(usize, bool),
+    Purge,
+    Tick,
+    Config(QueueConfig),
+    DlSettled(Vec<usize>),
+    /// Several commands in one Batch (commands that do not return messages).
+    Batch(Vec<(u32, Option<u64>)>, usize, bool),
+}
+
+fn config_strategy() -> impl Strategy<Value = QueueConfig> {
+    (
+        prop_oneof![Just(None), Just(Some(DeadLetterTarget { exchange: "dlx".into(), routing_key: None }))],
+        prop_oneof![Just(DeadLetterStrategy::AtMostOnce), Just(DeadLetterStrategy::AtLeastOnce)],
+        prop_oneof![Just(Overflow::DropHead), Just(Overflow::RejectPublish)],
+        prop::option::of(0u64..6),
+        prop::option::of(0u64..60),
+        prop::option::of(0u64..80),
+        prop::option::of(-1i64..3),
+        prop::option::of(1u64..60),
+    )
+        .prop_map(|(dead_letter, strategy, overflow, max_length, max_length_bytes, message_ttl_ms, delivery_limit, expires_ms)| {
+            QueueConfig { dead_letter, strategy, overflow, max_length, max_length_bytes, message_ttl_ms, delivery_limit, expires_ms }
+        })
+}
+
+fn msgs_strategy() -> impl Strategy<Value = Vec<(u32, Option<u64>)>> {
+    prop::collection::vec((0u32..12, prop::option::of(0u64..60)), 0..4)
+}
+
+fn picks() -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(0usize..100, 0..4)
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0u64..40).prop_map(Op::Advance),
+        1 => (100u64..400).prop_map(Op::Advance),
+        6 => msgs_strategy().prop_map(Op::Enqueue),
+        3 => (0usize..12).prop_map(Op::Checkout),
+        1 => (0usize..12).prop_map(Op::Cancel),
+        1 => (0usize..18).prop_map(Op::Down),
+        1 => (1u64..3, 1u32..4).prop_map(|(n, e)| Op::NodeRestarted(n, e)),
+        3 => (0usize..18, picks()).prop_map(|(c, p)| Op::Settle(c, p)),
+        3 => (0usize..18, picks()).prop_map(|(c, p)| Op::Return(c, p)),
+        2 => (0usize..18, picks()).prop_map(|(c, p)| Op::Discard(c, p)),
+        3 => (0usize..2, any::<bool>()).prop_map(|(c, n)| Op::Dequeue(c, n)),
+        1 => Just(Op::Purge),
+        2 => Just(Op::Tick),
+        1 => config_strategy().prop_map(Op::Config),
+        2 => picks().prop_map(Op::DlSettled),
+        1 => (msgs_strategy(), 0usize..2, any::<bool>()).prop_map(|(m, c, n)| Op::Batch(m, c, n)),
+    ]
+}
+
+fn to_msgs(spec: &[(u32, Option<u64>)]) -> Vec<EnqueueMsg> {
+    spec.iter()
+        .map(|(size, ttl)| EnqueueMsg { payload: Bytes::from(vec![7u8; *size as usize]), body_size: *size, ttl_ms: *ttl })
+        .collect()
+}
+
+/// Pick ids from `pool` (or raw unknown ids if it is empty / for big picks).
+fn resolve(pool: &[MsgId], picks: &[usize]) -> Vec<MsgId> {
+    picks
+        .iter()
+        .map(|p| if *p >= 90 || pool.is_empty() { 10_000 + *p as u64 } else { pool[*p % pool.len()] })
+        .collect()
+}
+
+/// Turn an abstract op into a concrete command against the current state.
+fn concretize(op: &Op, now: &mut u64, q: &QueueMachine) -> Option<QueueCommand> {
+    let now_ms = *now;
+    Some(match op {
+        Op::Advance(d) => {
+            *now += d;
+            return None;
+        }
+        Op::Enqueue(m) => QueueCommand::Enqueue { now_ms, msgs: to_msgs(m) },
+        Op::Checkout(i) => {
+            let (consumer, prefetch, no_ack) = push_consumer(*i);
+            QueueCommand::Checkout { now_ms, consumer, prefetch, no_ack }
+        }
+        Op::Cancel(i) => QueueCommand::Cancel { now_ms, consumer: push_consumer(*i).0 },
+        Op::Down(i) => QueueCommand::ConsumerDown { now_ms, consumer: any_consumer(*i) },
+        Op::NodeRestarted(node, epoch) => QueueCommand::NodeRestarted { now_ms, node: *node, epoch: *epoch },
+        Op::Settle(c, p) | Op::Return(c, p) | Op::Discard(c, p) => {
+            let consumer = any_consumer(*c);
+            let pool: Vec<MsgId> = q.checked_out(consumer).collect();
+            let ids = resolve(&pool, p);
+            match op {
+                Op::Settle(..) => QueueCommand::Settle { now_ms, consumer, ids },
+                Op::Return(..) => QueueCommand::Return { now_ms, consumer, ids },
+                _ => QueueCommand::Discard { now_ms, consumer, ids },
+            }
+        }
+        Op::Dequeue(c, no_ack) => QueueCommand::Dequeue { now_ms, consumer: get_slot(*c), no_ack: *no_ack },
+        Op::Purge => QueueCommand::Purge { now_ms },
+        Op::Tick => QueueCommand::Tick { now_ms },
+        Op::Config(c) => QueueCommand::UpdateConfig { now_ms, config: c.clone() },
+        Op::DlSettled(p) => {
+            let pool: Vec<MsgId> = q.held_dead_letters().map(|(id, _)| id).collect();
+            QueueCommand::DeadLetterSettled { now_ms, ids: resolve(&pool, p) }
+        }
+        // The Dequeue comes first so that its delivery (in the reply) is
+        // also the first in time, before any Deliver effect of the batch.
+        Op::Batch(m, c, no_ack) => QueueCommand::Batch(vec![
+            QueueCommand::Dequeue { now_ms, consumer: get_slot(*c), no_ack: *no_ack },
+            QueueCommand::Enqueue { now_ms, msgs: to_msgs(m) },
+            QueueCommand::Tick { now_ms: now_ms + 1 },
+            QueueCommand::Checkout { now_ms: now_ms + 2, consumer: push_consumer(*c).0, prefetch: push_consumer(*c).1, no_ack: push_consumer(*c).2 },
+        ]),
+    })
+}
+
+/// Deliveries (effects and basic.get replies) of one command, in order.
+fn deliveries(reply: &QueueReply, effects: &[Effect], out: &mut Vec<Delivery>) {
+    fn from_reply(r: &QueueReply, out: &mut Vec<Delivery>) {
+        match r {
+            QueueReply::Dequeued(Some((d, _))) => out.push(d.clone()),
+            QueueReply::Batch(rs) => rs.iter().for_each(|r| from_reply(r, out)),
+            _ => {}
+        }
+    }
+    from_reply(reply, out);
+    for e in effects {
+        if let Effect::Deliver { delivery, .. } = e {
+            out.push(delivery.clone());
+        }
+    }
+}
+
+fn accepted(reply: &QueueReply) -> usize {
+    match reply {
+        QueueReply::Enqueued(o) => o.iter().filter(|x| **x == EnqueueOutcome::Accepted).count(),
+        QueueReply::Batch(rs) => rs.iter().map(accepted).sum(),
+        _ => 0,
+    }
+}
+
+/// Which checked-out messages this command will return (counted), from the pre-state.
+fn counted_returns(cmd: &QueueCommand, q: &QueueMachine) -> Vec<MsgId> {
+    match cmd {
+        QueueCommand::Return { consumer, ids, .. } => {
+            let out: BTreeSet<MsgId> = q.checked_out(*consumer).collect();
+            ids.iter().filter(|id| out.contains(id)).copied().collect::<BTreeSet<_>>().into_iter().collect()
+        }
+        QueueCommand::ConsumerDown { consumer, .. } => q.checked_out(*consumer).collect(),
+        QueueCommand::NodeRestarted { node, epoch, .. } => q
+            .consumer_ids()
+            .into_iter()
+            .filter(|c| c.node == *node && c.epoch < *epoch)
+            .flat_map(|c| q.checked_out(c).collect::<Vec<_>>())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn snapshot(q: &QueueMachine) -> QueueMachine {
+    let bytes = bincode::serde::encode_to_vec(q, bincode::config::standard()).unwrap_or_else(|e| panic!("encode: {e}"));
+    let (back, _) = bincode::serde::decode_from_slice::<QueueMachine, _>(&bytes, bincode::config::standard())
+        .unwrap_or_else(|e| panic!("decode: {e}"));
+    back
+}
+
+fn run_ops(cfg: QueueConfig, ops: Vec<Op>, split: usize) -> Result<(), TestCaseError> {
+    let mut q = QueueMachine::new(cfg.clone());
+    let mut model = Model::new(cfg.clone());
+    let mut now = 1_000u64;
+    let mut log: Vec<(QueueCommand, QueueReply, Vec<Effect>)> = Vec::new();
+    let mut stored: BTreeSet<MsgId> = BTreeSet::new();
+    let mut dropped: BTreeSet<MsgId> = BTreeSet::new();
+    let mut returns: BTreeMap<MsgId, u32> = BTreeMap::new();
+    let mut last_fresh: Option<MsgId> = None;
+    let mut restored: Option<(QueueMachine, usize)> = None;
+
+    for (step, op) in ops.iter().enumerate() {
+        if step == split {
+            restored = Some((snapshot(&q), log.len()));
+            prop_assert_eq!(&restored.as_ref().map(|r| r.0.clone()), &Some(q.clone()));
+        }
+        let Some(cmd) = concretize(op, &mut now, &q) else { continue };
+        for id in counted_returns(&cmd, &q) {
+            *returns.entry(id).or_default() += 1;
+        }
+        let (reply, effects) = q.apply(cmd.clone());
+        let (m_reply, m_effects) = model.apply(cmd.clone());
+        prop_assert_eq!(&reply, &m_reply, "reply differs from the model for {:?}", cmd);
+        prop_assert_eq!(&effects, &m_effects, "effects differ from the model for {:?}", cmd);
+        if let Err(e) = q.check_invariants() {
+            return Err(TestCaseError::fail(format!("invariant: {e} after {cmd:?}")));
+        }
+
+        // Accounting: each accepted message stored once, dropped at most once,
+        // nothing used after its drop.
+        let mut new_stored = 0;
+        for e in &effects {
+            match e {
+                Effect::StoreBody { id, .. } => {
+                    prop_assert!(stored.insert(*id), "id {} stored twice", id);
+                    new_stored += 1;
+                }
+                Effect::DropBody { id } => {
+                    prop_assert!(stored.contains(id), "drop of unknown {}", id);
+                    prop_assert!(dropped.insert(*id), "id {} dropped twice", id);
+                }
+                Effect::Deliver { delivery: Delivery { id, .. }, .. }
+                | Effect::DeadLetter { id, .. }
+                | Effect::DeadLetterHeld { id, .. } => {
+                    prop_assert!(stored.contains(id) && !dropped.contains(id), "use of gone message {}", id);
+                }
+                _ => {}
+            }
+        }
+        prop_assert_eq!(new_stored, accepted(&reply));
+        let live: Vec<MsgId> = q.live_ids();
+        let live_set: BTreeSet<MsgId> = live.iter().copied().collect();
+        prop_assert_eq!(live.len(), live_set.len());
+        prop_assert!(live_set.is_disjoint(&dropped));
+        let all: BTreeSet<MsgId> = live_set.union(&dropped).copied().collect();
+        prop_assert_eq!(&all, &stored, "a message was lost or invented");
+        prop_assert_eq!(q.ready_count() + q.unacked_count() + q.held_count(), live.len() as u64);
+
+        // Delivery counts = counted returns so far; fresh messages in FIFO order.
+        let mut ds = Vec::new();
+        deliveries(&reply, &effects, &mut ds);
+        for d in ds {
+            prop_assert_eq!(d.delivery_count, returns.get(&d.id).copied().unwrap_or(0), "delivery_count of {}", d.id);
+            prop_assert!(d.payload.is_none());
+            if d.delivery_count == 0 {
+                prop_assert!(last_fresh.is_none_or(|l| d.id > l), "first deliveries out of order: {} after {:?}", d.id, last_fresh);
+                last_fresh = Some(d.id);
+            }
+        }
+
+        // Views agree with the model.
+        prop_assert_eq!(q.ready_ids(), model.ready_ids());
+        prop_assert_eq!(q.held_dead_letters().collect::<Vec<_>>(), model.held());
+        prop_assert_eq!(q.consumer_count(), model.active());
+        prop_assert_eq!(q.publishers_blocked(), model.blocked());
+        for c in q.consumer_ids() {
+            prop_assert_eq!(q.checked_out(c).collect::<Vec<_>>(), model.out_ids(c));
+        }
+        log.push((cmd, reply, effects));
+    }
+
+    // Replay determinism: a fresh machine fed the same log gives the same
+    // replies, effects and state; so does a clone restored from a snapshot.
+    let mut replay = QueueMachine::new(cfg);
+    for (cmd, reply, effects) in &log {
+        let (r, e) = replay.apply(cmd.clone());
+        prop_assert_eq!(&r, reply);
+        prop_assert_eq!(&e, effects);
+    }
+    prop_assert_eq!(&replay, &q);
+    if let Some((mut from_snapshot, at)) = restored {
+        for (cmd, reply, effects) in &log[at..] {
+            let (r, e) = from_snapshot.apply(cmd.clone());
+            prop_assert_eq!(&r, reply);
+            prop_assert_eq!(&e, effects);
+        }
+        prop_assert_eq!(&from_snapshot, &q);
+    }
+    prop_assert_eq!(&snapshot(&q), &q);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Random command sequences under a random configuration.
+    #[test]
+    fn machine_matches_model(cfg in config_strategy(), ops in prop::collection::vec(op_strategy(), 0..80), split in 0usize..80) {
+        run_ops(cfg, ops, split)?;
+    }
+
+    /// Same, biased to at-least-once with reject-publish (held area + limits).
+    #[test]
+    fn at_least_once_matches_model(
+        max_length in prop::option::of(0u64..5),
+        ttl in prop::option::of(0u64..50),
+        limit in prop::option::of(0i64..3),
+        ops in prop::collection::vec(op_strategy(), 0..80),
+        split in 0usize..80,
+    ) {
+        let cfg = QueueConfig {
+            dead_letter: Some(DeadLetterTarget { exchange: "dlx".into(), routing_key: Some("rk".into()) }),
+            strategy: DeadLetterStrategy::AtLeastOnce,
+            overflow: Overflow::RejectPublish,
+            max_length,
+            message_ttl_ms: ttl,
+            delivery_limit: limit,
+            ..QueueConfig::default()
+        };
+        run_ops(cfg, ops, split)?;
+    }
+}
+
+/// The generators reach every effect kind, every dead-letter reason under
+/// both handlers, and both reject outcomes: the properties above are not
+/// vacuous.
+#[test]
+fn generators_cover_every_effect() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let strategy = (config_strategy(), prop::collection::vec(op_strategy(), 0..80));
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    for _ in 0..400 {
+        let (cfg, ops) = match strategy.new_tree(&mut runner) {
+            Ok(t) => t.current(),
+            Err(e) => panic!("generator: {e}"),
+        };
+        let mut q = QueueMachine::new(cfg);
+        let mut now = 0;
+        for op in &ops {
+            let Some(cmd) = concretize(op, &mut now, &q) else { continue };
+            let (reply, effects) = q.apply(cmd);
+            if let QueueReply::Enqueued(o) = &reply {
+                o.iter().for_each(|x| {
+                    seen.insert(format!("{x:?}"));
+                });
+            }
+            if let QueueReply::Dequeued(Some(_)) = &reply {
+                seen.insert("Dequeued".into());
+            }
+            for e in effects {
+                let key = match e {
+                    Effect::StoreBody { .. } => "StoreBody".to_string(),
+                    Effect::DropBody { .. } => "DropBody".to_string(),
+                    Effect::Deliver { delivery, .. } => format!("Deliver redelivered={}", delivery.delivery_count > 0),
+                    Effect::DeadLetter { reason, .. } => format!("DeadLetter {}", reason.as_str()),
+                    Effect::DeadLetterHeld { reason, .. } => format!("Held {}", reason.as_str()),
+                    Effect::PublishersBlocked(b) => format!("Blocked {b}"),
+                    Effect::QueueExpired => "QueueExpired".to_string(),
+                    Effect::ExpiryTimer { .. } => "ExpiryTimer".to_string(),
+                };
+                seen.insert(key);
+            }
+        }
+    }
+    let mut want: Vec<String> = ["StoreBody", "DropBody", "Deliver redelivered=false", "Deliver redelivered=true", "Blocked true", "Blocked false", "QueueExpired", "ExpiryTimer", "Accepted", "Rejected", "Dequeued"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for r in ["rejected", "expired", "maxlen", "delivery_limit"] {
+        want.push(format!("DeadLetter {r}"));
+        // maxlen is never held: at-least-once requires reject-publish.
+        if r != "maxlen" {
+            want.push(format!("Held {r}"));
+        }
+    }
+    let missing: Vec<&String> = want.iter().filter(|w| !seen.contains(*w)).collect();
+    assert!(missing.is_empty(), "generators never produced {missing:?}");
+    assert!(!seen.contains("Held maxlen"));
+}

@@ -1,0 +1,202 @@
+//! Data types of the quorum-queue state machine: commands in, replies and
+//! effects out. Serde-encoded into the Raft log (bincode 2), so every type here
+//! is part of the on-disk format: add variants, never change old ones.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// Id of a message inside one queue: assigned by the machine from a counter
+/// at enqueue (deterministic), unique for the queue's lifetime, increasing.
+pub type MsgId = u64;
+
+/// A consumer (or a channel's basic.get slot) attached to a queue.
+/// `node` = node id the channel lives on, `epoch` = that node's boot counter
+/// (a restarted node has a higher epoch, so consumers of older epochs are
+/// known dead), `seq` = node-local counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ConsumerId {
+    pub node: u64,
+    pub epoch: u32,
+    pub seq: u32,
+}
+
+/// One message offered to the queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnqueueMsg {
+    /// Opaque encoded message (exchange, routing keys, properties, body); the
+    /// machine never looks inside, it hands it back in `Effect::StoreBody`.
+    pub payload: Bytes,
+    /// Body size in bytes, counted toward `max_length_bytes` (RabbitMQ 3.x: body bytes).
+    pub body_size: u32,
+    /// Per-message TTL in ms from the `expiration` property, already parsed.
+    pub ttl_ms: Option<u64>,
+}
+
+/// Overflow behaviour (`x-overflow`). `reject-publish-dlx` is mapped to
+/// `DropHead` by the caller, as RabbitMQ 3.10 quorum queues do (spec §1.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Overflow {
+    #[default]
+    DropHead,
+    RejectPublish,
+}
+
+/// Effective dead-letter strategy (spec §5.1): `AtLeastOnce` only when the
+/// caller resolved `x-dead-letter-strategy=at-least-once` with overflow
+/// `reject-publish`; otherwise `AtMostOnce`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum DeadLetterStrategy {
+    #[default]
+    AtMostOnce,
+    AtLeastOnce,
+}
+
+/// Where dead-lettered messages go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetterTarget {
+    /// Exchange name; "" = default exchange.
+    pub exchange: String,
+    /// `x-dead-letter-routing-key`; None = use the message's own routing keys.
+    pub routing_key: Option<String>,
+}
+
+/// Effective queue configuration (arguments merged with policy by the caller).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct QueueConfig {
+    /// None = dead-lettering disabled: such messages are just dropped.
+    pub dead_letter: Option<DeadLetterTarget>,
+    pub strategy: DeadLetterStrategy,
+    pub overflow: Overflow,
+    /// Max ready (+ held dead-letter) messages; None = unlimited.
+    pub max_length: Option<u64>,
+    /// Max ready (+ held) body bytes; None = unlimited.
+    pub max_length_bytes: Option<u64>,
+    /// Queue message TTL (ms), `x-message-ttl`.
+    pub message_ttl_ms: Option<u64>,
+    /// `x-delivery-limit`; None = unlimited (RabbitMQ 3.10 default).
+    pub delivery_limit: Option<i64>,
+    /// Queue TTL (ms), `x-expires`.
+    pub expires_ms: Option<u64>,
+}
+
+/// Why a message was dead-lettered (x-death `reason`, spec §2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DeadLetterReason {
+    Rejected,
+    Expired,
+    Maxlen,
+    DeliveryLimit,
+}
+
+impl DeadLetterReason {
+    /// The reason as written in x-death (`rejected`, `expired`, `maxlen`, `delivery_limit`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadLetterReason::Rejected => "rejected",
+            DeadLetterReason::Expired => "expired",
+            DeadLetterReason::Maxlen => "maxlen",
+            DeadLetterReason::DeliveryLimit => "delivery_limit",
+        }
+    }
+}
+
+/// Commands applied through Raft. Time (`now_ms`, ms since the Unix epoch)
+/// is stamped by the proposer; the machine never reads a clock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum QueueCommand {
+    /// basic.publish of one or more messages (a batch of publishes).
+    Enqueue { now_ms: u64, msgs: Vec<EnqueueMsg> },
+    /// basic.consume: attach a consumer. `prefetch` 0 = unlimited; `no_ack`
+    /// = settle on delivery.
+    Checkout { now_ms: u64, consumer: ConsumerId, prefetch: u32, no_ack: bool },
+    /// basic.cancel: stop delivering; its unacked messages stay checked out
+    /// to it and can still be settled/returned/discarded (spec §2.3, §10).
+    Cancel { now_ms: u64, consumer: ConsumerId },
+    /// Channel/connection closed or crashed: return every checked-out message
+    /// (delivery count +1, maybe delivery_limit) and remove the consumer.
+    ConsumerDown { now_ms: u64, consumer: ConsumerId },
+    /// Node `node` restarted with boot `epoch`: every consumer of that node
+    /// with an older epoch is down (as `ConsumerDown`).
+    NodeRestarted { now_ms: u64, node: u64, epoch: u32 },
+    /// basic.ack: remove these checked-out messages.
+    Settle { now_ms: u64, consumer: ConsumerId, ids: Vec<MsgId> },
+    /// basic.nack/reject requeue=true, basic.recover: make them ready again.
+    Return { now_ms: u64, consumer: ConsumerId, ids: Vec<MsgId> },
+    /// basic.nack/reject requeue=false: dead-letter with reason `rejected`.
+    Discard { now_ms: u64, consumer: ConsumerId, ids: Vec<MsgId> },
+    /// basic.get: take the next ready message for `consumer` (the channel's
+    /// get slot); `no_ack` settles it at once.
+    Dequeue { now_ms: u64, consumer: ConsumerId, no_ack: bool },
+    /// queue.purge: drop every ready message (not dead-lettered, spec §2.1).
+    Purge { now_ms: u64 },
+    /// Periodic leader tick: expire messages at the head, check x-expires.
+    Tick { now_ms: u64 },
+    /// Arguments/policy changed: new effective configuration.
+    UpdateConfig { now_ms: u64, config: QueueConfig },
+    /// At-least-once: these held dead-letter messages were committed by all
+    /// their targets; remove them (rabbit_fifo_dlx `settle`).
+    DeadLetterSettled { now_ms: u64, ids: Vec<MsgId> },
+    /// Several commands applied in order as one Raft entry (group commit).
+    Batch(Vec<QueueCommand>),
+}
+
+/// Outcome for one message of an `Enqueue`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EnqueueOutcome {
+    /// Stored (and committed, once the reply is seen).
+    Accepted,
+    /// Refused: overflow `reject-publish` and the queue is over its limit.
+    /// The publisher gets basic.nack in confirm mode.
+    Rejected,
+}
+
+/// A message handed to a consumer or to basic.get.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub id: MsgId,
+    /// Returns so far (RabbitMQ 3.10 `delivery_count`); redelivered = count > 0.
+    pub delivery_count: u32,
+    /// Filled by the host (not the machine) with the stored payload.
+    pub payload: Option<Bytes>,
+}
+
+/// Reply to a command (one per command; `Batch` gives `Batch`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub enum QueueReply {
+    #[default]
+    Ok,
+    Enqueued(Vec<EnqueueOutcome>),
+    /// basic.get: the message and the number of ready messages left.
+    Dequeued(Option<(Delivery, u64)>),
+    /// Number of messages purged.
+    Purged(u64),
+    Batch(Vec<QueueReply>),
+}
+
+/// Side effects, as data. `StoreBody`/`DropBody` are carried out by every
+/// replica (they maintain the body store); the rest only by the leader.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Effect {
+    /// Persist the payload of a newly enqueued message under `id`.
+    StoreBody { id: MsgId, payload: Bytes },
+    /// The message is gone for good: delete its payload. Always emitted after
+    /// any effect that still needs the payload (Deliver, DeadLetter).
+    DropBody { id: MsgId },
+    /// Send message `id` to `consumer`.
+    Deliver { consumer: ConsumerId, delivery: Delivery },
+    /// At-most-once: publish the rewritten message to `target` now (leader),
+    /// then the message is dropped (a `DropBody` follows).
+    DeadLetter { id: MsgId, reason: DeadLetterReason, target: DeadLetterTarget },
+    /// At-least-once: the message was moved into the dead-letter area; the
+    /// leader's worker must forward it and then propose `DeadLetterSettled`.
+    DeadLetterHeld { id: MsgId, reason: DeadLetterReason },
+    /// The queue went over its limit with reject-publish (publishers blocked)
+    /// or fell to <= 80 % again (unblocked).
+    PublishersBlocked(bool),
+    /// x-expires elapsed with no consumers and no basic.get: delete the queue
+    /// (its messages are NOT dead-lettered, spec §2.4).
+    QueueExpired,
+    /// The next ready message expires at `at_ms`: the leader should propose a
+    /// `Tick` then (timer; spec §2.4).
+    ExpiryTimer { at_ms: u64 },
+}

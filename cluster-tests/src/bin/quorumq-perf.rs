@@ -1,0 +1,381 @@
+//! quorumq-perf: a RabbitMQ-PerfTest-shaped load client (lapin).
+//!
+//! Producers publish `--messages` each (body: producer id u32, sequence u64,
+//! send time ns u64, zero padding up to `--size` bytes) to queues named
+//! `<prefix>-<n>`; consumers ack every delivery and record end-to-end latency.
+//! With `--dead-letter`, producers publish to `<prefix>-src-<n>` (quorum,
+//! at-least-once dead-lettering, reject-publish), one consumer set rejects
+//! every message (requeue=false) and a second set consumes `<prefix>-dlq-<n>`
+//! and is the one measured.
+//!
+//! Reports publish and consume rates (msg/s), latency p50/p99/max (µs),
+//! lost messages (confirmed, or published when `--confirm 0`, but never
+//! received) and duplicates. Exit code 2 when messages were lost.
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+use lapin::{
+    BasicProperties, Channel, Connection, ConnectionProperties,
+    options::{
+        BasicAckOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions, ConfirmSelectOptions,
+        QueueDeclareOptions, QueueDeleteOptions,
+    },
+    types::{AMQPValue, FieldTable},
+};
+use std::{
+    collections::HashSet,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+use tokio::sync::Semaphore;
+
+const HEADER_LEN: usize = 4 + 8 + 8;
+
+#[derive(Parser, Debug, Clone)]
+#[command(name = "quorumq-perf", about = "PerfTest-shaped AMQP 0-9-1 load client")]
+struct Args {
+    /// AMQP URI of the broker.
+    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    uri: String,
+    /// Number of producers (one connection each).
+    #[arg(long, default_value_t = 1)]
+    producers: usize,
+    /// Number of consumers (one connection each; in --dead-letter mode, this many rejecters and this many DLQ consumers).
+    #[arg(long, default_value_t = 1)]
+    consumers: usize,
+    /// Number of queues; producer/consumer i uses queue i % queues.
+    #[arg(long, default_value_t = 1)]
+    queues: usize,
+    /// Message body size in bytes (at least 20: id, sequence, timestamp).
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Max in-flight unconfirmed publishes per producer; 0 = no publisher confirms.
+    #[arg(long, default_value_t = 0)]
+    confirm: usize,
+    /// Consumer prefetch (basic.qos); 0 = unlimited.
+    #[arg(long, default_value_t = 0)]
+    prefetch: u16,
+    /// Messages per second per producer; 0 = unlimited.
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Messages per producer.
+    #[arg(long, default_value_t = 100_000)]
+    messages: u64,
+    /// Queue argument key=value (repeatable); integers are sent as long, true/false as bool.
+    #[arg(long = "queue-args", value_parser = parse_kv)]
+    queue_args: Vec<(String, String)>,
+    /// Queue name prefix.
+    #[arg(long, default_value = "quorumq-perf")]
+    queue_prefix: String,
+    /// Dead-letter mode (see the crate docs).
+    #[arg(long)]
+    dead_letter: bool,
+    /// Stop waiting for deliveries this many seconds after the last one arrived.
+    #[arg(long, default_value_t = 10)]
+    idle_timeout: u64,
+    /// Overall bound on the run, seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Keep the queues after the run (they are deleted and re-declared at start either way).
+    #[arg(long)]
+    keep_queues: bool,
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("expected key=value, got {s}"))
+}
+
+fn arg_value(v: &str) -> AMQPValue {
+    if let Ok(i) = v.parse::<i64>() {
+        AMQPValue::LongLongInt(i)
+    } else if v == "true" || v == "false" {
+        AMQPValue::Boolean(v == "true")
+    } else {
+        AMQPValue::LongString(v.into())
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+struct Shared {
+    published: AtomicU64,
+    confirmed: Mutex<HashSet<(u32, u64)>>,
+    nacked: AtomicU64,
+    received: Mutex<HashSet<(u32, u64)>>,
+    duplicates: AtomicU64,
+    rejected: AtomicU64,
+    latency_us: Mutex<Histogram<u64>>,
+    first_receive: Mutex<Option<Instant>>,
+    last_receive: Mutex<Option<Instant>>,
+}
+
+async fn connect(uri: &str) -> anyhow::Result<Connection> {
+    Connection::connect(uri, ConnectionProperties::default()).await.with_context(|| format!("connecting to {uri}"))
+}
+
+async fn declare(ch: &Channel, name: &str, args: FieldTable) -> anyhow::Result<()> {
+    ch.queue_delete(name.into(), QueueDeleteOptions::default()).await?;
+    ch.queue_declare(name.into(), QueueDeclareOptions { durable: true, ..Default::default() }, args).await?;
+    Ok(())
+}
+
+async fn producer(args: Args, id: u32, queue: String, shared: Arc<Shared>) -> anyhow::Result<Duration> {
+    let conn = connect(&args.uri).await?;
+    let ch = conn.create_channel().await?;
+    let confirms = args.confirm > 0;
+    if confirms {
+        ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    }
+    let window = Arc::new(Semaphore::new(args.confirm.max(1)));
+    let mut body = vec![0u8; args.size.max(HEADER_LEN)];
+    body[..4].copy_from_slice(&id.to_be_bytes());
+    let start = Instant::now();
+    let mut waiters = futures::stream::FuturesUnordered::new();
+    for seq in 0..args.messages {
+        if args.rate > 0 {
+            let due = start + Duration::from_secs_f64(seq as f64 / args.rate as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
+        let permit = if confirms { Some(window.clone().acquire_owned().await?) } else { None };
+        body[4..12].copy_from_slice(&seq.to_be_bytes());
+        body[12..20].copy_from_slice(&now_ns().to_be_bytes());
+        let pc = ch.basic_publish("".into(), queue.as_str().into(), Default::default(), &body, BasicProperties::default().with_delivery_mode(2)).await?;
+        shared.published.fetch_add(1, Ordering::Relaxed);
+        if confirms {
+            let shared = shared.clone();
+            waiters.push(async move {
+                let r = pc.await;
+                drop(permit);
+                match r {
+                    Ok(c) if c.is_ack() => {
+                        shared.confirmed.lock().unwrap().insert((id, seq));
+                    }
+                    Ok(_) => {
+                        shared.nacked.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => return Err(anyhow::Error::from(e)),
+                }
+                Ok(())
+            });
+            // Drive completed confirms without blocking the publish loop.
+            while let Some(Some(r)) = futures::FutureExt::now_or_never(waiters.next()) {
+                r?;
+            }
+        }
+    }
+    while let Some(r) = waiters.next().await {
+        r?;
+    }
+    let took = start.elapsed();
+    let _ = conn.close(200, "OK".into()).await;
+    Ok(took)
+}
+
+/// Consumes `queue`; in `reject` mode rejects every delivery (requeue=false), else records and acks.
+async fn consumer(args: Args, queue: String, reject: bool, shared: Arc<Shared>, stop: Arc<tokio::sync::Notify>) -> anyhow::Result<()> {
+    let conn = connect(&args.uri).await?;
+    let ch = conn.create_channel().await?;
+    if args.prefetch > 0 {
+        ch.basic_qos(args.prefetch, BasicQosOptions::default()).await?;
+    }
+    let mut c = ch.basic_consume(queue.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+    loop {
+        let d = tokio::select! {
+            _ = stop.notified() => break,
+            d = c.next() => d,
+        };
+        let Some(d) = d else { break };
+        let d = d?;
+        if reject {
+            d.reject(BasicRejectOptions { requeue: false }).await?;
+            shared.rejected.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        if d.data.len() >= HEADER_LEN {
+            let id = u32::from_be_bytes(d.data[..4].try_into()?);
+            let seq = u64::from_be_bytes(d.data[4..12].try_into()?);
+            let sent = u64::from_be_bytes(d.data[12..20].try_into()?);
+            let lat = now_ns().saturating_sub(sent) / 1000;
+            let _ = shared.latency_us.lock().unwrap().record(lat.max(1));
+            if !shared.received.lock().unwrap().insert((id, seq)) {
+                shared.duplicates.fetch_add(1, Ordering::Relaxed);
+            }
+            let now = Instant::now();
+            shared.first_receive.lock().unwrap().get_or_insert(now);
+            *shared.last_receive.lock().unwrap() = Some(now);
+        }
+        d.ack(BasicAckOptions::default()).await?;
+    }
+    let _ = conn.close(200, "OK".into()).await;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.queues == 0 || args.producers == 0 || args.consumers == 0 {
+        bail!("--producers, --consumers and --queues must be at least 1");
+    }
+    let overall = Duration::from_secs(args.timeout);
+    match tokio::time::timeout(overall, run(args)).await {
+        Ok(r) => r,
+        Err(_) => bail!("run exceeded --timeout {overall:?}"),
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let mut user_args = FieldTable::default();
+    user_args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    for (k, v) in &args.queue_args {
+        user_args.insert(k.as_str().into(), arg_value(v));
+    }
+    let admin = connect(&args.uri).await?;
+    let ach = admin.create_channel().await?;
+    let mut publish_queues = Vec::new();
+    let mut measure_queues = Vec::new();
+    let mut all_queues = Vec::new();
+    for n in 0..args.queues {
+        if args.dead_letter {
+            let src = format!("{}-src-{n}", args.queue_prefix);
+            let dlq = format!("{}-dlq-{n}", args.queue_prefix);
+            declare(&ach, &dlq, user_args.clone()).await?;
+            let mut a = user_args.clone();
+            a.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+            a.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(dlq.as_str().into()));
+            a.insert("x-dead-letter-strategy".into(), AMQPValue::LongString("at-least-once".into()));
+            a.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+            declare(&ach, &src, a).await?;
+            publish_queues.push(src.clone());
+            measure_queues.push(dlq.clone());
+            all_queues.extend([src, dlq]);
+        } else {
+            let q = format!("{}-{n}", args.queue_prefix);
+            declare(&ach, &q, user_args.clone()).await?;
+            publish_queues.push(q.clone());
+            measure_queues.push(q.clone());
+            all_queues.push(q);
+        }
+    }
+
+    let shared = Arc::new(Shared {
+        published: AtomicU64::new(0),
+        confirmed: Mutex::new(HashSet::new()),
+        nacked: AtomicU64::new(0),
+        received: Mutex::new(HashSet::new()),
+        duplicates: AtomicU64::new(0),
+        rejected: AtomicU64::new(0),
+        latency_us: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3)?),
+        first_receive: Mutex::new(None),
+        last_receive: Mutex::new(None),
+    });
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let mut consumers = Vec::new();
+    for i in 0..args.consumers {
+        consumers.push(tokio::spawn(consumer(args.clone(), measure_queues[i % args.queues].clone(), false, shared.clone(), stop.clone())));
+        if args.dead_letter {
+            consumers.push(tokio::spawn(consumer(args.clone(), publish_queues[i % args.queues].clone(), true, shared.clone(), stop.clone())));
+        }
+    }
+    let start = Instant::now();
+    let mut producers = Vec::new();
+    for i in 0..args.producers {
+        producers.push(tokio::spawn(producer(args.clone(), i as u32, publish_queues[i % args.queues].clone(), shared.clone())));
+    }
+    let mut publish_time = Duration::ZERO;
+    for p in producers {
+        publish_time = publish_time.max(p.await??);
+    }
+    let publish_elapsed = start.elapsed();
+    let confirms = args.confirm > 0;
+    let expected = if confirms { shared.confirmed.lock().unwrap().len() as u64 } else { shared.published.load(Ordering::Relaxed) };
+    // Wait until everything expected arrived, or nothing new arrived for --idle-timeout.
+    let idle = Duration::from_secs(args.idle_timeout);
+    let mut last_count = 0;
+    let mut last_change = Instant::now();
+    loop {
+        let got = shared.received.lock().unwrap().len() as u64;
+        if got >= expected {
+            break;
+        }
+        if got != last_count {
+            last_count = got;
+            last_change = Instant::now();
+        } else if last_change.elapsed() > idle {
+            eprintln!("no new deliveries for {idle:?}; stopping with {got} of {expected}");
+            break;
+        }
+        if consumers.iter().any(|c| c.is_finished()) {
+            eprintln!("a consumer stopped early");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.notify_waiters();
+    for c in consumers {
+        match tokio::time::timeout(Duration::from_secs(10), c).await {
+            Ok(r) => r??,
+            Err(_) => eprintln!("a consumer did not stop within 10 s"),
+        }
+    }
+
+    let published = shared.published.load(Ordering::Relaxed);
+    let received = shared.received.lock().unwrap().clone();
+    let lost = if confirms {
+        shared.confirmed.lock().unwrap().difference(&received).count() as u64
+    } else {
+        published.saturating_sub(received.len() as u64)
+    };
+    let first = shared.first_receive.lock().unwrap().unwrap_or(start);
+    let last = shared.last_receive.lock().unwrap().unwrap_or(start);
+    let consume_span = last.saturating_duration_since(start).max(Duration::from_millis(1));
+    let h = shared.latency_us.lock().unwrap();
+    let mode = if args.dead_letter { "dead-letter" } else { "plain" };
+    println!(
+        "quorumq-perf mode={mode} uri={} producers={} consumers={} queues={} size={}B confirm={} prefetch={} rate={} messages/producer={} queue-args={:?}",
+        args.uri, args.producers, args.consumers, args.queues, args.size, args.confirm, args.prefetch, args.rate, args.messages, args.queue_args
+    );
+    println!(
+        "publish: {published} sent, {} confirmed, {} nacked in {:.2} s = {:.0} msg/s",
+        if confirms { shared.confirmed.lock().unwrap().len().to_string() } else { "n/a".into() },
+        shared.nacked.load(Ordering::Relaxed),
+        publish_elapsed.as_secs_f64(),
+        published as f64 / publish_elapsed.as_secs_f64()
+    );
+    if args.dead_letter {
+        println!("rejected (requeue=false) at source: {}", shared.rejected.load(Ordering::Relaxed));
+    }
+    println!(
+        "consume{}: {} received in {:.2} s from start (first after {:.3} s) = {:.0} msg/s",
+        if args.dead_letter { " (dead-letter target)" } else { "" },
+        received.len(),
+        consume_span.as_secs_f64(),
+        first.saturating_duration_since(start).as_secs_f64(),
+        received.len() as f64 / consume_span.as_secs_f64()
+    );
+    println!(
+        "latency: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms (n={})",
+        h.value_at_quantile(0.50) as f64 / 1000.0,
+        h.value_at_quantile(0.99) as f64 / 1000.0,
+        h.max() as f64 / 1000.0,
+        h.len()
+    );
+    println!("lost: {lost}  duplicates: {}", shared.duplicates.load(Ordering::Relaxed));
+    let _ = publish_time;
+    if !args.keep_queues {
+        for q in &all_queues {
+            let _ = ach.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
+        }
+    }
+    let _ = admin.close(200, "OK".into()).await;
+    if lost > 0 {
+        std::process::exit(2);
+    }
+    Ok(())
+}

@@ -1,0 +1,389 @@
+//! Test harness for quorumq integration, crash and compatibility tests.
+//!
+//! * [`Broker`] starts the `quorumq` binary on a free loopback port with its own
+//!   temporary data dir (or, when `QUORUMQ_TEST_URI` is set, hands out that URI
+//!   so the same tests run against another broker such as RabbitMQ 3.10.8).
+//! * lapin helpers: [`connect`], [`confirm_channel`], [`publish_confirmed`],
+//!   [`consume_n`], [`amqp_error`], [`bounded`].
+//! * [`raw`]: a minimal hand-rolled AMQP 0-9-1 frame writer/reader for the tests
+//!   that must send bytes no client library would send.
+//!
+//! Contract for the binary (see the task brief):
+//! `quorumq --amqp-listen 127.0.0.1:PORT --data-dir DIR`, logs on stderr,
+//! accepts AMQP once the port is open, SIGTERM = graceful stop,
+//! guest/guest on vhost "/". Binary: env `QUORUMQ_BIN`, else
+//! `<workspace>/target/debug/quorumq`.
+
+use anyhow::{Context, anyhow, bail};
+use futures::StreamExt;
+use lapin::{
+    BasicProperties, Channel, Connection, ConnectionProperties, Consumer, ErrorKind,
+    message::Delivery,
+    options::{BasicPublishOptions, ConfirmSelectOptions},
+    types::{AMQPValue, FieldTable},
+};
+use std::{
+    fs::File,
+    future::Future,
+    io::{Read, Seek, SeekFrom},
+    net::{TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::atomic::{AtomicU64, Ordering},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+pub mod raw;
+
+/// Env var: when set, every test runs against this AMQP URI instead of a spawned quorumq.
+pub const TEST_URI_ENV: &str = "QUORUMQ_TEST_URI";
+/// Env var: path of the quorumq binary to spawn.
+pub const BIN_ENV: &str = "QUORUMQ_BIN";
+/// How long [`Broker::start`] waits for the AMQP port to open.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default per-test bound used by [`bounded`] callers.
+pub const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A broker under test: either a spawned `quorumq` process or an external URI.
+pub struct Broker {
+    uri: String,
+    spawned: Option<Spawned>,
+}
+
+struct Spawned {
+    bin: PathBuf,
+    port: u16,
+    /// Holds the data dir and the stderr log; removed on drop.
+    root: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Broker {
+    /// `QUORUMQ_TEST_URI` if set ([`Broker::external`]), else spawn quorumq ([`Broker::spawn`]).
+    pub async fn start() -> anyhow::Result<Broker> {
+        match std::env::var(TEST_URI_ENV) {
+            Ok(uri) if !uri.is_empty() => Ok(Broker::external(uri)),
+            _ => Broker::spawn().await,
+        }
+    }
+
+    /// A broker that is already running somewhere (e.g. RabbitMQ on 5672).
+    pub fn external(uri: impl Into<String>) -> Broker {
+        Broker { uri: uri.into(), spawned: None }
+    }
+
+    /// Spawns the quorumq binary on a free port with a fresh temporary data dir.
+    pub async fn spawn() -> anyhow::Result<Broker> {
+        let bin = quorumq_bin();
+        if !bin.exists() {
+            bail!(
+                "quorumq binary not found at {} (build it with `cargo build --bin quorumq`, \
+                 set {BIN_ENV}, or set {TEST_URI_ENV} to test an external broker)",
+                bin.display()
+            );
+        }
+        let root = tempfile::Builder::new().prefix("quorumq-test-").tempdir()?;
+        std::fs::create_dir_all(root.path().join("data"))?;
+        let port = free_port()?;
+        let mut broker = Broker {
+            uri: format!("amqp://guest:guest@127.0.0.1:{port}/%2f"),
+            spawned: Some(Spawned { bin, port, root, child: None }),
+        };
+        broker.launch().await?;
+        Ok(broker)
+    }
+
+    /// The AMQP URI of this broker (`amqp://guest:guest@127.0.0.1:PORT/%2f`).
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// True when the tests talk to an external broker (no kill/restart possible).
+    pub fn is_external(&self) -> bool {
+        self.spawned.is_none()
+    }
+
+    /// The data dir of a spawned broker.
+    pub fn data_dir(&self) -> Option<PathBuf> {
+        self.spawned.as_ref().map(|s| s.root.path().join("data"))
+    }
+
+    /// The file that receives the spawned broker's stderr.
+    pub fn log_path(&self) -> Option<PathBuf> {
+        self.spawned.as_ref().map(|s| s.root.path().join("stderr.log"))
+    }
+
+    /// Last `max_bytes` of the broker's stderr log (empty for an external broker).
+    pub fn log_tail(&self, max_bytes: u64) -> String {
+        self.log_path().map(|p| tail_of(&p, max_bytes)).unwrap_or_default()
+    }
+
+    async fn launch(&mut self) -> anyhow::Result<()> {
+        let log_path = self.log_path().expect("spawned");
+        let data_dir = self.data_dir().expect("spawned");
+        let s = self.spawned.as_mut().expect("spawned");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+        let child = Command::new(&s.bin)
+            .arg("--amqp-listen")
+            .arg(format!("127.0.0.1:{}", s.port))
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("spawning {}", s.bin.display()))?;
+        s.child = Some(child);
+        let port = s.port;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            let s = self.spawned.as_mut().expect("spawned");
+            if let Some(status) = s.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                s.child = None;
+                bail!("quorumq exited with {status} before opening port {port}; stderr tail:\n{}", self.log_tail(4000));
+            }
+            if Instant::now() > deadline {
+                self.kill9();
+                bail!("quorumq did not open port {port} within {START_TIMEOUT:?}; stderr tail:\n{}", self.log_tail(4000));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGKILL the spawned broker and reap it. No-op for an external broker.
+    pub fn kill9(&mut self) {
+        if let Some(child) = self.spawned.as_mut().and_then(|s| s.child.as_mut()) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(s) = self.spawned.as_mut() {
+            s.child = None;
+        }
+    }
+
+    /// SIGTERM and wait up to `timeout` for a graceful exit (SIGKILL after that).
+    /// Returns the exit status if the process exited by itself.
+    pub async fn stop_with_timeout(&mut self, timeout: Duration) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        let Some(s) = self.spawned.as_mut() else { return Ok(None) };
+        let Some(child) = s.child.as_mut() else { return Ok(None) };
+        let pid = child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                s.child = None;
+                return Ok(Some(status));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                s.child = None;
+                bail!("quorumq did not exit within {timeout:?} of SIGTERM; killed");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Graceful stop (SIGTERM, up to 30 s).
+    pub async fn stop(&mut self) -> anyhow::Result<()> {
+        self.stop_with_timeout(Duration::from_secs(30)).await.map(|_| ())
+    }
+
+    /// Start the binary again on the same port with the same data dir.
+    /// The previous process must have been stopped or killed; if it is still
+    /// running it is killed first.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        if self.spawned.is_none() {
+            bail!("cannot restart an external broker");
+        }
+        self.kill9();
+        self.launch().await
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if self.spawned.is_some() {
+            if std::thread::panicking() {
+                eprintln!(
+                    "---- quorumq stderr tail ({}) ----\n{}\n---- end ----",
+                    self.log_path().map(|p| p.display().to_string()).unwrap_or_default(),
+                    self.log_tail(8000)
+                );
+            }
+            self.kill9();
+        }
+    }
+}
+
+fn quorumq_bin() -> PathBuf {
+    if let Ok(p) = std::env::var(BIN_ENV) {
+        return PathBuf::from(p);
+    }
+    // cluster-tests/ lives directly under the workspace root.
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf();
+    ws.join("target").join("debug").join("quorumq")
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn tail_of(path: &Path, max_bytes: u64) -> String {
+    let Ok(mut f) = File::open(path) else { return String::new() };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(max_bytes)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Runs `fut` with a time bound; panics (failing the test) if it takes longer.
+pub async fn bounded<T>(limit: Duration, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("test did not finish within {limit:?}"),
+    }
+}
+
+/// A name unique to this process and call, e.g. `ct.queue.1712.3.8123`.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    format!("ct.{prefix}.{}.{}.{nanos}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Connects with a 10 s bound.
+pub async fn connect(uri: &str) -> anyhow::Result<Connection> {
+    tokio::time::timeout(Duration::from_secs(10), Connection::connect(uri, ConnectionProperties::default()))
+        .await
+        .map_err(|_| anyhow!("connect to {uri} timed out"))?
+        .with_context(|| format!("connect to {uri}"))
+}
+
+/// Opens a channel in publisher-confirm mode.
+pub async fn confirm_channel(conn: &Connection) -> anyhow::Result<Channel> {
+    let ch = conn.create_channel().await?;
+    ch.confirm_select(ConfirmSelectOptions::default()).await?;
+    Ok(ch)
+}
+
+/// Publishes and waits for the broker's confirm; errors on a nack or a return.
+pub async fn publish_confirmed(
+    ch: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    props: BasicProperties,
+) -> anyhow::Result<()> {
+    let confirm = ch
+        .basic_publish(exchange.into(), routing_key.into(), BasicPublishOptions::default(), body, props)
+        .await?
+        .await?;
+    if !confirm.is_ack() {
+        bail!("publish to {exchange:?}/{routing_key:?} was nacked");
+    }
+    if let Some(ret) = confirm.take_message() {
+        bail!("publish to {exchange:?}/{routing_key:?} was returned: {} {}", ret.reply_code, ret.reply_text);
+    }
+    Ok(())
+}
+
+/// Takes exactly `n` deliveries from `consumer` within `limit`.
+pub async fn consume_n(consumer: &mut Consumer, n: usize, limit: Duration) -> anyhow::Result<Vec<Delivery>> {
+    let mut out = Vec::with_capacity(n);
+    let deadline = tokio::time::Instant::now() + limit;
+    while out.len() < n {
+        match tokio::time::timeout_at(deadline, consumer.next()).await {
+            Err(_) => bail!("got {} of {n} deliveries within {limit:?}", out.len()),
+            Ok(None) => bail!("consumer ended after {} of {n} deliveries", out.len()),
+            Ok(Some(Err(e))) => bail!("consumer error after {} of {n} deliveries: {e}", out.len()),
+            Ok(Some(Ok(d))) => out.push(d),
+        }
+    }
+    Ok(out)
+}
+
+/// Asserts that no delivery arrives on `consumer` within `wait`.
+pub async fn expect_no_delivery(consumer: &mut Consumer, wait: Duration) -> anyhow::Result<()> {
+    match tokio::time::timeout(wait, consumer.next()).await {
+        Err(_) => Ok(()),
+        Ok(Some(Ok(d))) => bail!("unexpected delivery tag {} body {:?}", d.delivery_tag, String::from_utf8_lossy(&d.data)),
+        Ok(other) => bail!("unexpected consumer event {other:?}"),
+    }
+}
+
+/// Waits for the next consumer event and returns the AMQP (code, text) that closed its channel.
+pub async fn channel_close_reason(consumer: &mut Consumer, limit: Duration) -> anyhow::Result<(u16, String)> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, consumer.next()).await {
+            Err(_) => bail!("channel was not closed within {limit:?}"),
+            Ok(None) => bail!("consumer ended without a protocol error"),
+            Ok(Some(Ok(_))) => continue,
+            Ok(Some(Err(e))) => return amqp_error(&e).ok_or_else(|| anyhow!("not an AMQP error: {e:?}")),
+        }
+    }
+}
+
+/// The (reply code, reply text) of an AMQP error, if `e` is one.
+pub fn amqp_error(e: &lapin::Error) -> Option<(u16, String)> {
+    match e.kind() {
+        ErrorKind::ProtocolError(err) => Some((err.get_id(), err.get_message().to_string())),
+        _ => None,
+    }
+}
+
+/// Unwraps the AMQP error of a result that must have failed.
+#[track_caller]
+pub fn expect_amqp_error<T: std::fmt::Debug>(r: Result<T, lapin::Error>) -> (u16, String) {
+    match r {
+        Ok(v) => panic!("expected an AMQP error, got Ok({v:?})"),
+        Err(e) => amqp_error(&e).unwrap_or_else(|| panic!("expected an AMQP error, got {e:?}")),
+    }
+}
+
+/// `{"x-queue-type": "quorum"}` plus `extra`.
+pub fn quorum_args(extra: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut t = FieldTable::default();
+    t.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    for (k, v) in extra {
+        t.insert((*k).into(), v.clone());
+    }
+    t
+}
+
+/// A field table from pairs.
+pub fn table(pairs: &[(&str, AMQPValue)]) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, v) in pairs {
+        t.insert((*k).into(), v.clone());
+    }
+    t
+}
+
+/// Longstr field value.
+pub fn s(v: &str) -> AMQPValue {
+    AMQPValue::LongString(v.into())
+}
+
+/// Closes `conn` with 200 OK and waits (≤ 10 s) until lapin reports it closed.
+///
+/// lapin 4.12 quirk: if a `Channel` handle was dropped without `close()` just
+/// before, `Connection::close` fails with `InvalidChannelState(Closing)` and the
+/// connection is never closed; keep channel handles alive until here.
+pub async fn close_connection(conn: &Connection) -> anyhow::Result<()> {
+    conn.close(200, "OK".into()).await.context("connection.close")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !conn.status().closed() {
+        if Instant::now() > deadline {
+            bail!("connection not closed 10 s after connection.close");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,219 @@
+//! Error paths: channel errors (404/406/403/530 texts), and raw-socket abuse:
+//! wrong protocol header, garbage after the handshake, oversized frames.
+
+use cluster_tests::{raw::RawConn, *};
+use lapin::{
+    BasicProperties,
+    options::{BasicAckOptions, BasicConsumeOptions, QueueDeclareOptions, QueueDeleteOptions},
+    types::FieldTable,
+};
+use std::time::Duration;
+
+const T: Duration = TEST_TIMEOUT;
+
+#[tokio::test]
+async fn publish_to_unknown_exchange_closes_channel_404() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let conn = connect(broker.uri()).await?;
+        let ch = confirm_channel(&conn).await?;
+        let ex = unique("ex.nowhere");
+        let pc = ch.basic_publish(ex.as_str().into(), "k".into(), Default::default(), b"x", BasicProperties::default()).await?;
+        let err = expect_amqp_error(pc.await);
+        assert_eq!(err, (404, format!("NOT_FOUND - no exchange '{ex}' in vhost '/'")));
+        assert!(!ch.status().connected());
+        // the connection and other channels carry on
+        let ch2 = confirm_channel(&conn).await?;
+        publish_confirmed(&ch2, "amq.fanout", "", b"ok", BasicProperties::default()).await?;
+        close_connection(&conn).await
+    })
+    .await
+}
+
+/// A quorum queue with one message, consumed (unacked) on a fresh channel.
+async fn one_delivery(conn: &lapin::Connection) -> anyhow::Result<(String, lapin::Channel, lapin::Consumer, lapin::message::Delivery)> {
+    let ch = confirm_channel(conn).await?;
+    let q = unique("q.err");
+    ch.queue_declare(q.as_str().into(), QueueDeclareOptions { durable: true, ..Default::default() }, quorum_args(&[])).await?;
+    publish_confirmed(&ch, "", &q, b"x", BasicProperties::default()).await?;
+    let mut c = ch.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+    let d = consume_n(&mut c, 1, Duration::from_secs(10)).await?.remove(0);
+    Ok((q, ch, c, d))
+}
+
+#[tokio::test]
+async fn unknown_delivery_tag_is_406() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let conn = connect(broker.uri()).await?;
+        let (q, ch, mut c, _d) = one_delivery(&conn).await?;
+        ch.basic_ack(42, BasicAckOptions::default()).await?;
+        let err = channel_close_reason(&mut c, Duration::from_secs(10)).await?;
+        assert_eq!(err, (406, "PRECONDITION_FAILED - unknown delivery tag 42".into()));
+        conn.create_channel().await?.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn double_ack_is_406() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let conn = connect(broker.uri()).await?;
+        let (q, ch, mut c, d) = one_delivery(&conn).await?;
+        ch.basic_ack(d.delivery_tag, BasicAckOptions::default()).await?;
+        ch.basic_ack(d.delivery_tag, BasicAckOptions::default()).await?;
+        let err = channel_close_reason(&mut c, Duration::from_secs(10)).await?;
+        assert_eq!(err, (406, format!("PRECONDITION_FAILED - unknown delivery tag {}", d.delivery_tag)));
+        conn.create_channel().await?.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn consume_from_missing_queue_is_404() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let conn = connect(broker.uri()).await?;
+        let ch = conn.create_channel().await?;
+        let q = unique("q.none");
+        let err = expect_amqp_error(ch.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await);
+        assert_eq!(err, (404, format!("NOT_FOUND - no queue '{q}' in vhost '/'")));
+        let ch = conn.create_channel().await?;
+        let err = expect_amqp_error(ch.basic_get(q.as_str().into(), Default::default()).await);
+        assert_eq!(err, (404, format!("NOT_FOUND - no queue '{q}' in vhost '/'")));
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn reused_consumer_tag_is_530() -> anyhow::Result<()> {
+    // A connection-level error in RabbitMQ.
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let conn = connect(broker.uri()).await?;
+        let ch = conn.create_channel().await?;
+        let q = unique("q.tag");
+        ch.queue_declare(q.as_str().into(), QueueDeclareOptions { durable: true, ..Default::default() }, quorum_args(&[])).await?;
+        let _c = ch.basic_consume(q.as_str().into(), "dup".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+        let err = expect_amqp_error(ch.basic_consume(q.as_str().into(), "dup".into(), BasicConsumeOptions::default(), FieldTable::default()).await);
+        assert_eq!(err, (530, "NOT_ALLOWED - attempt to reuse consumer tag 'dup'".into()));
+        let conn2 = connect(broker.uri()).await?;
+        conn2.create_channel().await?.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn bad_publish_properties_are_406() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let conn = connect(broker.uri()).await?;
+        let ch = confirm_channel(&conn).await?;
+        let pc = ch.basic_publish("amq.fanout".into(), "".into(), Default::default(), b"x", BasicProperties::default().with_user_id("mallory".into())).await?;
+        assert_eq!(expect_amqp_error(pc.await), (406, "PRECONDITION_FAILED - user_id property set to 'mallory' but authenticated user was 'guest'".into()));
+        let ch = confirm_channel(&conn).await?;
+        let pc = ch.basic_publish("amq.fanout".into(), "".into(), Default::default(), b"x", BasicProperties::default().with_expiration("soon".into())).await?;
+        assert_eq!(expect_amqp_error(pc.await), (406, "PRECONDITION_FAILED - invalid expiration 'soon': no_integer".into()));
+        let ch = confirm_channel(&conn).await?;
+        let pc = ch.basic_publish("amq.fanout".into(), "".into(), Default::default(), b"x", BasicProperties::default().with_expiration("-5".into())).await?;
+        assert_eq!(expect_amqp_error(pc.await), (406, "PRECONDITION_FAILED - invalid expiration '-5': {value_negative,-5}".into()));
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn wrong_protocol_header_gets_server_header_and_close() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        for header in [b"AMQP\x00\x00\x09\x02", b"AMQP\x00\x00\x08\x00", b"AMQP\x00\x01\x00\x00", b"XXXXXXXX"] {
+            let mut c = RawConn::connect(broker.uri()).await?;
+            c.send(header).await?;
+            let reply = c.read_exact(8, Duration::from_secs(10)).await?;
+            assert_eq!(reply, raw::PROTOCOL_HEADER, "reply to {header:?}");
+            assert!(c.wait_eof(Duration::from_secs(10)).await, "socket should close after the header reply");
+        }
+        RawConn::handshake(broker.uri()).await?;
+        Ok(())
+    })
+    .await
+}
+
+/// Sends `bytes` after a full handshake and expects connection.close with one
+/// of `codes` (or a dropped socket); then checks the broker still accepts.
+async fn abuse_after_handshake(uri: &str, bytes: &[u8], codes: &[u16]) -> anyhow::Result<Option<(u16, String)>> {
+    let mut c = RawConn::handshake(uri).await?;
+    let _ = c.send(bytes).await; // the server may already have closed
+    let reason = c.expect_connection_close(Duration::from_secs(10)).await?;
+    if let Some((code, text)) = &reason {
+        assert!(codes.contains(code), "close {code} {text}");
+    }
+    assert!(c.wait_eof(Duration::from_secs(10)).await, "socket should close");
+    let mut ok = RawConn::handshake(uri).await?;
+    ok.send_method(0, raw::Args::method(10, 50).u16(200).shortstr("OK").u16(0).u16(0)).await?;
+    Ok(reason)
+}
+
+#[tokio::test]
+async fn garbage_after_handshake_is_frame_error() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        // unknown frame type 9 (its "size" is huge)
+        let r = abuse_after_handshake(broker.uri(), b"\x09garbage-garbage-garbage\xce", &[501, 505]).await?;
+        if let Some((_, text)) = r {
+            assert!(text.starts_with("FRAME_ERROR - ") || text.starts_with("UNEXPECTED_FRAME - "), "{text}");
+        }
+        // a method frame with a bad frame-end octet
+        let mut bad_end = raw::frame(raw::FRAME_METHOD, 1, &raw::Args::method(20, 10).shortstr("").0);
+        *bad_end.last_mut().unwrap() = 0;
+        let r = abuse_after_handshake(broker.uri(), &bad_end, &[501]).await?;
+        assert_eq!(r.map(|(c, _)| c), Some(501));
+        // a content body frame on a channel with no publish in progress
+        let mut seq = raw::frame(raw::FRAME_METHOD, 1, &raw::Args::method(20, 10).shortstr("").0);
+        seq.extend(raw::frame(raw::FRAME_BODY, 1, b"orphan body"));
+        abuse_after_handshake(broker.uri(), &seq, &[501, 503, 505]).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn frame_larger_than_frame_max_is_501() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let probe = RawConn::handshake(broker.uri()).await?;
+        let frame_max = probe.frame_max as usize;
+        drop(probe);
+        let mut bytes = raw::frame(raw::FRAME_METHOD, 1, &raw::Args::method(20, 10).shortstr("").0);
+        let big = raw::Args::method(60, 40).u16(0).shortstr("").shortstr("k").u8(0).0.into_iter().chain(std::iter::repeat_n(0u8, frame_max + 100)).collect::<Vec<_>>();
+        bytes.extend(raw::frame(raw::FRAME_METHOD, 1, &big));
+        let r = abuse_after_handshake(broker.uri(), &bytes, &[501]).await?;
+        let (code, text) = r.expect("connection.close 501 expected");
+        assert_eq!(code, 501);
+        assert!(text.starts_with("FRAME_ERROR - "), "{text}");
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn channel_error_leaves_other_channels_working() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let conn = connect(broker.uri()).await?;
+        let good = confirm_channel(&conn).await?;
+        let bad = conn.create_channel().await?;
+        let q = unique("q.missing");
+        let err = expect_amqp_error(bad.queue_declare(q.as_str().into(), QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default()).await);
+        assert_eq!(err.0, 404);
+        publish_confirmed(&good, "amq.fanout", "", b"still fine", BasicProperties::default()).await?;
+        assert!(conn.status().connected());
+        close_connection(&conn).await
+    })
+    .await
+}

@@ -1,0 +1,163 @@
+//! Node-wide group commit: one thread makes the writes of *all* Raft groups durable with one sled
+//! flush and then completes every callback that was waiting for it.
+//!
+//! Why one flusher: every tree of a sled `Db` shares one log, so one `Db::flush` makes every earlier
+//! write of every group stable (architecture-anchors §2.1). openraft 0.9 waits for each `append`'s
+//! `LogFlushed` before doing anything else (§1.4), so the win is across groups: N groups blocked on
+//! their own flush share one physical sync (Ra's WAL, TiKV async-io).
+//!
+//! Invariant (openraft v2.rs durability contract, pitfall P1): a callback is completed only after a
+//! flush that *started after the callback was submitted* has returned. The loop therefore drains
+//! the queue first, flushes second, completes the drained callbacks third; callbacks submitted
+//! during a flush wait for the next round. Callers write to sled *before* they submit.
+//!
+//! It is a dedicated OS thread rather than a tokio task: sled's flush is blocking work, the thread
+//! survives any particular tokio runtime (openraft's test suite uses one runtime per test), and
+//! dropping the last handle joins it, so the `Db` is closed and its file lock released
+//! deterministically (needed to reopen a data dir in the same process).
+
+use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+
+use crate::StoreError;
+
+/// A completion run by the flusher thread after the flush that covers it: `Ok(())` once the
+/// writes made before [`Flusher::submit`] are durable, `Err` with the flush's I/O error otherwise.
+/// Must be quick and must not block (it runs on the flusher thread).
+pub type FlushCallback = Box<dyn FnOnce(Result<(), io::Error>) + Send + 'static>;
+
+/// Counters of a [`Flusher`], monotonically increasing since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlusherStats {
+    /// Number of physical flushes performed (successful or not).
+    pub flushes: u64,
+    /// Number of callbacks completed; `callbacks / flushes` is the mean group-commit batch size.
+    pub callbacks: u64,
+    /// Number of flushes that returned an error.
+    pub errors: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    flushes: AtomicU64,
+    callbacks: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// Handle to the node-wide flusher thread. Cheap to clone; the thread stops (and is joined) when
+/// the last handle is dropped.
+#[derive(Clone)]
+pub struct Flusher {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    tx: Option<mpsc::Sender<FlushCallback>>,
+    thread: Option<JoinHandle<()>>,
+    counters: Arc<Counters>,
+}
+
+impl Flusher {
+    /// Start a flusher thread named `name` that calls `flush` once per batch of callbacks.
+    ///
+    /// `NodeStore::open` passes `Db::flush`; tests pass an instrumented function.
+    /// Errors: [`StoreError::Flush`] if the OS refuses to spawn the thread.
+    pub fn start<F>(name: &str, mut flush: F) -> Result<Flusher, StoreError>
+    where
+        F: FnMut() -> io::Result<()> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel::<FlushCallback>();
+        let counters = Arc::new(Counters::default());
+        let c = counters.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                // Ends when every Sender (every Flusher handle) is gone.
+                while let Ok(first) = rx.recv() {
+                    let mut batch = vec![first];
+                    batch.extend(rx.try_iter());
+                    let res = flush();
+                    c.flushes.fetch_add(1, Ordering::Relaxed);
+                    c.callbacks.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    let err = res.err().map(|e| {
+                        c.errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(error = %e, waiting = batch.len(), "raft-log flush failed");
+                        (e.kind(), e.to_string())
+                    });
+                    for cb in batch {
+                        let r = match &err {
+                            None => Ok(()),
+                            Some((kind, msg)) => Err(io::Error::new(*kind, msg.clone())),
+                        };
+                        if catch_unwind(AssertUnwindSafe(|| cb(r))).is_err() {
+                            tracing::error!("raft-log flush callback panicked");
+                        }
+                    }
+                }
+            })
+            .map_err(StoreError::Flush)?;
+        Ok(Flusher {
+            shared: Arc::new(Shared {
+                tx: Some(tx),
+                thread: Some(thread),
+                counters,
+            }),
+        })
+    }
+
+    /// Queue `cb` behind the next flush. Returns at once; `cb` runs on the flusher thread.
+    ///
+    /// Everything written to the `Db` before this call is covered by the flush that completes
+    /// `cb`. Errors: [`StoreError::FlusherStopped`] if the thread is gone (`cb` is dropped
+    /// without being called).
+    pub fn submit(&self, cb: FlushCallback) -> Result<(), StoreError> {
+        let tx = self.shared.tx.as_ref().ok_or(StoreError::FlusherStopped)?;
+        tx.send(cb).map_err(|_| StoreError::FlusherStopped)
+    }
+
+    /// Wait until everything written before this call is durable (shares the flush with every
+    /// other waiter of the same round).
+    ///
+    /// Errors: [`StoreError::Flush`] with the flush's I/O error; [`StoreError::FlusherStopped`].
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit(Box::new(move |r| {
+            let _ = tx.send(r);
+        }))?;
+        rx.await
+            .map_err(|_| StoreError::FlusherStopped)?
+            .map_err(StoreError::Flush)
+    }
+
+    /// Number of live handles to this flusher (every `NodeStore` clone, `LogStore`,
+    /// `GroupStateMachine` and snapshot builder holds one).
+    pub fn handles(&self) -> usize {
+        Arc::strong_count(&self.shared)
+    }
+
+    /// Snapshot of the counters (for metrics and tests).
+    pub fn stats(&self) -> FlusherStats {
+        let c = &self.shared.counters;
+        FlusherStats {
+            flushes: c.flushes.load(Ordering::Relaxed),
+            callbacks: c.callbacks.load(Ordering::Relaxed),
+            errors: c.errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Closing the channel ends the loop after the queued callbacks were completed.
+        drop(self.tx.take());
+        if let Some(thread) = self.thread.take() {
+            // A callback may hold the last handle; the thread must not join itself.
+            if thread.thread().id() != std::thread::current().id() && thread.join().is_err() {
+                tracing::error!("raft-log flusher thread panicked");
+            }
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! `raft-log`: openraft 0.9.25 storage-v2 (`RaftLogStorage` + `RaftStateMachine`) on sled, for many
+//! Raft groups in one node (one group per queue incarnation).
+//!
+//! - [`NodeStore`]: one sled `Db` per node + the node-wide [`Flusher`] (group commit).
+//! - [`LogStore`]: a group's log, vote and committed id (`log/<gid>`, `meta/<gid>`).
+//! - [`GroupStateMachine`]: a group's in-memory [`Machine`] + persisted snapshot (`snap/<gid>`).
+//! - [`codec`]: the byte format (bincode 2 standard config).
+//!
+//! Recovery model: the machine is not persisted on every apply; its durable form is the last
+//! snapshot plus the committed log tail, which openraft re-applies at `Raft::new`
+//! (architecture-anchors §1.5, §2.7). Keep a snapshot policy active (`LogsSinceLast(n)`).
+
+#![warn(missing_docs)]
+
+pub mod codec;
+mod error;
+mod flusher;
+pub mod keys;
+mod log_store;
+mod machine;
+mod node_store;
+mod snapshot;
+mod state_machine;
+
+/// Identifier of one Raft group: a fresh u64 per queue incarnation, never reused (pitfall P9).
+pub type GroupId = u64;
+
+pub use error::StoreError;
+pub use flusher::{FlushCallback, Flusher, FlusherStats};
+pub use log_store::LogStore;
+pub use machine::{ApplyMeta, Machine};
+pub use node_store::NodeStore;
+pub use snapshot::{SnapshotHeader, SnapshotPayload};
+pub use state_machine::{GroupSnapshotBuilder, GroupStateMachine, GroupTypeConfig};

@@ -1,0 +1,149 @@
+//! Node-wide group commit: callbacks complete only after a flush that started after they were
+//! submitted; many callbacks share one flush; flush errors reach every waiter; two Raft groups on
+//! one `NodeStore` append concurrently.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use common::{bounded, config, items, open, start_node, stop, wait_leader};
+use raft_log::{Flusher, FlusherStats, StoreError};
+use tempfile::TempDir;
+
+const T: Duration = Duration::from_secs(10);
+
+#[test]
+fn callback_never_fires_before_its_flush_and_batches_share_one_flush() {
+    let done = Arc::new(AtomicU64::new(0)); // completed flushes
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    let (gate_tx, gate_rx) = mpsc::channel::<()>();
+    let d = done.clone();
+    let flusher = Flusher::start("test-flusher", move || {
+        started_tx.send(()).map_err(io::Error::other)?;
+        gate_rx.recv_timeout(T).map_err(io::Error::other)?;
+        d.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    })
+    .unwrap();
+
+    // Each callback reports how many flushes had completed when it fired.
+    let (fired_tx, fired_rx) = mpsc::channel::<(u32, u64)>();
+    let submit = |id: u32| {
+        let (tx, done) = (fired_tx.clone(), done.clone());
+        flusher
+            .submit(Box::new(move |r| {
+                r.expect("flush ok");
+                tx.send((id, done.load(Ordering::SeqCst))).unwrap();
+            }))
+            .unwrap();
+    };
+
+    submit(0);
+    started_rx.recv_timeout(T).expect("flush 1 started");
+    for id in 1..10 {
+        submit(id); // queued while flush 1 runs: must wait for flush 2
+    }
+    assert!(
+        fired_rx.recv_timeout(Duration::from_millis(100)).is_err(),
+        "fired before flush 1 finished"
+    );
+
+    gate_tx.send(()).unwrap(); // finish flush 1
+    assert_eq!(fired_rx.recv_timeout(T).unwrap(), (0, 1));
+    started_rx.recv_timeout(T).expect("flush 2 started");
+    assert!(
+        fired_rx.recv_timeout(Duration::from_millis(100)).is_err(),
+        "fired before flush 2 finished"
+    );
+
+    gate_tx.send(()).unwrap(); // finish flush 2
+    let mut rest: Vec<(u32, u64)> = (1..10).map(|_| fired_rx.recv_timeout(T).unwrap()).collect();
+    rest.sort();
+    assert_eq!(rest, (1..10).map(|id| (id, 2)).collect::<Vec<_>>());
+    assert_eq!(
+        flusher.stats(),
+        FlusherStats {
+            flushes: 2,
+            callbacks: 10,
+            errors: 0
+        }
+    );
+}
+
+#[tokio::test]
+async fn flush_error_reaches_every_waiter() {
+    bounded(async {
+        let flusher =
+            Flusher::start("test-flusher", || Err(io::Error::other("disk gone"))).unwrap();
+        let (a, b) = tokio::join!(flusher.flush(), flusher.flush());
+        for r in [a, b] {
+            match r {
+                Err(StoreError::Flush(e)) => assert!(e.to_string().contains("disk gone")),
+                other => panic!("want flush error, got {other:?}"),
+            }
+        }
+        assert!(flusher.stats().errors >= 1);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_groups_append_concurrently_on_one_node_store() {
+    bounded(async {
+        let dir = TempDir::new().unwrap();
+        let ns = open(dir.path());
+        let a = start_node(&ns, 1, config(1, 10_000, 1000)).await;
+        let b = start_node(&ns, 2, config(2, 10_000, 1000)).await;
+        for n in [&a, &b] {
+            n.raft.initialize(BTreeSet::from([1u64])).await.unwrap();
+            wait_leader(n).await;
+        }
+        let before = ns.flusher().stats();
+
+        // 2 groups x 8 concurrent writers x 25 commands
+        let mut tasks = tokio::task::JoinSet::new();
+        for (g, node) in [(1u64, &a), (2u64, &b)] {
+            for w in 0..8u64 {
+                let raft = node.raft.clone();
+                tasks.spawn(async move {
+                    for i in 0..25u64 {
+                        raft.client_write(g * 1_000_000 + w * 1000 + i)
+                            .await
+                            .expect("client_write");
+                    }
+                });
+            }
+        }
+        while let Some(r) = tasks.join_next().await {
+            r.unwrap();
+        }
+
+        for (g, node) in [(1u64, &a), (2u64, &b)] {
+            let mut got = items(node);
+            assert_eq!(got.len(), 200);
+            assert!(
+                got.iter().all(|c| c / 1_000_000 == g),
+                "group {g} saw another group's command"
+            );
+            got.sort();
+            got.dedup();
+            assert_eq!(got.len(), 200);
+        }
+        let after = ns.flusher().stats();
+        let (flushes, callbacks) = (
+            after.flushes - before.flushes,
+            after.callbacks - before.callbacks,
+        );
+        eprintln!("400 writes: {callbacks} flush waiters served by {flushes} flushes");
+        assert!(callbacks >= 400);
+
+        a.raft.shutdown().await.unwrap();
+        drop(a);
+        stop(b, ns).await;
+    })
+    .await
+}
