@@ -2,18 +2,21 @@
 # Runs the pika compatibility tests (cluster-tests/pika) twice and prints both
 # results: against RabbitMQ (expected running at $RABBITMQ_URL, default
 # amqp://guest:guest@127.0.0.1:5672/%2f) and against a quorumq this script
-# starts itself (port $QUORUMQ_PORT, default 5673). Exit 0 only if both pass.
+# starts itself (port $QUORUMQ_PORT, default 5673 if free). Exit 0 only if both pass.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 pika_dir="$here/../pika"
 rabbit_url="${RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
-export QUORUMQ_PORT="${QUORUMQ_PORT:-5673}"
+# 5673 unless it is taken (then with-quorumq.sh picks a free port).
+if [ -z "${QUORUMQ_PORT:-}" ] && ! (exec 3<>/dev/tcp/127.0.0.1/5673) 2>/dev/null; then
+  export QUORUMQ_PORT=5673
+fi
 
 echo "=== pika tests against RabbitMQ ($rabbit_url)"
 AMQP_URL="$rabbit_url" timeout 600 python3 -m pytest -q -p no:cacheprovider "$pika_dir"
 rabbit_rc=$?
 
-echo "=== pika tests against quorumq (127.0.0.1:$QUORUMQ_PORT)"
+echo "=== pika tests against quorumq (port ${QUORUMQ_PORT:-any free})"
 timeout 600 "$here/with-quorumq.sh" python3 -m pytest -q -p no:cacheprovider "$pika_dir"
 quorumq_rc=$?
 

@@ -70,6 +70,7 @@ async fn consume_all(uri: &str, q: &str, expected: usize) -> anyhow::Result<(Has
             }
         }
     }
+    ch.queue_delete(q.into(), Default::default()).await?;
     close_connection(&conn).await?;
     Ok((seen, dups))
 }

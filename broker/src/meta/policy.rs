@@ -99,41 +99,43 @@ fn str_in(v: &Value, allowed: &[&str]) -> bool {
 /// Err = the detail text RabbitMQ gives (observed e.g. `-1 is not a valid
 /// maximum length`).
 fn validate_key(key: &str, v: &Value) -> Result<bool, String> {
-    let bad = |what: &str| Err(format!("{} is not a valid {what}", erl_json(v)));
-    let ok = match key {
-        "alternate-exchange" => v.is_string() || return bad("alternate exchange name"),
-        "dead-letter-exchange" => v.is_string() || return bad("dead letter exchange name"),
-        "dead-letter-routing-key" => v.is_string() || return bad("dead letter routing key"),
-        "dead-letter-strategy" => str_in(v, &["at-most-once", "at-least-once"]) || return bad("dead letter strategy"),
-        "message-ttl" => int_at_least(v, 0) || return bad("message TTL"),
-        "expires" => int_at_least(v, 1) || return bad("queue expiry"),
-        "max-length" => int_at_least(v, 0) || return bad("maximum length"),
-        "max-length-bytes" => int_at_least(v, 0) || return bad("maximum length in bytes"),
-        "max-in-memory-length" | "max-in-memory-bytes" => int_at_least(v, 0) || return bad("maximum memory in bytes"),
-        "queue-mode" => str_in(v, &["default", "lazy"]) || return bad("queue-mode value"),
-        "queue-version" => matches!(v.as_i64(), Some(1 | 2)) || return bad("queue-version value"),
-        "overflow" => {
-            str_in(v, &["drop-head", "reject-publish", "reject-publish-dlx"]) || return bad("overflow value")
-        }
+    // (value is valid, what RabbitMQ calls it in the error text)
+    let (valid, what) = match key {
+        "alternate-exchange" => (v.is_string(), "alternate exchange name"),
+        "dead-letter-exchange" => (v.is_string(), "dead letter exchange name"),
+        "dead-letter-routing-key" => (v.is_string(), "dead letter routing key"),
+        "dead-letter-strategy" => (str_in(v, &["at-most-once", "at-least-once"]), "dead letter strategy"),
+        "message-ttl" => (int_at_least(v, 0), "message TTL"),
+        "expires" => (int_at_least(v, 1), "queue expiry"),
+        "max-length" => (int_at_least(v, 0), "maximum length"),
+        "max-length-bytes" => (int_at_least(v, 0), "maximum length in bytes"),
+        "max-in-memory-length" | "max-in-memory-bytes" => (int_at_least(v, 0), "maximum memory in bytes"),
+        "queue-mode" => (str_in(v, &["default", "lazy"]), "queue-mode value"),
+        "queue-version" => (matches!(v.as_i64(), Some(1 | 2)), "queue-version value"),
+        "overflow" => (str_in(v, &["drop-head", "reject-publish", "reject-publish-dlx"]), "overflow value"),
         // 3.10.8 requires >= 0 (4.x accepts any integer).
-        "delivery-limit" => int_at_least(v, 0) || return bad("delivery limit"),
-        "max-age" => v.as_str().map(valid_max_age).unwrap_or(false) || return bad("max age"),
-        "queue-leader-locator" => {
-            str_in(v, &["client-local", "balanced", "random", "least-leaders"])
-                || return bad("queue leader locator value")
-        }
-        "initial-cluster-size" => int_at_least(v, 0) || return bad("cluster size"),
-        "stream-max-segment-size-bytes" => {
-            (int_at_least(v, 0) && v.as_i64().map(|i| i <= 3_000_000_000).unwrap_or(false))
-                || return bad("segment size")
-        }
+        "delivery-limit" => (int_at_least(v, 0), "delivery limit"),
+        "max-age" => (v.as_str().map(valid_max_age).unwrap_or(false), "max age"),
+        "queue-leader-locator" => (
+            str_in(v, &["client-local", "balanced", "random", "least-leaders"]),
+            "queue leader locator value",
+        ),
+        "initial-cluster-size" => (int_at_least(v, 0), "cluster size"),
+        "stream-max-segment-size-bytes" => (
+            int_at_least(v, 0) && v.as_i64().map(|i| i <= 3_000_000_000).unwrap_or(false),
+            "segment size",
+        ),
         // Classic-mirroring and master-locator keys: accepted without deep
         // validation (they make a policy inapplicable to quorum queues anyway).
         "ha-mode" | "ha-params" | "ha-sync-mode" | "ha-sync-batch-size" | "ha-promote-on-shutdown"
-        | "ha-promote-on-failure" | "queue-master-locator" => true,
-        _ => false,
+        | "ha-promote-on-failure" | "queue-master-locator" => (true, ""),
+        _ => return Ok(false),
     };
-    Ok(ok)
+    if valid {
+        Ok(true)
+    } else {
+        Err(format!("{} is not a valid {what}", erl_json(v)))
+    }
 }
 
 /// Validates a policy as `rabbitmqctl set_policy` does (3.10.8): apply-to,
@@ -269,7 +271,7 @@ mod tests {
 
     #[test]
     fn precedence_and_applicability() {
-        let ps = vec![
+        let ps = [
             stored(pol("hi", "^p_", json!({"max-length": 5, "queue-mode": "lazy"}), 10, "queues")),
             stored(pol("lo", "^p_", json!({"max-length": 7}), 1, "queues")),
             stored(pol("lo2", "^p_", json!({"max-length": 3}), 1, "queues")),
@@ -282,7 +284,9 @@ mod tests {
         assert_eq!(select(ps.iter(), Target::Queue(QueueType::Classic), "p_a").unwrap().name, "hi");
         assert_eq!(select(ps.iter(), Target::Exchange, "p_x").unwrap().name, "ex");
         assert!(select(ps.iter(), Target::Queue(QueueType::Quorum), "zz").is_none());
-        // Unanchored search, like re:run.
-        assert_eq!(select(ps.iter(), Target::Exchange, "a_p_x").unwrap().name, "ex");
+        // `^` anchors; otherwise the search is unanchored, like re:run.
+        assert!(select(ps.iter(), Target::Exchange, "a_p_x").is_none());
+        let un = [stored(pol("un", "p_x", json!({"alternate-exchange": "ae"}), 0, "all"))];
+        assert_eq!(select(un.iter(), Target::Exchange, "a_p_x_b").unwrap().name, "un");
     }
 }

@@ -7,7 +7,7 @@ use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
 use serde::{Deserialize, Serialize};
 
 use super::error::AmqpError;
-use super::value::{as_integer, as_longstr, erl_eq, erl_p, erl_s_or_p, lookup, type_class, type_name};
+use super::value::{as_integer, as_longstr, erl_eq, erl_s_or_p, lookup, type_class, type_name};
 
 /// Largest TTL / expiry accepted: 10 years in ms (`rabbit_misc:check_expiry/1`).
 pub const MAX_EXPIRY_MS: i128 = 315_360_000_000;
@@ -365,7 +365,7 @@ pub fn check_declare_arguments(args: &FieldTable, rs_text: &str) -> Result<Queue
             check_arg(key, v, args).map_err(|term| invalid_arg(key, rs_text, &term))?;
         }
     }
-    for (k, _) in args.inner() {
+    for k in args.inner().keys() {
         let k = k.as_str();
         if ALL_KNOWN_ARGS.contains(&k) && !supported.contains(&k) {
             return Err(AmqpError::precondition_failed(format!(
@@ -451,11 +451,6 @@ pub fn assert_args_equivalence(
         }
     }
     Ok(())
-}
-
-/// Erlang `~p` of a whole argument value, for diagnostics.
-pub fn describe(v: &AMQPValue) -> String {
-    format!("{{{},{}}}", type_name(v), erl_p(v))
 }
 
 #[cfg(test)]

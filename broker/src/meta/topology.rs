@@ -514,7 +514,7 @@ impl Topology {
         let Some(bs) = v.bindings.get(&x.name) else { return };
         for b in bs {
             let hit = match x.kind {
-                ExchangeKind::Direct => keys.iter().any(|k| *k == b.routing_key),
+                ExchangeKind::Direct => keys.contains(&b.routing_key),
                 ExchangeKind::Fanout => true,
                 ExchangeKind::Topic => keys.iter().any(|k| topic_matches(&b.routing_key, k)),
                 ExchangeKind::Headers => headers_match(&b.arguments, headers),

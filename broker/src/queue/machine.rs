@@ -26,6 +26,14 @@ use super::types::{Effect, QueueCommand, QueueConfig, QueueReply};
 /// - Publishers are unblocked when the queue is at or below 80 % of every
 ///   limit, and also when overflow stops being reject-publish or the limits
 ///   are removed (3.10 has no such step, spec §1.6; a permanent block is worse).
+/// - x-expires: `QueueExpired` needs no consumer *record* at all (3.10
+///   `is_expired`): a cancelled consumer or a basic.get slot still holding
+///   unacked messages keeps the queue alive. Checked on `Tick` only.
+/// - `ExpiryTimer` is emitted when the head's expiry differs from the last
+///   one emitted (not on every command), and on every `Tick` if the head has
+///   one; a new leader reads `next_expiry_ms()`.
+/// - Unknown ids, unknown consumers, and settles by the wrong consumer are
+///   ignored (spec §2.2).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueMachine {
     pub(super) config: QueueConfig,

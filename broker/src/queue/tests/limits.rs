@@ -170,3 +170,41 @@ fn a_return_can_push_the_queue_over_and_block() {
     let e = ret(&mut q, 3, cid(1), &[0]);
     assert_eq!(blocked(&e), vec![true]);
 }
+
+#[test]
+fn purge_unblocks_publishers() {
+    let mut q = QueueMachine::new(reject(Some(2), None));
+    enqueue_n_outcomes(&mut q, 0, 3);
+    assert!(q.publishers_blocked());
+    let (r, e) = run(&mut q, QueueCommand::Purge { now_ms: 1 });
+    assert_eq!(r, QueueReply::Purged(3));
+    assert_eq!(blocked(&e), vec![false]);
+}
+
+#[test]
+fn a_consumer_draining_the_queue_unblocks_publishers() {
+    let mut q = QueueMachine::new(reject(Some(2), None));
+    enqueue_n_outcomes(&mut q, 0, 3);
+    let e = checkout(&mut q, 1, cid(1), 0);
+    assert_eq!(delivered_ids(&e), vec![0, 1, 2]);
+    assert_eq!(blocked(&e), vec![false]);
+}
+
+#[test]
+fn blocked_is_announced_once() {
+    let mut q = QueueMachine::new(reject(Some(1), None));
+    let (_, e) = enqueue_n_outcomes(&mut q, 0, 5);
+    assert_eq!(blocked(&e), vec![true]);
+    let (_, e) = enqueue_n_outcomes(&mut q, 1, 5);
+    assert!(e.is_empty());
+}
+
+#[test]
+fn expiry_makes_room_under_reject_publish_at_most_once() {
+    let mut q = QueueMachine::new(QueueConfig { message_ttl_ms: Some(10), ..reject(Some(1), None) });
+    enqueue_n_outcomes(&mut q, 0, 3);
+    assert!(q.publishers_blocked());
+    let e = tick(&mut q, 10);
+    assert_eq!(dropped(&e), vec![0, 1]);
+    assert_eq!(blocked(&e), vec![false]);
+}
