@@ -30,7 +30,12 @@ pub struct ConsumerRegistry {
 impl ConsumerRegistry {
     /// Registry of node `node` in boot `epoch`.
     pub fn new(node: u64, epoch: u32) -> Arc<Self> {
-        Arc::new(ConsumerRegistry { node, epoch, next_seq: AtomicU32::new(1), mailboxes: RwLock::new(HashMap::new()) })
+        Arc::new(ConsumerRegistry {
+            node,
+            epoch,
+            next_seq: AtomicU32::new(1),
+            mailboxes: RwLock::new(HashMap::new()),
+        })
     }
 
     /// This node's boot epoch.
@@ -40,7 +45,11 @@ impl ConsumerRegistry {
 
     /// A fresh consumer id delivering into `mailbox`.
     pub fn register(&self, mailbox: UnboundedSender<QueueDelivery>) -> ConsumerId {
-        let id = ConsumerId { node: self.node, epoch: self.epoch, seq: self.next_seq.fetch_add(1, Ordering::Relaxed) };
+        let id = ConsumerId {
+            node: self.node,
+            epoch: self.epoch,
+            seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
+        };
         if let Ok(mut m) = self.mailboxes.write() {
             m.insert(id, mailbox);
         }
@@ -57,7 +66,9 @@ impl ConsumerRegistry {
 
     /// Hands a delivery to its consumer's connection; false if it is gone.
     pub fn deliver(&self, d: QueueDelivery) -> bool {
-        let Ok(m) = self.mailboxes.read() else { return false };
+        let Ok(m) = self.mailboxes.read() else {
+            return false;
+        };
         match m.get(&d.consumer) {
             Some(tx) => tx.send(d).is_ok(),
             None => false,

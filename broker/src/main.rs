@@ -11,7 +11,11 @@ use quorumq::node::Broker;
 
 /// Command-line flags; they override the config file.
 #[derive(Parser, Debug)]
-#[command(name = "quorumq", version, about = "RabbitMQ-compatible broker with Raft-replicated quorum queues")]
+#[command(
+    name = "quorumq",
+    version,
+    about = "RabbitMQ-compatible broker with Raft-replicated quorum queues"
+)]
 struct Args {
     /// TOML configuration file (see deploy/quorumq.toml).
     #[arg(long)]
@@ -32,7 +36,10 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,openraft=warn,sled=warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,openraft=warn,sled=warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
@@ -52,7 +59,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(v) = args.node_id {
         config.node_id = v;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(run(config))
 }
 
@@ -60,11 +69,16 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let amqp = tokio::net::TcpListener::bind(&config.amqp_listen)
         .await
         .with_context(|| format!("binding AMQP listener {}", config.amqp_listen))?;
-    let cluster_addr: SocketAddr = config.cluster_listen.parse().context("cluster_listen must be host:port")?;
+    let cluster_addr: SocketAddr = config
+        .cluster_listen
+        .parse()
+        .context("cluster_listen must be host:port")?;
     let cluster = tokio::net::TcpListener::bind(cluster_addr)
         .await
         .with_context(|| format!("binding cluster listener {cluster_addr}"))?;
-    let broker = Broker::start(config.clone()).await.context("starting node")?;
+    let broker = Broker::start(config.clone())
+        .await
+        .context("starting node")?;
     let admin = quorumq::admin::AdminService::server(broker.clone());
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()

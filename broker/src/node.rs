@@ -24,9 +24,9 @@ use crate::meta::{QueueKind, QueueRecord};
 use crate::queue::bodies::{MemBodies, SledBodies};
 use crate::queue::handle::QueueHandle;
 use crate::queue::host::{QueueContext, QueueHost};
-use crate::queue::QueueMachine;
 use crate::queue::runtime;
 use crate::queue::types::{QueueCommand, QueueConfig};
+use crate::queue::QueueMachine;
 
 /// sled page cache (bytes). Small on purpose: bodies are read once per
 /// delivery, and the RSS budget (1M ready 1 KiB messages ≤ 400 MiB) is
@@ -76,15 +76,25 @@ impl Broker {
         std::fs::create_dir_all(&dir)?;
         let store = NodeStore::open(&dir, CACHE_BYTES)?;
         let epoch = next_epoch(store.db())?;
-        let origin = Origin { node: config.node_id, epoch };
+        let origin = Origin {
+            node: config.node_id,
+            epoch,
+        };
         let consumers = ConsumerRegistry::new(config.node_id, epoch);
         let sm = store.state_machine::<TypeConfig, MetaHost>(META_GROUP, MetaHost::new())?;
         let meta = sm.machine();
         let log = store.log_store::<TypeConfig>(META_GROUP)?;
-        let raft_cfg = Arc::new(raft_config(META_GROUP).map_err(|e| NodeError::Raft(e.to_string()))?);
-        let meta_raft = Raft::new(config.node_id, raft_cfg, Network { group: META_GROUP }, log, sm)
-            .await
-            .map_err(|e| NodeError::Raft(e.to_string()))?;
+        let raft_cfg =
+            Arc::new(raft_config(META_GROUP).map_err(|e| NodeError::Raft(e.to_string()))?);
+        let meta_raft = Raft::new(
+            config.node_id,
+            raft_cfg,
+            Network { group: META_GROUP },
+            log,
+            sm,
+        )
+        .await
+        .map_err(|e| NodeError::Raft(e.to_string()))?;
         initialize_single(&meta_raft, config.node_id, &config.cluster_listen).await?;
         let broker = Arc::new(Broker {
             config,
@@ -131,6 +141,11 @@ impl Broker {
 
     async fn wait_leader(&self, raft: &Raft) -> Result<(), NodeError> {
         let id = self.config.node_id;
+        // A restarted single-voter group would wait a whole election
+        // timeout; ask for the election at once.
+        if raft.current_leader().await != Some(id) {
+            let _ = raft.trigger().elect().await;
+        }
         raft.wait(Some(Duration::from_secs(30)))
             .metrics(|m| m.current_leader == Some(id), "leader elected")
             .await
@@ -174,7 +189,10 @@ impl Broker {
 
     /// All queue handles on this node.
     pub fn queue_handles(&self) -> Vec<Arc<QueueHandle>> {
-        self.queues.read().map(|q| q.values().cloned().collect()).unwrap_or_default()
+        self.queues
+            .read()
+            .map(|q| q.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Routes a publish: target queue handles, in the topology's order.
@@ -186,13 +204,25 @@ impl Broker {
         headers: Option<&FieldTable>,
     ) -> Result<Vec<Arc<QueueHandle>>, ProtocolError> {
         let names = {
-            let meta = self.meta.lock().map_err(|_| ProtocolError::internal("meta lock poisoned"))?;
+            let meta = self
+                .meta
+                .lock()
+                .map_err(|_| ProtocolError::internal("meta lock poisoned"))?;
             let topo = meta.topology();
             let names = topo.route(vhost, exchange, routing_keys, headers)?;
-            names.into_iter().filter_map(|n| topo.queue(vhost, &n).map(|r| r.group_id)).collect::<Vec<u64>>()
+            names
+                .into_iter()
+                .filter_map(|n| topo.queue(vhost, &n).map(|r| r.group_id))
+                .collect::<Vec<u64>>()
         };
-        let queues = self.queues.read().map_err(|_| ProtocolError::internal("queue table poisoned"))?;
-        Ok(names.iter().filter_map(|g| queues.get(g).cloned()).collect())
+        let queues = self
+            .queues
+            .read()
+            .map_err(|_| ProtocolError::internal("queue table poisoned"))?;
+        Ok(names
+            .iter()
+            .filter_map(|g| queues.get(g).cloned())
+            .collect())
     }
 
     /// Effective configuration of a queue (arguments + policy).
@@ -209,7 +239,10 @@ impl Broker {
     }
 
     /// Opens the group of a declared queue if this node doesn't run it yet.
-    pub async fn ensure_queue(self: &Arc<Self>, rec: &QueueRecord) -> Result<Arc<QueueHandle>, ProtocolError> {
+    pub async fn ensure_queue(
+        self: &Arc<Self>,
+        rec: &QueueRecord,
+    ) -> Result<Arc<QueueHandle>, ProtocolError> {
         if let Some(h) = self.queue_by_group(rec.group_id) {
             return Ok(h);
         }
@@ -217,7 +250,10 @@ impl Broker {
         if let Some(h) = self.queue_by_group(rec.group_id) {
             return Ok(h);
         }
-        let handle = self.open_queue(rec).await.map_err(|e| ProtocolError::internal(e))?;
+        let handle = self
+            .open_queue(rec)
+            .await
+            .map_err(|e| ProtocolError::internal(e))?;
         if let Ok(mut q) = self.queues.write() {
             q.insert(rec.group_id, handle.clone());
         }
@@ -225,7 +261,10 @@ impl Broker {
         Ok(handle)
     }
 
-    async fn open_queue(self: &Arc<Self>, rec: &QueueRecord) -> Result<Arc<QueueHandle>, NodeError> {
+    async fn open_queue(
+        self: &Arc<Self>,
+        rec: &QueueRecord,
+    ) -> Result<Arc<QueueHandle>, NodeError> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let ctx = Arc::new(QueueContext {
             group: rec.group_id,
@@ -240,29 +279,63 @@ impl Broker {
             QueueKind::Quorum => {
                 let bodies = SledBodies::open(self.store.db(), rec.group_id)?;
                 let host = QueueHost::new(machine, Box::new(bodies), ctx.clone());
-                let sm = self.store.state_machine::<TypeConfig, QueueHost>(rec.group_id, host)?;
+                let sm = self
+                    .store
+                    .state_machine::<TypeConfig, QueueHost>(rec.group_id, host)?;
                 let host = sm.machine();
                 let log = self.store.log_store::<TypeConfig>(rec.group_id)?;
-                let cfg = Arc::new(raft_config(rec.group_id).map_err(|e| NodeError::Raft(e.to_string()))?);
-                let raft = Raft::new(self.config.node_id, cfg, Network { group: rec.group_id }, log, sm)
-                    .await
-                    .map_err(|e| NodeError::Raft(e.to_string()))?;
+                let cfg = Arc::new(
+                    raft_config(rec.group_id).map_err(|e| NodeError::Raft(e.to_string()))?,
+                );
+                let raft = Raft::new(
+                    self.config.node_id,
+                    cfg,
+                    Network {
+                        group: rec.group_id,
+                    },
+                    log,
+                    sm,
+                )
+                .await
+                .map_err(|e| NodeError::Raft(e.to_string()))?;
                 initialize_single(&raft, self.config.node_id, &self.config.cluster_listen).await?;
                 self.wait_leader(&raft).await?;
                 ctx.live.store(true, Ordering::Release);
-                let h = Arc::new(QueueHandle::raft(rec.vhost.clone(), rec.name.clone(), raft, host, ctx, self.origin));
+                let h = Arc::new(QueueHandle::raft(
+                    rec.vhost.clone(),
+                    rec.name.clone(),
+                    raft,
+                    host,
+                    ctx,
+                    self.origin,
+                ));
                 // Consumers of this node's earlier boots are gone (spec §2.3).
                 let _ = h
-                    .call(QueueCommand::NodeRestarted { now_ms: now_ms_raw(), node: self.config.node_id, epoch: self.origin.epoch })
+                    .call(QueueCommand::NodeRestarted {
+                        now_ms: now_ms_raw(),
+                        node: self.config.node_id,
+                        epoch: self.origin.epoch,
+                    })
                     .await;
                 // Adopt policy changes made while the queue was down.
-                let _ = h.call(QueueCommand::UpdateConfig { now_ms: now_ms_raw(), config }).await;
+                let _ = h
+                    .call(QueueCommand::UpdateConfig {
+                        now_ms: now_ms_raw(),
+                        config,
+                    })
+                    .await;
                 h
             }
             QueueKind::Local { .. } => {
                 let host = QueueHost::new(machine, Box::new(MemBodies::default()), ctx.clone());
                 ctx.live.store(true, Ordering::Release);
-                Arc::new(QueueHandle::local(rec.vhost.clone(), rec.name.clone(), Arc::new(Mutex::new(host)), ctx, self.origin))
+                Arc::new(QueueHandle::local(
+                    rec.vhost.clone(),
+                    rec.name.clone(),
+                    Arc::new(Mutex::new(host)),
+                    ctx,
+                    self.origin,
+                ))
             }
         };
         runtime::spawn(Arc::downgrade(self), handle.clone(), rx);
@@ -270,9 +343,20 @@ impl Broker {
     }
 
     /// Deletes a queue: the meta record, then the group and its storage.
-    pub async fn delete_queue(&self, vhost: &str, name: &str) -> Result<Option<QueueRecord>, ProtocolError> {
-        let reply = self.meta_write(MetaCommand::DeleteQueue { vhost: vhost.into(), name: name.into() }).await?;
-        let MetaReply::QueueDeleted(rec) = reply else { return Ok(None) };
+    pub async fn delete_queue(
+        &self,
+        vhost: &str,
+        name: &str,
+    ) -> Result<Option<QueueRecord>, ProtocolError> {
+        let reply = self
+            .meta_write(MetaCommand::DeleteQueue {
+                vhost: vhost.into(),
+                name: name.into(),
+            })
+            .await?;
+        let MetaReply::QueueDeleted(rec) = reply else {
+            return Ok(None);
+        };
         if let Some(rec) = &rec {
             self.drop_queue_group(rec.group_id).await;
         }
@@ -288,7 +372,11 @@ impl Broker {
                 if let Err(e) = self.store.drop_group(group) {
                     tracing::warn!(group, error = %e, "failed to drop group storage");
                 }
-                if let Err(e) = self.store.db().drop_tree(crate::queue::bodies::tree_name(group)) {
+                if let Err(e) = self
+                    .store
+                    .db()
+                    .drop_tree(crate::queue::bodies::tree_name(group))
+                {
                     tracing::warn!(group, error = %e, "failed to drop body tree");
                 }
             }
@@ -298,7 +386,10 @@ impl Broker {
     /// Deletes an auto-delete queue once its last consumer is gone.
     pub async fn maybe_auto_delete(&self, handle: &Arc<QueueHandle>) {
         let auto = self
-            .with_topology(|t| t.queue(&handle.vhost, &handle.name).map(|r| r.auto_delete && r.group_id == handle.group))
+            .with_topology(|t| {
+                t.queue(&handle.vhost, &handle.name)
+                    .map(|r| r.auto_delete && r.group_id == handle.group)
+            })
             .flatten()
             .unwrap_or(false);
         if auto && handle.unused_after_consumers() {
@@ -311,7 +402,9 @@ impl Broker {
     /// Opens every quorum queue of the topology; local queues of an earlier
     /// boot are gone with it (they are not durable), so their records go.
     async fn restore_queues(self: &Arc<Self>) -> Result<(), NodeError> {
-        let records: Vec<QueueRecord> = self.with_topology(|t| t.queues().cloned().collect()).unwrap_or_default();
+        let records: Vec<QueueRecord> = self
+            .with_topology(|t| t.queues().cloned().collect())
+            .unwrap_or_default();
         for rec in records {
             match rec.kind {
                 QueueKind::Quorum => {
@@ -320,7 +413,12 @@ impl Broker {
                     }
                 }
                 QueueKind::Local { .. } => {
-                    let _ = self.meta_write(MetaCommand::DeleteQueue { vhost: rec.vhost.clone(), name: rec.name.clone() }).await;
+                    let _ = self
+                        .meta_write(MetaCommand::DeleteQueue {
+                            vhost: rec.vhost.clone(),
+                            name: rec.name.clone(),
+                        })
+                        .await;
                 }
             }
         }
@@ -334,7 +432,12 @@ impl Broker {
             let config = self.effective_config(&h.vhost, &h.name);
             let current = h.read(|host| host.machine().config().clone());
             if current.as_ref() != Some(&config) {
-                let _ = h.call(QueueCommand::UpdateConfig { now_ms: now_ms_raw(), config }).await;
+                let _ = h
+                    .call(QueueCommand::UpdateConfig {
+                        now_ms: now_ms_raw(),
+                        config,
+                    })
+                    .await;
             }
         }
         self.topology_changed();
@@ -361,14 +464,20 @@ impl Broker {
 /// Initializes a fresh group with this node as its only voter; a group
 /// that already has state keeps it.
 async fn initialize_single(raft: &Raft, node: u64, addr: &str) -> Result<(), NodeError> {
-    if raft.is_initialized().await.map_err(|e| NodeError::Raft(e.to_string()))? {
+    if raft
+        .is_initialized()
+        .await
+        .map_err(|e| NodeError::Raft(e.to_string()))?
+    {
         return Ok(());
     }
     let mut members = BTreeMap::new();
     members.insert(node, BasicNode::new(addr));
     match raft.initialize(members).await {
         Ok(()) => Ok(()),
-        Err(openraft::error::RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
+        Err(openraft::error::RaftError::APIError(
+            openraft::error::InitializeError::NotAllowed(_),
+        )) => Ok(()),
         Err(e) => Err(NodeError::Raft(e.to_string())),
     }
 }

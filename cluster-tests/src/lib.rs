@@ -14,13 +14,13 @@
 //! guest/guest on vhost "/". Binary: env `QUORUMQ_BIN`, else
 //! `<workspace>/target/debug/quorumq`.
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{anyhow, bail, Context};
 use futures::StreamExt;
 use lapin::{
-    BasicProperties, Channel, Connection, ConnectionProperties, Consumer, ErrorKind,
     message::Delivery,
     options::{BasicPublishOptions, ConfirmSelectOptions},
     types::{AMQPValue, FieldTable},
+    BasicProperties, Channel, Connection, ConnectionProperties, Consumer, ErrorKind,
 };
 use std::{
     fs::File,
@@ -33,6 +33,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
+pub mod dlx;
 pub mod raw;
 
 /// Env var: when set, every test runs against this AMQP URI instead of a spawned quorumq.
@@ -53,6 +54,8 @@ pub struct Broker {
 struct Spawned {
     bin: PathBuf,
     port: u16,
+    /// Cluster gRPC / admin port (`--cluster-listen`), for quorumqctl.
+    admin_port: u16,
     /// Holds the data dir and the stderr log; removed on drop.
     root: tempfile::TempDir,
     child: Option<Child>,
@@ -69,7 +72,10 @@ impl Broker {
 
     /// A broker that is already running somewhere (e.g. RabbitMQ on 5672).
     pub fn external(uri: impl Into<String>) -> Broker {
-        Broker { uri: uri.into(), spawned: None }
+        Broker {
+            uri: uri.into(),
+            spawned: None,
+        }
     }
 
     /// Spawns the quorumq binary on a free port with a fresh temporary data dir.
@@ -85,9 +91,16 @@ impl Broker {
         let root = tempfile::Builder::new().prefix("quorumq-test-").tempdir()?;
         std::fs::create_dir_all(root.path().join("data"))?;
         let port = free_port()?;
+        let admin_port = free_port()?;
         let mut broker = Broker {
             uri: format!("amqp://guest:guest@127.0.0.1:{port}/%2f"),
-            spawned: Some(Spawned { bin, port, root, child: None }),
+            spawned: Some(Spawned {
+                bin,
+                port,
+                admin_port,
+                root,
+                child: None,
+            }),
         };
         broker.launch().await?;
         Ok(broker)
@@ -96,6 +109,14 @@ impl Broker {
     /// The AMQP URI of this broker (`amqp://guest:guest@127.0.0.1:PORT/%2f`).
     pub fn uri(&self) -> &str {
         &self.uri
+    }
+
+    /// Admin (cluster gRPC) address of a spawned broker, for quorumqctl's
+    /// `--node` (e.g. `http://127.0.0.1:PORT`).
+    pub fn admin_addr(&self) -> Option<String> {
+        self.spawned
+            .as_ref()
+            .map(|s| format!("http://127.0.0.1:{}", s.admin_port))
     }
 
     /// True when the tests talk to an external broker (no kill/restart possible).
@@ -110,24 +131,33 @@ impl Broker {
 
     /// The file that receives the spawned broker's stderr.
     pub fn log_path(&self) -> Option<PathBuf> {
-        self.spawned.as_ref().map(|s| s.root.path().join("stderr.log"))
+        self.spawned
+            .as_ref()
+            .map(|s| s.root.path().join("stderr.log"))
     }
 
     /// Last `max_bytes` of the broker's stderr log (empty for an external broker).
     pub fn log_tail(&self, max_bytes: u64) -> String {
-        self.log_path().map(|p| tail_of(&p, max_bytes)).unwrap_or_default()
+        self.log_path()
+            .map(|p| tail_of(&p, max_bytes))
+            .unwrap_or_default()
     }
 
     async fn launch(&mut self) -> anyhow::Result<()> {
         let log_path = self.log_path().expect("spawned");
         let data_dir = self.data_dir().expect("spawned");
         let s = self.spawned.as_mut().expect("spawned");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
         let child = Command::new(&s.bin)
             .arg("--amqp-listen")
             .arg(format!("127.0.0.1:{}", s.port))
             .arg("--data-dir")
             .arg(&data_dir)
+            .arg("--cluster-listen")
+            .arg(format!("127.0.0.1:{}", s.admin_port))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -137,17 +167,28 @@ impl Broker {
         let port = s.port;
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).is_ok() {
+            if TcpStream::connect_timeout(
+                &([127, 0, 0, 1], port).into(),
+                Duration::from_millis(200),
+            )
+            .is_ok()
+            {
                 return Ok(());
             }
             let s = self.spawned.as_mut().expect("spawned");
             if let Some(status) = s.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 s.child = None;
-                bail!("quorumq exited with {status} before opening port {port}; stderr tail:\n{}", self.log_tail(4000));
+                bail!(
+                    "quorumq exited with {status} before opening port {port}; stderr tail:\n{}",
+                    self.log_tail(4000)
+                );
             }
             if Instant::now() > deadline {
                 self.kill9();
-                bail!("quorumq did not open port {port} within {START_TIMEOUT:?}; stderr tail:\n{}", self.log_tail(4000));
+                bail!(
+                    "quorumq did not open port {port} within {START_TIMEOUT:?}; stderr tail:\n{}",
+                    self.log_tail(4000)
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -166,9 +207,16 @@ impl Broker {
 
     /// SIGTERM and wait up to `timeout` for a graceful exit (SIGKILL after that).
     /// Returns the exit status if the process exited by itself.
-    pub async fn stop_with_timeout(&mut self, timeout: Duration) -> anyhow::Result<Option<std::process::ExitStatus>> {
-        let Some(s) = self.spawned.as_mut() else { return Ok(None) };
-        let Some(child) = s.child.as_mut() else { return Ok(None) };
+    pub async fn stop_with_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        let Some(s) = self.spawned.as_mut() else {
+            return Ok(None);
+        };
+        let Some(child) = s.child.as_mut() else {
+            return Ok(None);
+        };
         let pid = child.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
         let deadline = Instant::now() + timeout;
@@ -189,7 +237,9 @@ impl Broker {
 
     /// Graceful stop (SIGTERM, up to 30 s).
     pub async fn stop(&mut self) -> anyhow::Result<()> {
-        self.stop_with_timeout(Duration::from_secs(30)).await.map(|_| ())
+        self.stop_with_timeout(Duration::from_secs(30))
+            .await
+            .map(|_| ())
     }
 
     /// Start the binary again on the same port with the same data dir.
@@ -210,7 +260,9 @@ impl Drop for Broker {
             if std::thread::panicking() {
                 eprintln!(
                     "---- quorumq stderr tail ({}) ----\n{}\n---- end ----",
-                    self.log_path().map(|p| p.display().to_string()).unwrap_or_default(),
+                    self.log_path()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
                     self.log_tail(8000)
                 );
             }
@@ -224,7 +276,10 @@ fn quorumq_bin() -> PathBuf {
         return PathBuf::from(p);
     }
     // cluster-tests/ lives directly under the workspace root.
-    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf();
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf();
     ws.join("target").join("debug").join("quorumq")
 }
 
@@ -234,7 +289,9 @@ pub fn free_port() -> std::io::Result<u16> {
 }
 
 fn tail_of(path: &Path, max_bytes: u64) -> String {
-    let Ok(mut f) = File::open(path) else { return String::new() };
+    let Ok(mut f) = File::open(path) else {
+        return String::new();
+    };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     let _ = f.seek(SeekFrom::Start(len.saturating_sub(max_bytes)));
     let mut buf = Vec::new();
@@ -253,16 +310,26 @@ pub async fn bounded<T>(limit: Duration, fut: impl Future<Output = T>) -> T {
 /// A name unique to this process and call, e.g. `ct.queue.1712.3.8123`.
 pub fn unique(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-    format!("ct.{prefix}.{}.{}.{nanos}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "ct.{prefix}.{}.{}.{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Connects with a 10 s bound.
 pub async fn connect(uri: &str) -> anyhow::Result<Connection> {
-    tokio::time::timeout(Duration::from_secs(10), Connection::connect(uri, ConnectionProperties::default()))
-        .await
-        .map_err(|_| anyhow!("connect to {uri} timed out"))?
-        .with_context(|| format!("connect to {uri}"))
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        Connection::connect(uri, ConnectionProperties::default()),
+    )
+    .await
+    .map_err(|_| anyhow!("connect to {uri} timed out"))?
+    .with_context(|| format!("connect to {uri}"))
 }
 
 /// Opens a channel in publisher-confirm mode.
@@ -281,20 +348,34 @@ pub async fn publish_confirmed(
     props: BasicProperties,
 ) -> anyhow::Result<()> {
     let confirm = ch
-        .basic_publish(exchange.into(), routing_key.into(), BasicPublishOptions::default(), body, props)
+        .basic_publish(
+            exchange.into(),
+            routing_key.into(),
+            BasicPublishOptions::default(),
+            body,
+            props,
+        )
         .await?
         .await?;
     if !confirm.is_ack() {
         bail!("publish to {exchange:?}/{routing_key:?} was nacked");
     }
     if let Some(ret) = confirm.take_message() {
-        bail!("publish to {exchange:?}/{routing_key:?} was returned: {} {}", ret.reply_code, ret.reply_text);
+        bail!(
+            "publish to {exchange:?}/{routing_key:?} was returned: {} {}",
+            ret.reply_code,
+            ret.reply_text
+        );
     }
     Ok(())
 }
 
 /// Takes exactly `n` deliveries from `consumer` within `limit`.
-pub async fn consume_n(consumer: &mut Consumer, n: usize, limit: Duration) -> anyhow::Result<Vec<Delivery>> {
+pub async fn consume_n(
+    consumer: &mut Consumer,
+    n: usize,
+    limit: Duration,
+) -> anyhow::Result<Vec<Delivery>> {
     let mut out = Vec::with_capacity(n);
     let deadline = tokio::time::Instant::now() + limit;
     while out.len() < n {
@@ -312,20 +393,29 @@ pub async fn consume_n(consumer: &mut Consumer, n: usize, limit: Duration) -> an
 pub async fn expect_no_delivery(consumer: &mut Consumer, wait: Duration) -> anyhow::Result<()> {
     match tokio::time::timeout(wait, consumer.next()).await {
         Err(_) => Ok(()),
-        Ok(Some(Ok(d))) => bail!("unexpected delivery tag {} body {:?}", d.delivery_tag, String::from_utf8_lossy(&d.data)),
+        Ok(Some(Ok(d))) => bail!(
+            "unexpected delivery tag {} body {:?}",
+            d.delivery_tag,
+            String::from_utf8_lossy(&d.data)
+        ),
         Ok(other) => bail!("unexpected consumer event {other:?}"),
     }
 }
 
 /// Waits for the next consumer event and returns the AMQP (code, text) that closed its channel.
-pub async fn channel_close_reason(consumer: &mut Consumer, limit: Duration) -> anyhow::Result<(u16, String)> {
+pub async fn channel_close_reason(
+    consumer: &mut Consumer,
+    limit: Duration,
+) -> anyhow::Result<(u16, String)> {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         match tokio::time::timeout_at(deadline, consumer.next()).await {
             Err(_) => bail!("channel was not closed within {limit:?}"),
             Ok(None) => bail!("consumer ended without a protocol error"),
             Ok(Some(Ok(_))) => continue,
-            Ok(Some(Err(e))) => return amqp_error(&e).ok_or_else(|| anyhow!("not an AMQP error: {e:?}")),
+            Ok(Some(Err(e))) => {
+                return amqp_error(&e).ok_or_else(|| anyhow!("not an AMQP error: {e:?}"))
+            }
         }
     }
 }
@@ -350,7 +440,10 @@ pub fn expect_amqp_error<T: std::fmt::Debug>(r: Result<T, lapin::Error>) -> (u16
 /// `{"x-queue-type": "quorum"}` plus `extra`.
 pub fn quorum_args(extra: &[(&str, AMQPValue)]) -> FieldTable {
     let mut t = FieldTable::default();
-    t.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    t.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
     for (k, v) in extra {
         t.insert((*k).into(), v.clone());
     }
@@ -377,7 +470,9 @@ pub fn s(v: &str) -> AMQPValue {
 /// before, `Connection::close` fails with `InvalidChannelState(Closing)` and the
 /// connection is never closed; keep channel handles alive until here.
 pub async fn close_connection(conn: &Connection) -> anyhow::Result<()> {
-    conn.close(200, "OK".into()).await.context("connection.close")?;
+    conn.close(200, "OK".into())
+        .await
+        .context("connection.close")?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while !conn.status().closed() {
         if Instant::now() > deadline {

@@ -114,16 +114,29 @@ pub struct RawConn {
 
 /// "host:port" of an amqp URI (`amqp://user:pass@host:port/vhost`).
 pub fn addr_of(uri: &str) -> anyhow::Result<String> {
-    let rest = uri.split("://").nth(1).ok_or_else(|| anyhow!("bad uri {uri}"))?;
+    let rest = uri
+        .split("://")
+        .nth(1)
+        .ok_or_else(|| anyhow!("bad uri {uri}"))?;
     let hostport = rest.split('/').next().unwrap_or(rest);
     let hostport = hostport.rsplit('@').next().unwrap_or(hostport);
-    Ok(if hostport.contains(':') { hostport.to_string() } else { format!("{hostport}:5672") })
+    Ok(if hostport.contains(':') {
+        hostport.to_string()
+    } else {
+        format!("{hostport}:5672")
+    })
 }
 
 impl RawConn {
     pub async fn connect(uri: &str) -> anyhow::Result<RawConn> {
-        let stream = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr_of(uri)?)).await??;
-        Ok(RawConn { stream, frame_max: 0, server_heartbeat: 0 })
+        let stream =
+            tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr_of(uri)?))
+                .await??;
+        Ok(RawConn {
+            stream,
+            frame_max: 0,
+            server_heartbeat: 0,
+        })
     }
 
     pub async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
@@ -148,7 +161,12 @@ impl RawConn {
         let mut head = [0u8; 7];
         match tokio::time::timeout(limit, self.stream.read_exact(&mut head)).await {
             Err(_) => bail!("no frame within {limit:?}"),
-            Ok(Err(e)) if matches!(e.kind(), std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset) => {
+            Ok(Err(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+                ) =>
+            {
                 return Ok(None);
             }
             Ok(Err(e)) => return Err(e.into()),
@@ -161,7 +179,11 @@ impl RawConn {
             bail!("frame end octet was {:#x}", rest[size]);
         }
         rest.truncate(size);
-        Ok(Some(Frame { kind: head[0], channel: u16::from_be_bytes([head[1], head[2]]), payload: rest }))
+        Ok(Some(Frame {
+            kind: head[0],
+            channel: u16::from_be_bytes([head[1], head[2]]),
+            payload: rest,
+        }))
     }
 
     /// Reads frames (skipping heartbeats) until a method frame arrives.
@@ -180,7 +202,10 @@ impl RawConn {
         let t = Duration::from_secs(10);
         let mut c = RawConn::connect(uri).await?;
         c.send(PROTOCOL_HEADER).await?;
-        let start = c.read_method(t).await?.ok_or_else(|| anyhow!("EOF before connection.start"))?;
+        let start = c
+            .read_method(t)
+            .await?
+            .ok_or_else(|| anyhow!("EOF before connection.start"))?;
         if start.method() != Some((10, 10)) {
             bail!("expected connection.start, got {start:?}");
         }
@@ -190,27 +215,47 @@ impl RawConn {
             .longstr(b"\0guest\0guest")
             .shortstr("en_US");
         c.send_method(0, start_ok).await?;
-        let tune = c.read_method(t).await?.ok_or_else(|| anyhow!("EOF before connection.tune"))?;
+        let tune = c
+            .read_method(t)
+            .await?
+            .ok_or_else(|| anyhow!("EOF before connection.tune"))?;
         if tune.method() != Some((10, 30)) {
-            bail!("expected connection.tune, got {tune:?} {:?}", tune.close_reason());
+            bail!(
+                "expected connection.tune, got {tune:?} {:?}",
+                tune.close_reason()
+            );
         }
         let p = &tune.payload[4..];
         let channel_max = u16::from_be_bytes([p[0], p[1]]);
         let frame_max = u32::from_be_bytes([p[2], p[3], p[4], p[5]]);
         c.server_heartbeat = u16::from_be_bytes([p[6], p[7]]);
         c.frame_max = frame_max;
-        c.send_method(0, Args::method(10, 31).u16(channel_max).u32(frame_max).u16(0)).await?;
-        c.send_method(0, Args::method(10, 40).shortstr("/").shortstr("").u8(0)).await?;
-        let open_ok = c.read_method(t).await?.ok_or_else(|| anyhow!("EOF before connection.open-ok"))?;
+        c.send_method(
+            0,
+            Args::method(10, 31).u16(channel_max).u32(frame_max).u16(0),
+        )
+        .await?;
+        c.send_method(0, Args::method(10, 40).shortstr("/").shortstr("").u8(0))
+            .await?;
+        let open_ok = c
+            .read_method(t)
+            .await?
+            .ok_or_else(|| anyhow!("EOF before connection.open-ok"))?;
         if open_ok.method() != Some((10, 41)) {
-            bail!("expected connection.open-ok, got {open_ok:?} {:?}", open_ok.close_reason());
+            bail!(
+                "expected connection.open-ok, got {open_ok:?} {:?}",
+                open_ok.close_reason()
+            );
         }
         Ok(c)
     }
 
     /// Reads until connection.close arrives (returns its code and text, after
     /// answering close-ok) or the socket is closed (returns None).
-    pub async fn expect_connection_close(&mut self, limit: Duration) -> anyhow::Result<Option<(u16, String)>> {
+    pub async fn expect_connection_close(
+        &mut self,
+        limit: Duration,
+    ) -> anyhow::Result<Option<(u16, String)>> {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -222,7 +267,10 @@ impl RawConn {
                 Ok(None) => return Ok(None),
                 Err(e) => {
                     if let Some(io) = e.downcast_ref::<std::io::Error>() {
-                        if matches!(io.kind(), std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset) {
+                        if matches!(
+                            io.kind(),
+                            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+                        ) {
                             return Ok(None);
                         }
                     }

@@ -4,9 +4,9 @@
 
 use cluster_tests::{raw::RawConn, *};
 use lapin::{
-    ExchangeKind,
     options::{ChannelFlowOptions, ExchangeDeclareOptions},
     types::FieldTable,
+    ExchangeKind,
 };
 use std::time::Duration;
 
@@ -60,7 +60,13 @@ async fn server_initiated_close_on_hard_error() -> anyhow::Result<()> {
             )
             .await,
         );
-        assert_eq!(err, (503, "COMMAND_INVALID - unknown exchange type 'x-no-such-type'".to_string()));
+        assert_eq!(
+            err,
+            (
+                503,
+                "COMMAND_INVALID - unknown exchange type 'x-no-such-type'".to_string()
+            )
+        );
         // the whole connection is gone, not just the channel
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while conn.status().connected() && tokio::time::Instant::now() < deadline {
@@ -82,11 +88,21 @@ async fn server_close_is_answered_and_socket_closed_raw() -> anyhow::Result<()> 
     bounded(T, async {
         let broker = Broker::start().await?;
         let mut c = RawConn::handshake(broker.uri()).await?;
-        c.send_method(0, raw::Args::method(20, 10).shortstr("")).await?;
+        c.send_method(0, raw::Args::method(20, 10).shortstr(""))
+            .await?;
         let reason = c.expect_connection_close(Duration::from_secs(10)).await?;
         let (code, text) = reason.expect("connection.close expected, got a dropped socket");
-        assert_eq!((code, text.as_str()), (504, "CHANNEL_ERROR - unexpected method in connection state running"));
-        assert!(c.wait_eof(Duration::from_secs(10)).await, "socket still open after close-ok");
+        assert_eq!(
+            (code, text.as_str()),
+            (
+                504,
+                "CHANNEL_ERROR - unexpected method in connection state running"
+            )
+        );
+        assert!(
+            c.wait_eof(Duration::from_secs(10)).await,
+            "socket still open after close-ok"
+        );
         // the broker is still serving
         RawConn::handshake(broker.uri()).await?;
         Ok(())
@@ -99,11 +115,26 @@ async fn client_close_gets_close_ok_raw() -> anyhow::Result<()> {
     bounded(T, async {
         let broker = Broker::start().await?;
         let mut c = RawConn::handshake(broker.uri()).await?;
-        c.send_method(1, raw::Args::method(20, 10).shortstr("")).await?;
-        let open_ok = c.read_method(Duration::from_secs(10)).await?.expect("channel.open-ok");
+        c.send_method(1, raw::Args::method(20, 10).shortstr(""))
+            .await?;
+        let open_ok = c
+            .read_method(Duration::from_secs(10))
+            .await?
+            .expect("channel.open-ok");
         assert_eq!((open_ok.channel, open_ok.method()), (1, Some((20, 11))));
-        c.send_method(0, raw::Args::method(10, 50).u16(200).shortstr("bye").u16(0).u16(0)).await?;
-        let ok = c.read_method(Duration::from_secs(10)).await?.expect("connection.close-ok");
+        c.send_method(
+            0,
+            raw::Args::method(10, 50)
+                .u16(200)
+                .shortstr("bye")
+                .u16(0)
+                .u16(0),
+        )
+        .await?;
+        let ok = c
+            .read_method(Duration::from_secs(10))
+            .await?
+            .expect("connection.close-ok");
         assert_eq!((ok.channel, ok.method()), (0, Some((10, 51))));
         // The initiator closes the socket after close-ok (RabbitMQ waits for it).
         Ok(())
@@ -115,7 +146,13 @@ async fn client_close_gets_close_ok_raw() -> anyhow::Result<()> {
 async fn plain_auth() -> anyhow::Result<()> {
     bounded(T, async {
         let broker = Broker::start().await?;
-        let conn = connect(&with_login(broker.uri(), "guest", "guest", "auth_mechanism=plain")).await?;
+        let conn = connect(&with_login(
+            broker.uri(),
+            "guest",
+            "guest",
+            "auth_mechanism=plain",
+        ))
+        .await?;
         let _ch = conn.create_channel().await?;
         close_connection(&conn).await?;
         Ok(())
@@ -127,7 +164,13 @@ async fn plain_auth() -> anyhow::Result<()> {
 async fn amqplain_auth() -> anyhow::Result<()> {
     bounded(T, async {
         let broker = Broker::start().await?;
-        let conn = connect(&with_login(broker.uri(), "guest", "guest", "auth_mechanism=amqplain")).await?;
+        let conn = connect(&with_login(
+            broker.uri(),
+            "guest",
+            "guest",
+            "auth_mechanism=amqplain",
+        ))
+        .await?;
         let _ch = conn.create_channel().await?;
         close_connection(&conn).await?;
         Ok(())
@@ -178,7 +221,9 @@ fn start_ok(password: &str, failure_close: bool) -> raw::Args {
     }
     let mut a = raw::Args::method(10, 11).u32(props.len() as u32);
     a.0.extend_from_slice(&props);
-    a.shortstr("PLAIN").longstr(format!("\0guest\0{password}").as_bytes()).shortstr("en_US")
+    a.shortstr("PLAIN")
+        .longstr(format!("\0guest\0{password}").as_bytes())
+        .shortstr("en_US")
 }
 
 #[tokio::test]
@@ -247,7 +292,16 @@ async fn heartbeats_keep_an_idle_connection_alive() -> anyhow::Result<()> {
         // idle for 3.5 heartbeat intervals; a missed heartbeat would kill it
         tokio::time::sleep(Duration::from_millis(3500)).await;
         assert!(conn.status().connected());
-        let q = ch.queue_declare("".into(), lapin::options::QueueDeclareOptions { exclusive: true, ..Default::default() }, FieldTable::default()).await?;
+        let q = ch
+            .queue_declare(
+                "".into(),
+                lapin::options::QueueDeclareOptions {
+                    exclusive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
         assert!(q.name().as_str().starts_with("amq.gen-"));
         close_connection(&conn).await?;
         Ok(())
@@ -276,7 +330,15 @@ async fn channels_open_and_close_independently() -> anyhow::Result<()> {
         }
         // the survivors still work
         for c in chans.iter().skip(1).step_by(2) {
-            c.queue_declare("".into(), lapin::options::QueueDeclareOptions { exclusive: true, ..Default::default() }, FieldTable::default()).await?;
+            c.queue_declare(
+                "".into(),
+                lapin::options::QueueDeclareOptions {
+                    exclusive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
         }
         close_connection(&conn).await?;
         Ok(())

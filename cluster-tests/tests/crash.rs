@@ -5,9 +5,9 @@
 use cluster_tests::*;
 use futures::StreamExt;
 use lapin::{
-    BasicProperties,
     options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions},
     types::FieldTable,
+    BasicProperties,
 };
 use std::{collections::HashSet, time::Duration};
 
@@ -26,11 +26,27 @@ async fn spawned_or_skip(test: &str) -> anyhow::Result<Option<Broker>> {
 async fn publish_all(uri: &str, q: &str, n: u32) -> anyhow::Result<HashSet<u32>> {
     let conn = connect(uri).await?;
     let ch = confirm_channel(&conn).await?;
-    ch.queue_declare(q.into(), QueueDeclareOptions { durable: true, ..Default::default() }, quorum_args(&[])).await?;
+    ch.queue_declare(
+        q.into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        quorum_args(&[]),
+    )
+    .await?;
     let mut confirmed = HashSet::new();
     let mut window = Vec::new();
     for i in 0..n {
-        let pc = ch.basic_publish("".into(), q.into(), Default::default(), &i.to_be_bytes(), BasicProperties::default().with_delivery_mode(2)).await?;
+        let pc = ch
+            .basic_publish(
+                "".into(),
+                q.into(),
+                Default::default(),
+                &i.to_be_bytes(),
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await?;
         window.push((i, pc));
         if window.len() == 512 || i + 1 == n {
             for (id, pc) in window.drain(..) {
@@ -49,13 +65,36 @@ async fn consume_all(uri: &str, q: &str, expected: usize) -> anyhow::Result<(Has
     let conn = connect(uri).await?;
     let ch = conn.create_channel().await?;
     ch.basic_qos(1000, BasicQosOptions::default()).await?;
-    let d = ch.queue_declare(q.into(), QueueDeclareOptions { durable: true, ..Default::default() }, quorum_args(&[])).await?;
-    println!("after restart: queue {q} reports {} ready messages", d.message_count());
-    let mut c = ch.basic_consume(q.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+    let d = ch
+        .queue_declare(
+            q.into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            quorum_args(&[]),
+        )
+        .await?;
+    println!(
+        "after restart: queue {q} reports {} ready messages",
+        d.message_count()
+    );
+    let mut c = ch
+        .basic_consume(
+            q.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
     let (mut seen, mut dups) = (HashSet::new(), 0);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let limit = if seen.len() >= expected { tokio::time::Instant::now() + Duration::from_millis(500) } else { deadline };
+        let limit = if seen.len() >= expected {
+            tokio::time::Instant::now() + Duration::from_millis(500)
+        } else {
+            deadline
+        };
         match tokio::time::timeout_at(limit, c.next()).await {
             Err(_) if seen.len() >= expected => break,
             Err(_) => anyhow::bail!("only {} of {expected} messages came back", seen.len()),
@@ -78,7 +117,9 @@ async fn consume_all(uri: &str, q: &str, expected: usize) -> anyhow::Result<(Has
 #[tokio::test]
 async fn confirmed_messages_survive_kill9() -> anyhow::Result<()> {
     bounded(Duration::from_secs(300), async {
-        let Some(mut broker) = spawned_or_skip("confirmed_messages_survive_kill9").await? else { return Ok(()) };
+        let Some(mut broker) = spawned_or_skip("confirmed_messages_survive_kill9").await? else {
+            return Ok(());
+        };
         let q = unique("q.crash");
         let confirmed = publish_all(broker.uri(), &q, N).await?;
         assert_eq!(confirmed.len(), N as usize, "every publish should be acked");
@@ -88,7 +129,10 @@ async fn confirmed_messages_survive_kill9() -> anyhow::Result<()> {
         let lost: Vec<_> = confirmed.difference(&seen).take(10).collect();
         assert!(lost.is_empty(), "confirmed but lost (first 10): {lost:?}");
         assert_eq!(seen.len(), N as usize, "unexpected ids");
-        assert_eq!(dups, 0, "every message was confirmed, so none may be duplicated");
+        assert_eq!(
+            dups, 0,
+            "every message was confirmed, so none may be duplicated"
+        );
         Ok(())
     })
     .await
@@ -97,12 +141,18 @@ async fn confirmed_messages_survive_kill9() -> anyhow::Result<()> {
 #[tokio::test]
 async fn graceful_stop_and_restart_keeps_messages() -> anyhow::Result<()> {
     bounded(Duration::from_secs(180), async {
-        let Some(mut broker) = spawned_or_skip("graceful_stop_and_restart_keeps_messages").await? else { return Ok(()) };
+        let Some(mut broker) = spawned_or_skip("graceful_stop_and_restart_keeps_messages").await?
+        else {
+            return Ok(());
+        };
         let q = unique("q.stop");
         let confirmed = publish_all(broker.uri(), &q, 500).await?;
         assert_eq!(confirmed.len(), 500);
         let status = broker.stop_with_timeout(Duration::from_secs(30)).await?;
-        assert!(status.map(|s| s.success()).unwrap_or(false), "SIGTERM should exit 0, got {status:?}");
+        assert!(
+            status.map(|s| s.success()).unwrap_or(false),
+            "SIGTERM should exit 0, got {status:?}"
+        );
         broker.restart().await?;
         let (seen, dups) = consume_all(broker.uri(), &q, 500).await?;
         assert_eq!((seen.len(), dups), (500, 0));

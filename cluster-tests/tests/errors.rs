@@ -3,9 +3,9 @@
 
 use cluster_tests::{raw::RawConn, *};
 use lapin::{
-    BasicProperties,
     options::{BasicAckOptions, BasicConsumeOptions, QueueDeclareOptions, QueueDeleteOptions},
     types::FieldTable,
+    BasicProperties,
 };
 use std::time::Duration;
 
@@ -18,9 +18,20 @@ async fn publish_to_unknown_exchange_closes_channel_404() -> anyhow::Result<()> 
         let conn = connect(broker.uri()).await?;
         let ch = confirm_channel(&conn).await?;
         let ex = unique("ex.nowhere");
-        let pc = ch.basic_publish(ex.as_str().into(), "k".into(), Default::default(), b"x", BasicProperties::default()).await?;
+        let pc = ch
+            .basic_publish(
+                ex.as_str().into(),
+                "k".into(),
+                Default::default(),
+                b"x",
+                BasicProperties::default(),
+            )
+            .await?;
         let err = expect_amqp_error(pc.await);
-        assert_eq!(err, (404, format!("NOT_FOUND - no exchange '{ex}' in vhost '/'")));
+        assert_eq!(
+            err,
+            (404, format!("NOT_FOUND - no exchange '{ex}' in vhost '/'"))
+        );
         assert!(!ch.status().connected());
         // the connection and other channels carry on
         let ch2 = confirm_channel(&conn).await?;
@@ -31,13 +42,37 @@ async fn publish_to_unknown_exchange_closes_channel_404() -> anyhow::Result<()> 
 }
 
 /// A quorum queue with one message, consumed (unacked) on a fresh channel.
-async fn one_delivery(conn: &lapin::Connection) -> anyhow::Result<(String, lapin::Channel, lapin::Consumer, lapin::message::Delivery)> {
+async fn one_delivery(
+    conn: &lapin::Connection,
+) -> anyhow::Result<(
+    String,
+    lapin::Channel,
+    lapin::Consumer,
+    lapin::message::Delivery,
+)> {
     let ch = confirm_channel(conn).await?;
     let q = unique("q.err");
-    ch.queue_declare(q.as_str().into(), QueueDeclareOptions { durable: true, ..Default::default() }, quorum_args(&[])).await?;
+    ch.queue_declare(
+        q.as_str().into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        quorum_args(&[]),
+    )
+    .await?;
     publish_confirmed(&ch, "", &q, b"x", BasicProperties::default()).await?;
-    let mut c = ch.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
-    let d = consume_n(&mut c, 1, Duration::from_secs(10)).await?.remove(0);
+    let mut c = ch
+        .basic_consume(
+            q.as_str().into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    let d = consume_n(&mut c, 1, Duration::from_secs(10))
+        .await?
+        .remove(0);
     Ok((q, ch, c, d))
 }
 
@@ -49,8 +84,14 @@ async fn unknown_delivery_tag_is_406() -> anyhow::Result<()> {
         let (q, ch, mut c, _d) = one_delivery(&conn).await?;
         ch.basic_ack(42, BasicAckOptions::default()).await?;
         let err = channel_close_reason(&mut c, Duration::from_secs(10)).await?;
-        assert_eq!(err, (406, "PRECONDITION_FAILED - unknown delivery tag 42".into()));
-        conn.create_channel().await?.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await?;
+        assert_eq!(
+            err,
+            (406, "PRECONDITION_FAILED - unknown delivery tag 42".into())
+        );
+        conn.create_channel()
+            .await?
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await?;
         Ok(())
     })
     .await
@@ -62,11 +103,25 @@ async fn double_ack_is_406() -> anyhow::Result<()> {
         let broker = Broker::start().await?;
         let conn = connect(broker.uri()).await?;
         let (q, ch, mut c, d) = one_delivery(&conn).await?;
-        ch.basic_ack(d.delivery_tag, BasicAckOptions::default()).await?;
-        ch.basic_ack(d.delivery_tag, BasicAckOptions::default()).await?;
+        ch.basic_ack(d.delivery_tag, BasicAckOptions::default())
+            .await?;
+        ch.basic_ack(d.delivery_tag, BasicAckOptions::default())
+            .await?;
         let err = channel_close_reason(&mut c, Duration::from_secs(10)).await?;
-        assert_eq!(err, (406, format!("PRECONDITION_FAILED - unknown delivery tag {}", d.delivery_tag)));
-        conn.create_channel().await?.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await?;
+        assert_eq!(
+            err,
+            (
+                406,
+                format!(
+                    "PRECONDITION_FAILED - unknown delivery tag {}",
+                    d.delivery_tag
+                )
+            )
+        );
+        conn.create_channel()
+            .await?
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await?;
         Ok(())
     })
     .await
@@ -79,11 +134,25 @@ async fn consume_from_missing_queue_is_404() -> anyhow::Result<()> {
         let conn = connect(broker.uri()).await?;
         let ch = conn.create_channel().await?;
         let q = unique("q.none");
-        let err = expect_amqp_error(ch.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await);
-        assert_eq!(err, (404, format!("NOT_FOUND - no queue '{q}' in vhost '/'")));
+        let err = expect_amqp_error(
+            ch.basic_consume(
+                q.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await,
+        );
+        assert_eq!(
+            err,
+            (404, format!("NOT_FOUND - no queue '{q}' in vhost '/'"))
+        );
         let ch = conn.create_channel().await?;
         let err = expect_amqp_error(ch.basic_get(q.as_str().into(), Default::default()).await);
-        assert_eq!(err, (404, format!("NOT_FOUND - no queue '{q}' in vhost '/'")));
+        assert_eq!(
+            err,
+            (404, format!("NOT_FOUND - no queue '{q}' in vhost '/'"))
+        );
         Ok(())
     })
     .await
@@ -97,12 +166,45 @@ async fn reused_consumer_tag_is_530() -> anyhow::Result<()> {
         let conn = connect(broker.uri()).await?;
         let ch = conn.create_channel().await?;
         let q = unique("q.tag");
-        ch.queue_declare(q.as_str().into(), QueueDeclareOptions { durable: true, ..Default::default() }, quorum_args(&[])).await?;
-        let _c = ch.basic_consume(q.as_str().into(), "dup".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
-        let err = expect_amqp_error(ch.basic_consume(q.as_str().into(), "dup".into(), BasicConsumeOptions::default(), FieldTable::default()).await);
-        assert_eq!(err, (530, "NOT_ALLOWED - attempt to reuse consumer tag 'dup'".into()));
+        ch.queue_declare(
+            q.as_str().into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            quorum_args(&[]),
+        )
+        .await?;
+        let _c = ch
+            .basic_consume(
+                q.as_str().into(),
+                "dup".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        let err = expect_amqp_error(
+            ch.basic_consume(
+                q.as_str().into(),
+                "dup".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await,
+        );
+        assert_eq!(
+            err,
+            (
+                530,
+                "NOT_ALLOWED - attempt to reuse consumer tag 'dup'".into()
+            )
+        );
         let conn2 = connect(broker.uri()).await?;
-        conn2.create_channel().await?.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await?;
+        conn2
+            .create_channel()
+            .await?
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await?;
         Ok(())
     })
     .await
@@ -131,12 +233,20 @@ async fn bad_publish_properties_are_406() -> anyhow::Result<()> {
 async fn wrong_protocol_header_gets_server_header_and_close() -> anyhow::Result<()> {
     bounded(T, async {
         let broker = Broker::start().await?;
-        for header in [b"AMQP\x00\x00\x09\x02", b"AMQP\x00\x00\x08\x00", b"AMQP\x00\x01\x00\x00", b"XXXXXXXX"] {
+        for header in [
+            b"AMQP\x00\x00\x09\x02",
+            b"AMQP\x00\x00\x08\x00",
+            b"AMQP\x00\x01\x00\x00",
+            b"XXXXXXXX",
+        ] {
             let mut c = RawConn::connect(broker.uri()).await?;
             c.send(header).await?;
             let reply = c.read_exact(8, Duration::from_secs(10)).await?;
             assert_eq!(reply, raw::PROTOCOL_HEADER, "reply to {header:?}");
-            assert!(c.wait_eof(Duration::from_secs(10)).await, "socket should close after the header reply");
+            assert!(
+                c.wait_eof(Duration::from_secs(10)).await,
+                "socket should close after the header reply"
+            );
         }
         RawConn::handshake(broker.uri()).await?;
         Ok(())
@@ -146,16 +256,31 @@ async fn wrong_protocol_header_gets_server_header_and_close() -> anyhow::Result<
 
 /// Sends `bytes` after a full handshake and expects connection.close with one
 /// of `codes` (or a dropped socket); then checks the broker still accepts.
-async fn abuse_after_handshake(uri: &str, bytes: &[u8], codes: &[u16]) -> anyhow::Result<Option<(u16, String)>> {
+async fn abuse_after_handshake(
+    uri: &str,
+    bytes: &[u8],
+    codes: &[u16],
+) -> anyhow::Result<Option<(u16, String)>> {
     let mut c = RawConn::handshake(uri).await?;
     let _ = c.send(bytes).await; // the server may already have closed
     let reason = c.expect_connection_close(Duration::from_secs(10)).await?;
     if let Some((code, text)) = &reason {
         assert!(codes.contains(code), "close {code} {text}");
     }
-    assert!(c.wait_eof(Duration::from_secs(10)).await, "socket should close");
+    assert!(
+        c.wait_eof(Duration::from_secs(10)).await,
+        "socket should close"
+    );
     let mut ok = RawConn::handshake(uri).await?;
-    ok.send_method(0, raw::Args::method(10, 50).u16(200).shortstr("OK").u16(0).u16(0)).await?;
+    ok.send_method(
+        0,
+        raw::Args::method(10, 50)
+            .u16(200)
+            .shortstr("OK")
+            .u16(0)
+            .u16(0),
+    )
+    .await?;
     Ok(reason)
 }
 
@@ -164,17 +289,33 @@ async fn garbage_after_handshake_is_frame_error() -> anyhow::Result<()> {
     bounded(T, async {
         let broker = Broker::start().await?;
         // unknown frame type 9 (its "size" is huge)
-        let r = abuse_after_handshake(broker.uri(), b"\x09garbage-garbage-garbage\xce", &[501, 505]).await?;
+        let r = abuse_after_handshake(
+            broker.uri(),
+            b"\x09garbage-garbage-garbage\xce",
+            &[501, 505],
+        )
+        .await?;
         if let Some((_, text)) = r {
-            assert!(text.starts_with("FRAME_ERROR - ") || text.starts_with("UNEXPECTED_FRAME - "), "{text}");
+            assert!(
+                text.starts_with("FRAME_ERROR - ") || text.starts_with("UNEXPECTED_FRAME - "),
+                "{text}"
+            );
         }
         // a method frame with a bad frame-end octet
-        let mut bad_end = raw::frame(raw::FRAME_METHOD, 1, &raw::Args::method(20, 10).shortstr("").0);
+        let mut bad_end = raw::frame(
+            raw::FRAME_METHOD,
+            1,
+            &raw::Args::method(20, 10).shortstr("").0,
+        );
         *bad_end.last_mut().unwrap() = 0;
         let r = abuse_after_handshake(broker.uri(), &bad_end, &[501]).await?;
         assert_eq!(r.map(|(c, _)| c), Some(501));
         // a content body frame on a channel with no publish in progress
-        let mut seq = raw::frame(raw::FRAME_METHOD, 1, &raw::Args::method(20, 10).shortstr("").0);
+        let mut seq = raw::frame(
+            raw::FRAME_METHOD,
+            1,
+            &raw::Args::method(20, 10).shortstr("").0,
+        );
         seq.extend(raw::frame(raw::FRAME_BODY, 1, b"orphan body"));
         abuse_after_handshake(broker.uri(), &seq, &[501, 503, 505]).await?;
         Ok(())
@@ -189,8 +330,20 @@ async fn frame_larger_than_frame_max_is_501() -> anyhow::Result<()> {
         let probe = RawConn::handshake(broker.uri()).await?;
         let frame_max = probe.frame_max as usize;
         drop(probe);
-        let mut bytes = raw::frame(raw::FRAME_METHOD, 1, &raw::Args::method(20, 10).shortstr("").0);
-        let big = raw::Args::method(60, 40).u16(0).shortstr("").shortstr("k").u8(0).0.into_iter().chain(std::iter::repeat_n(0u8, frame_max + 100)).collect::<Vec<_>>();
+        let mut bytes = raw::frame(
+            raw::FRAME_METHOD,
+            1,
+            &raw::Args::method(20, 10).shortstr("").0,
+        );
+        let big = raw::Args::method(60, 40)
+            .u16(0)
+            .shortstr("")
+            .shortstr("k")
+            .u8(0)
+            .0
+            .into_iter()
+            .chain(std::iter::repeat_n(0u8, frame_max + 100))
+            .collect::<Vec<_>>();
         bytes.extend(raw::frame(raw::FRAME_METHOD, 1, &big));
         let r = abuse_after_handshake(broker.uri(), &bytes, &[501]).await?;
         let (code, text) = r.expect("connection.close 501 expected");
@@ -209,9 +362,26 @@ async fn channel_error_leaves_other_channels_working() -> anyhow::Result<()> {
         let good = confirm_channel(&conn).await?;
         let bad = conn.create_channel().await?;
         let q = unique("q.missing");
-        let err = expect_amqp_error(bad.queue_declare(q.as_str().into(), QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default()).await);
+        let err = expect_amqp_error(
+            bad.queue_declare(
+                q.as_str().into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await,
+        );
         assert_eq!(err.0, 404);
-        publish_confirmed(&good, "amq.fanout", "", b"still fine", BasicProperties::default()).await?;
+        publish_confirmed(
+            &good,
+            "amq.fanout",
+            "",
+            b"still fine",
+            BasicProperties::default(),
+        )
+        .await?;
         assert!(conn.status().connected());
         close_connection(&conn).await
     })

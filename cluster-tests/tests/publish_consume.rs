@@ -5,9 +5,12 @@
 use cluster_tests::*;
 use futures::StreamExt;
 use lapin::{
-    BasicProperties, Channel,
-    options::{BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions},
+    options::{
+        BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions,
+        BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions,
+    },
     types::{AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable},
+    BasicProperties, Channel,
 };
 use std::time::Duration;
 
@@ -15,12 +18,21 @@ const T: Duration = TEST_TIMEOUT;
 
 async fn quorum_queue(ch: &Channel, prefix: &str) -> anyhow::Result<String> {
     let name = unique(prefix);
-    ch.queue_declare(name.as_str().into(), QueueDeclareOptions { durable: true, ..Default::default() }, quorum_args(&[])).await?;
+    ch.queue_declare(
+        name.as_str().into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        quorum_args(&[]),
+    )
+    .await?;
     Ok(name)
 }
 
 async fn delete_queue(ch: &Channel, q: &str) -> anyhow::Result<()> {
-    ch.queue_delete(q.into(), QueueDeleteOptions::default()).await?;
+    ch.queue_delete(q.into(), QueueDeleteOptions::default())
+        .await?;
     Ok(())
 }
 
@@ -33,18 +45,42 @@ async fn mandatory_unroutable_is_returned_312() -> anyhow::Result<()> {
         let key = unique("no.such.queue");
         let props = BasicProperties::default().with_message_id("m-1".into());
         let c = ch
-            .basic_publish("".into(), key.as_str().into(), BasicPublishOptions { mandatory: true, ..Default::default() }, b"lost", props.clone())
+            .basic_publish(
+                "".into(),
+                key.as_str().into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..Default::default()
+                },
+                b"lost",
+                props.clone(),
+            )
             .await?
             .await?;
         // the return comes before the ack, and the message is still acked
         assert!(c.is_ack());
         let ret = c.take_message().expect("basic.return");
         assert_eq!((ret.reply_code, ret.reply_text.as_str()), (312, "NO_ROUTE"));
-        assert_eq!((ret.delivery.exchange.as_str(), ret.delivery.routing_key.as_str()), ("", key.as_str()));
+        assert_eq!(
+            (
+                ret.delivery.exchange.as_str(),
+                ret.delivery.routing_key.as_str()
+            ),
+            ("", key.as_str())
+        );
         assert_eq!(ret.delivery.data, b"lost");
         assert_eq!(ret.delivery.properties, props);
         // without mandatory it is silently dropped (and acked)
-        let c = ch.basic_publish("".into(), key.as_str().into(), BasicPublishOptions::default(), b"lost", BasicProperties::default()).await?.await?;
+        let c = ch
+            .basic_publish(
+                "".into(),
+                key.as_str().into(),
+                BasicPublishOptions::default(),
+                b"lost",
+                BasicProperties::default(),
+            )
+            .await?
+            .await?;
         assert!(c.is_ack() && c.take_message().is_none());
         Ok(())
     })
@@ -58,11 +94,22 @@ async fn sixteen_mib_round_trip() -> anyhow::Result<()> {
         let conn = connect(broker.uri()).await?;
         let ch = confirm_channel(&conn).await?;
         let q = quorum_queue(&ch, "q.big").await?;
-        let body: Vec<u8> = (0..16 * 1024 * 1024u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+        let body: Vec<u8> = (0..16 * 1024 * 1024u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+            .collect();
         publish_confirmed(&ch, "", &q, &body, BasicProperties::default()).await?;
         let cch = conn.create_channel().await?;
-        let mut consumer = cch.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
-        let d = consume_n(&mut consumer, 1, Duration::from_secs(60)).await?.remove(0);
+        let mut consumer = cch
+            .basic_consume(
+                q.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        let d = consume_n(&mut consumer, 1, Duration::from_secs(60))
+            .await?
+            .remove(0);
         assert_eq!(d.data.len(), body.len());
         assert!(d.data == body, "16 MiB body differs");
         d.ack(BasicAckOptions::default()).await?;
@@ -79,25 +126,53 @@ async fn consume_manual_ack() -> anyhow::Result<()> {
         let ch = confirm_channel(&conn).await?;
         let q = quorum_queue(&ch, "q.manual").await?;
         for i in 0..5 {
-            publish_confirmed(&ch, "", &q, format!("m{i}").as_bytes(), BasicProperties::default()).await?;
+            publish_confirmed(
+                &ch,
+                "",
+                &q,
+                format!("m{i}").as_bytes(),
+                BasicProperties::default(),
+            )
+            .await?;
         }
         let cch = conn.create_channel().await?;
-        let mut consumer = cch.basic_consume(q.as_str().into(), "manual".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+        let mut consumer = cch
+            .basic_consume(
+                q.as_str().into(),
+                "manual".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
         assert_eq!(consumer.tag().as_str(), "manual");
         let ds = consume_n(&mut consumer, 5, Duration::from_secs(10)).await?;
-        let bodies: Vec<_> = ds.iter().map(|d| String::from_utf8_lossy(&d.data).into_owned()).collect();
+        let bodies: Vec<_> = ds
+            .iter()
+            .map(|d| String::from_utf8_lossy(&d.data).into_owned())
+            .collect();
         assert_eq!(bodies, ["m0", "m1", "m2", "m3", "m4"]);
         let tags: Vec<_> = ds.iter().map(|d| d.delivery_tag).collect();
-        assert_eq!(tags, [1, 2, 3, 4, 5], "delivery tags count from 1 per channel");
+        assert_eq!(
+            tags,
+            [1, 2, 3, 4, 5],
+            "delivery tags count from 1 per channel"
+        );
         for d in &ds {
             assert!(!d.redelivered);
-            assert_eq!((d.exchange.as_str(), d.routing_key.as_str()), ("", q.as_str()));
+            assert_eq!(
+                (d.exchange.as_str(), d.routing_key.as_str()),
+                ("", q.as_str())
+            );
             d.ack(BasicAckOptions::default()).await?;
         }
         // acked messages are gone: nothing left after the consumer is cancelled
-        cch.basic_cancel("manual".into(), BasicCancelOptions::default()).await?;
+        cch.basic_cancel("manual".into(), BasicCancelOptions::default())
+            .await?;
         cch.close(200, "OK".into()).await?;
-        assert!(ch.basic_get(q.as_str().into(), BasicGetOptions::default()).await?.is_none());
+        assert!(ch
+            .basic_get(q.as_str().into(), BasicGetOptions::default())
+            .await?
+            .is_none());
         delete_queue(&ch, &q).await
     })
     .await
@@ -111,15 +186,38 @@ async fn consume_no_ack() -> anyhow::Result<()> {
         let ch = confirm_channel(&conn).await?;
         let q = quorum_queue(&ch, "q.noack").await?;
         for i in 0..3 {
-            publish_confirmed(&ch, "", &q, format!("n{i}").as_bytes(), BasicProperties::default()).await?;
+            publish_confirmed(
+                &ch,
+                "",
+                &q,
+                format!("n{i}").as_bytes(),
+                BasicProperties::default(),
+            )
+            .await?;
         }
         let cch = conn.create_channel().await?;
-        let mut consumer = cch.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions { no_ack: true, ..Default::default() }, FieldTable::default()).await?;
+        let mut consumer = cch
+            .basic_consume(
+                q.as_str().into(),
+                "".into(),
+                BasicConsumeOptions {
+                    no_ack: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
         let ds = consume_n(&mut consumer, 3, Duration::from_secs(10)).await?;
-        assert_eq!(ds.iter().map(|d| d.data.clone()).collect::<Vec<_>>(), [b"n0".to_vec(), b"n1".to_vec(), b"n2".to_vec()]);
+        assert_eq!(
+            ds.iter().map(|d| d.data.clone()).collect::<Vec<_>>(),
+            [b"n0".to_vec(), b"n1".to_vec(), b"n2".to_vec()]
+        );
         // closing the channel does not bring them back
         cch.close(200, "OK".into()).await?;
-        assert!(ch.basic_get(q.as_str().into(), BasicGetOptions::default()).await?.is_none());
+        assert!(ch
+            .basic_get(q.as_str().into(), BasicGetOptions::default())
+            .await?
+            .is_none());
         delete_queue(&ch, &q).await
     })
     .await
@@ -132,12 +230,35 @@ async fn server_generated_consumer_tags() -> anyhow::Result<()> {
         let conn = connect(broker.uri()).await?;
         let ch = conn.create_channel().await?;
         let q = quorum_queue(&ch, "q.tags").await?;
-        let a = ch.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
-        let b = ch.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+        let a = ch
+            .basic_consume(
+                q.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        let b = ch
+            .basic_consume(
+                q.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
         assert!(a.tag().as_str().starts_with("amq.ctag-"), "{}", a.tag());
         assert!(b.tag().as_str().starts_with("amq.ctag-"), "{}", b.tag());
         assert_ne!(a.tag(), b.tag());
-        let p = ch.queue_declare(q.as_str().into(), QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default()).await?;
+        let p = ch
+            .queue_declare(
+                q.as_str().into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
         assert_eq!(p.consumer_count(), 2);
         delete_queue(&ch, &q).await
     })
@@ -154,19 +275,83 @@ async fn exclusive_consumer_is_403_for_others() -> anyhow::Result<()> {
         let conn = connect(broker.uri()).await?;
         let ch = conn.create_channel().await?;
         let q = unique("q.excl");
-        ch.queue_declare(q.as_str().into(), QueueDeclareOptions { auto_delete: true, ..Default::default() }, FieldTable::default()).await?;
-        let _excl = ch.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions { exclusive: true, ..Default::default() }, FieldTable::default()).await?;
+        ch.queue_declare(
+            q.as_str().into(),
+            QueueDeclareOptions {
+                auto_delete: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+        let _excl = ch
+            .basic_consume(
+                q.as_str().into(),
+                "".into(),
+                BasicConsumeOptions {
+                    exclusive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
         let ch2 = conn.create_channel().await?;
-        let err = expect_amqp_error(ch2.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await);
-        assert_eq!(err, (403, format!("ACCESS_REFUSED - queue '{q}' in vhost '/' in exclusive use")));
+        let err = expect_amqp_error(
+            ch2.basic_consume(
+                q.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await,
+        );
+        assert_eq!(
+            err,
+            (
+                403,
+                format!("ACCESS_REFUSED - queue '{q}' in vhost '/' in exclusive use")
+            )
+        );
 
         // and an exclusive consume is refused while another consumer exists
         let q2 = unique("q.excl2");
-        ch.queue_declare(q2.as_str().into(), QueueDeclareOptions { auto_delete: true, ..Default::default() }, FieldTable::default()).await?;
-        let _plain = ch.basic_consume(q2.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+        ch.queue_declare(
+            q2.as_str().into(),
+            QueueDeclareOptions {
+                auto_delete: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+        let _plain = ch
+            .basic_consume(
+                q2.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
         let ch3 = conn.create_channel().await?;
-        let err = expect_amqp_error(ch3.basic_consume(q2.as_str().into(), "".into(), BasicConsumeOptions { exclusive: true, ..Default::default() }, FieldTable::default()).await);
-        assert_eq!(err, (403, format!("ACCESS_REFUSED - queue '{q2}' in vhost '/' in exclusive use")));
+        let err = expect_amqp_error(
+            ch3.basic_consume(
+                q2.as_str().into(),
+                "".into(),
+                BasicConsumeOptions {
+                    exclusive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await,
+        );
+        assert_eq!(
+            err,
+            (
+                403,
+                format!("ACCESS_REFUSED - queue '{q2}' in vhost '/' in exclusive use")
+            )
+        );
         delete_queue(&ch, &q).await?;
         delete_queue(&ch, &q2).await
     })
@@ -181,22 +366,45 @@ async fn cancel_stops_deliveries() -> anyhow::Result<()> {
         let ch = confirm_channel(&conn).await?;
         let q = quorum_queue(&ch, "q.cancel").await?;
         let cch = conn.create_channel().await?;
-        let mut consumer = cch.basic_consume(q.as_str().into(), "to-cancel".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+        let mut consumer = cch
+            .basic_consume(
+                q.as_str().into(),
+                "to-cancel".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
         publish_confirmed(&ch, "", &q, b"before", BasicProperties::default()).await?;
-        let d = consume_n(&mut consumer, 1, Duration::from_secs(10)).await?.remove(0);
+        let d = consume_n(&mut consumer, 1, Duration::from_secs(10))
+            .await?
+            .remove(0);
         d.ack(BasicAckOptions::default()).await?;
-        cch.basic_cancel("to-cancel".into(), BasicCancelOptions::default()).await?;
+        cch.basic_cancel("to-cancel".into(), BasicCancelOptions::default())
+            .await?;
         // the stream ends after cancel-ok
         let end = tokio::time::timeout(Duration::from_secs(10), consumer.next()).await?;
         assert!(end.is_none(), "stream should end after cancel, got {end:?}");
         publish_confirmed(&ch, "", &q, b"after", BasicProperties::default()).await?;
-        let got = ch.basic_get(q.as_str().into(), BasicGetOptions { no_ack: true }).await?.expect("message stays in the queue");
+        let got = ch
+            .basic_get(q.as_str().into(), BasicGetOptions { no_ack: true })
+            .await?
+            .expect("message stays in the queue");
         assert_eq!(got.delivery.data, b"after");
         // the server tells a consumer whose queue is deleted (basic.cancel from server)
-        let mut c2 = cch.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+        let mut c2 = cch
+            .basic_consume(
+                q.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
         delete_queue(&ch, &q).await?;
         let end = tokio::time::timeout(Duration::from_secs(10), c2.next()).await?;
-        assert!(end.is_none(), "server-side cancel should end the stream, got {end:?}");
+        assert!(
+            end.is_none(),
+            "server-side cancel should end the stream, got {end:?}"
+        );
         Ok(())
     })
     .await
@@ -229,14 +437,23 @@ fn all_field_types() -> FieldTable {
         ("i64", AMQPValue::LongLongInt(-6_400_000_000_000)),
         ("f32", AMQPValue::Float(1.5)),
         ("f64", AMQPValue::Double(-2.25)),
-        ("decimal", AMQPValue::DecimalValue(DecimalValue { scale: 2, value: 12345 })),
+        (
+            "decimal",
+            AMQPValue::DecimalValue(DecimalValue {
+                scale: 2,
+                value: 12345,
+            }),
+        ),
         ("longstr", s("hello \u{1F600} world")),
         ("empty-str", s("")),
         ("array", AMQPValue::FieldArray(arr)),
         ("empty-array", AMQPValue::FieldArray(FieldArray::default())),
         ("timestamp", AMQPValue::Timestamp(1_700_000_000)),
         ("table", AMQPValue::FieldTable(nested)),
-        ("bytes", AMQPValue::ByteArray(ByteArray::from(vec![0u8, 1, 2, 254, 255]))),
+        (
+            "bytes",
+            AMQPValue::ByteArray(ByteArray::from(vec![0u8, 1, 2, 254, 255])),
+        ),
         ("void", AMQPValue::Void),
     ])
 }
@@ -267,7 +484,17 @@ async fn properties_and_headers_round_trip() -> anyhow::Result<()> {
         // an empty property set stays empty
         publish_confirmed(&ch, "", &q, b"", BasicProperties::default()).await?;
         let cch = conn.create_channel().await?;
-        let mut consumer = cch.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions { no_ack: true, ..Default::default() }, FieldTable::default()).await?;
+        let mut consumer = cch
+            .basic_consume(
+                q.as_str().into(),
+                "".into(),
+                BasicConsumeOptions {
+                    no_ack: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
         let ds = consume_n(&mut consumer, 2, Duration::from_secs(10)).await?;
         let got = &ds[0].properties;
         let want_headers = props.headers().clone().unwrap();
@@ -275,7 +502,11 @@ async fn properties_and_headers_round_trip() -> anyhow::Result<()> {
         for (k, v) in want_headers.inner() {
             assert_eq!(got_headers.inner().get(k), Some(v), "header {k}");
         }
-        assert_eq!(got_headers.inner().len(), want_headers.inner().len(), "{got_headers:?}");
+        assert_eq!(
+            got_headers.inner().len(),
+            want_headers.inner().len(),
+            "{got_headers:?}"
+        );
         assert_eq!(got, &props);
         assert_eq!(ds[0].data, b"{}");
         assert_eq!(ds[1].properties, BasicProperties::default());

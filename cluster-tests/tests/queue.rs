@@ -4,27 +4,40 @@
 
 use cluster_tests::*;
 use lapin::{
-    BasicProperties, Channel, Connection,
     options::{
         BasicConsumeOptions, BasicPublishOptions, QueueBindOptions, QueueDeclareOptions,
         QueueDeleteOptions, QueuePurgeOptions,
     },
     types::{AMQPValue, FieldTable},
+    BasicProperties, Channel, Connection,
 };
 use std::time::Duration;
 
 const T: Duration = TEST_TIMEOUT;
 
 fn durable() -> QueueDeclareOptions {
-    QueueDeclareOptions { durable: true, ..Default::default() }
+    QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    }
 }
 
-async fn declare_quorum(ch: &Channel, name: &str, extra: &[(&str, AMQPValue)]) -> lapin::Result<lapin::Queue> {
-    ch.queue_declare(name.into(), durable(), quorum_args(extra)).await
+async fn declare_quorum(
+    ch: &Channel,
+    name: &str,
+    extra: &[(&str, AMQPValue)],
+) -> lapin::Result<lapin::Queue> {
+    ch.queue_declare(name.into(), durable(), quorum_args(extra))
+        .await
 }
 
 /// Declares `name` as a quorum queue with `args` on a fresh channel and returns the 406 text.
-async fn declare_error(conn: &Connection, name: &str, opts: QueueDeclareOptions, args: FieldTable) -> (u16, String) {
+async fn declare_error(
+    conn: &Connection,
+    name: &str,
+    opts: QueueDeclareOptions,
+    args: FieldTable,
+) -> (u16, String) {
     let ch = conn.create_channel().await.expect("channel");
     expect_amqp_error(ch.queue_declare(name.into(), opts, args).await)
 }
@@ -32,7 +45,8 @@ async fn declare_error(conn: &Connection, name: &str, opts: QueueDeclareOptions,
 async fn cleanup(conn: &Connection, queues: &[&str]) -> anyhow::Result<()> {
     let ch = conn.create_channel().await?;
     for q in queues {
-        ch.queue_delete((*q).into(), QueueDeleteOptions::default()).await?;
+        ch.queue_delete((*q).into(), QueueDeleteOptions::default())
+            .await?;
     }
     Ok(())
 }
@@ -48,14 +62,37 @@ async fn declare_quorum_queue_and_passive() -> anyhow::Result<()> {
         assert_eq!(q.name().as_str(), name);
         assert_eq!((q.message_count(), q.consumer_count()), (0, 0));
         for i in 0..3 {
-            publish_confirmed(&ch, "", &name, format!("m{i}").as_bytes(), BasicProperties::default()).await?;
+            publish_confirmed(
+                &ch,
+                "",
+                &name,
+                format!("m{i}").as_bytes(),
+                BasicProperties::default(),
+            )
+            .await?;
         }
         // redeclare with the same arguments reports the counts
         let q = declare_quorum(&ch, &name, &[]).await?;
         assert_eq!(q.message_count(), 3);
-        let _c = ch.basic_consume(name.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+        let _c = ch
+            .basic_consume(
+                name.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
         let ch2 = conn.create_channel().await?;
-        let p = ch2.queue_declare(name.as_str().into(), QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default()).await?;
+        let p = ch2
+            .queue_declare(
+                name.as_str().into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
         assert_eq!(p.consumer_count(), 1);
         cleanup(&conn, &[&name]).await
     })
@@ -68,8 +105,20 @@ async fn passive_declare_of_missing_queue_is_404() -> anyhow::Result<()> {
         let broker = Broker::start().await?;
         let conn = connect(broker.uri()).await?;
         let name = unique("q.missing");
-        let err = declare_error(&conn, &name, QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default()).await;
-        assert_eq!(err, (404, format!("NOT_FOUND - no queue '{name}' in vhost '/'")));
+        let err = declare_error(
+            &conn,
+            &name,
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await;
+        assert_eq!(
+            err,
+            (404, format!("NOT_FOUND - no queue '{name}' in vhost '/'"))
+        );
         Ok(())
     })
     .await
@@ -192,7 +241,14 @@ async fn reserved_amq_queue_name_is_403() -> anyhow::Result<()> {
         let broker = Broker::start().await?;
         let conn = connect(broker.uri()).await?;
         let err = declare_error(&conn, "amq.ct-queue", durable(), quorum_args(&[])).await;
-        assert_eq!(err, (403, "ACCESS_REFUSED - queue name 'amq.ct-queue' contains reserved prefix 'amq.*'".into()));
+        assert_eq!(
+            err,
+            (
+                403,
+                "ACCESS_REFUSED - queue name 'amq.ct-queue' contains reserved prefix 'amq.*'"
+                    .into()
+            )
+        );
         Ok(())
     })
     .await
@@ -206,35 +262,131 @@ async fn bind_unbind_routes_and_unroutes() -> anyhow::Result<()> {
         let ch = confirm_channel(&conn).await?;
         let q = unique("q.bind");
         declare_quorum(&ch, &q, &[]).await?;
-        ch.queue_bind(q.as_str().into(), "amq.direct".into(), q.as_str().into(), QueueBindOptions::default(), FieldTable::default()).await?;
+        ch.queue_bind(
+            q.as_str().into(),
+            "amq.direct".into(),
+            q.as_str().into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
         // binding twice is idempotent
-        ch.queue_bind(q.as_str().into(), "amq.direct".into(), q.as_str().into(), QueueBindOptions::default(), FieldTable::default()).await?;
-        let mandatory = BasicPublishOptions { mandatory: true, ..Default::default() };
-        let c = ch.basic_publish("amq.direct".into(), q.as_str().into(), mandatory, b"routed", BasicProperties::default()).await?.await?;
+        ch.queue_bind(
+            q.as_str().into(),
+            "amq.direct".into(),
+            q.as_str().into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+        let mandatory = BasicPublishOptions {
+            mandatory: true,
+            ..Default::default()
+        };
+        let c = ch
+            .basic_publish(
+                "amq.direct".into(),
+                q.as_str().into(),
+                mandatory,
+                b"routed",
+                BasicProperties::default(),
+            )
+            .await?
+            .await?;
         assert!(c.is_ack());
         assert!(c.take_message().is_none(), "routed message returned");
-        ch.queue_unbind(q.as_str().into(), "amq.direct".into(), q.as_str().into(), FieldTable::default()).await?;
-        let c = ch.basic_publish("amq.direct".into(), q.as_str().into(), mandatory, b"unrouted", BasicProperties::default()).await?.await?;
+        ch.queue_unbind(
+            q.as_str().into(),
+            "amq.direct".into(),
+            q.as_str().into(),
+            FieldTable::default(),
+        )
+        .await?;
+        let c = ch
+            .basic_publish(
+                "amq.direct".into(),
+                q.as_str().into(),
+                mandatory,
+                b"unrouted",
+                BasicProperties::default(),
+            )
+            .await?
+            .await?;
         assert!(c.is_ack());
-        let ret = c.take_message().expect("unrouted mandatory message returned");
+        let ret = c
+            .take_message()
+            .expect("unrouted mandatory message returned");
         assert_eq!((ret.reply_code, ret.reply_text.as_str()), (312, "NO_ROUTE"));
-        let q2 = ch.queue_declare(q.as_str().into(), durable(), quorum_args(&[])).await?;
+        let q2 = ch
+            .queue_declare(q.as_str().into(), durable(), quorum_args(&[]))
+            .await?;
         assert_eq!(q2.message_count(), 1);
 
         // unbinding something that was never bound is fine in 3.10
-        ch.queue_unbind(q.as_str().into(), "amq.direct".into(), "never-bound".into(), FieldTable::default()).await?;
+        ch.queue_unbind(
+            q.as_str().into(),
+            "amq.direct".into(),
+            "never-bound".into(),
+            FieldTable::default(),
+        )
+        .await?;
 
         let missing_ex = unique("ex.missing");
         let ch2 = conn.create_channel().await?;
-        let err = expect_amqp_error(ch2.queue_bind(q.as_str().into(), missing_ex.as_str().into(), "k".into(), QueueBindOptions::default(), FieldTable::default()).await);
-        assert_eq!(err, (404, format!("NOT_FOUND - no exchange '{missing_ex}' in vhost '/'")));
+        let err = expect_amqp_error(
+            ch2.queue_bind(
+                q.as_str().into(),
+                missing_ex.as_str().into(),
+                "k".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await,
+        );
+        assert_eq!(
+            err,
+            (
+                404,
+                format!("NOT_FOUND - no exchange '{missing_ex}' in vhost '/'")
+            )
+        );
         let missing_q = unique("q.missing");
         let ch3 = conn.create_channel().await?;
-        let err = expect_amqp_error(ch3.queue_bind(missing_q.as_str().into(), "amq.direct".into(), "k".into(), QueueBindOptions::default(), FieldTable::default()).await);
-        assert_eq!(err, (404, format!("NOT_FOUND - no queue '{missing_q}' in vhost '/'")));
+        let err = expect_amqp_error(
+            ch3.queue_bind(
+                missing_q.as_str().into(),
+                "amq.direct".into(),
+                "k".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await,
+        );
+        assert_eq!(
+            err,
+            (
+                404,
+                format!("NOT_FOUND - no queue '{missing_q}' in vhost '/'")
+            )
+        );
         let ch4 = conn.create_channel().await?;
-        let err = expect_amqp_error(ch4.queue_bind(q.as_str().into(), "".into(), "k".into(), QueueBindOptions::default(), FieldTable::default()).await);
-        assert_eq!(err, (403, format!("ACCESS_REFUSED - operation not permitted on the default exchange")));
+        let err = expect_amqp_error(
+            ch4.queue_bind(
+                q.as_str().into(),
+                "".into(),
+                "k".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await,
+        );
+        assert_eq!(
+            err,
+            (
+                403,
+                format!("ACCESS_REFUSED - operation not permitted on the default exchange")
+            )
+        );
         cleanup(&conn, &[&q]).await
     })
     .await
@@ -249,15 +401,39 @@ async fn purge_returns_count() -> anyhow::Result<()> {
         let q = unique("q.purge");
         declare_quorum(&ch, &q, &[]).await?;
         for i in 0..7 {
-            ch.basic_publish("".into(), q.as_str().into(), Default::default(), format!("{i}").as_bytes(), BasicProperties::default()).await?;
+            ch.basic_publish(
+                "".into(),
+                q.as_str().into(),
+                Default::default(),
+                format!("{i}").as_bytes(),
+                BasicProperties::default(),
+            )
+            .await?;
         }
         assert!(ch.wait_for_confirms().await?.is_empty());
-        assert_eq!(ch.queue_purge(q.as_str().into(), QueuePurgeOptions::default()).await?, 7);
-        assert_eq!(ch.queue_purge(q.as_str().into(), QueuePurgeOptions::default()).await?, 0);
+        assert_eq!(
+            ch.queue_purge(q.as_str().into(), QueuePurgeOptions::default())
+                .await?,
+            7
+        );
+        assert_eq!(
+            ch.queue_purge(q.as_str().into(), QueuePurgeOptions::default())
+                .await?,
+            0
+        );
         assert_eq!(declare_quorum(&ch, &q, &[]).await?.message_count(), 0);
         let missing = unique("q.missing");
-        let err = expect_amqp_error(ch.queue_purge(missing.as_str().into(), QueuePurgeOptions::default()).await);
-        assert_eq!(err, (404, format!("NOT_FOUND - no queue '{missing}' in vhost '/'")));
+        let err = expect_amqp_error(
+            ch.queue_purge(missing.as_str().into(), QueuePurgeOptions::default())
+                .await,
+        );
+        assert_eq!(
+            err,
+            (
+                404,
+                format!("NOT_FOUND - no queue '{missing}' in vhost '/'")
+            )
+        );
         cleanup(&conn, &[&q]).await
     })
     .await
@@ -299,14 +475,51 @@ async fn delete_if_unused_classic_queue() -> anyhow::Result<()> {
         let conn = connect(broker.uri()).await?;
         let ch = conn.create_channel().await?;
         let q = unique("q.classic.unused");
-        ch.queue_declare(q.as_str().into(), QueueDeclareOptions::default(), FieldTable::default()).await?;
+        ch.queue_declare(
+            q.as_str().into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
         let consumer_ch = conn.create_channel().await?;
-        let _c = consumer_ch.basic_consume(q.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+        let _c = consumer_ch
+            .basic_consume(
+                q.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
         let ch2 = conn.create_channel().await?;
-        let err = expect_amqp_error(ch2.queue_delete(q.as_str().into(), QueueDeleteOptions { if_unused: true, ..Default::default() }).await);
-        assert_eq!(err, (406, format!("PRECONDITION_FAILED - queue '{q}' in vhost '/' in use")));
+        let err = expect_amqp_error(
+            ch2.queue_delete(
+                q.as_str().into(),
+                QueueDeleteOptions {
+                    if_unused: true,
+                    ..Default::default()
+                },
+            )
+            .await,
+        );
+        assert_eq!(
+            err,
+            (
+                406,
+                format!("PRECONDITION_FAILED - queue '{q}' in vhost '/' in use")
+            )
+        );
         consumer_ch.close(200, "OK".into()).await?;
-        assert_eq!(ch.queue_delete(q.as_str().into(), QueueDeleteOptions { if_unused: true, ..Default::default() }).await?, 0);
+        assert_eq!(
+            ch.queue_delete(
+                q.as_str().into(),
+                QueueDeleteOptions {
+                    if_unused: true,
+                    ..Default::default()
+                }
+            )
+            .await?,
+            0
+        );
         Ok(())
     })
     .await
@@ -319,13 +532,50 @@ async fn delete_if_empty_classic_queue() -> anyhow::Result<()> {
         let conn = connect(broker.uri()).await?;
         let ch = confirm_channel(&conn).await?;
         let q = unique("q.classic.delete");
-        ch.queue_declare(q.as_str().into(), QueueDeclareOptions { auto_delete: false, ..Default::default() }, FieldTable::default()).await?;
+        ch.queue_declare(
+            q.as_str().into(),
+            QueueDeclareOptions {
+                auto_delete: false,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
         publish_confirmed(&ch, "", &q, b"x", BasicProperties::default()).await?;
         let ch2 = conn.create_channel().await?;
-        let err = expect_amqp_error(ch2.queue_delete(q.as_str().into(), QueueDeleteOptions { if_empty: true, ..Default::default() }).await);
-        assert_eq!(err, (406, format!("PRECONDITION_FAILED - queue '{q}' in vhost '/' not empty")));
-        assert_eq!(ch.queue_purge(q.as_str().into(), QueuePurgeOptions::default()).await?, 1);
-        assert_eq!(ch.queue_delete(q.as_str().into(), QueueDeleteOptions { if_empty: true, ..Default::default() }).await?, 0);
+        let err = expect_amqp_error(
+            ch2.queue_delete(
+                q.as_str().into(),
+                QueueDeleteOptions {
+                    if_empty: true,
+                    ..Default::default()
+                },
+            )
+            .await,
+        );
+        assert_eq!(
+            err,
+            (
+                406,
+                format!("PRECONDITION_FAILED - queue '{q}' in vhost '/' not empty")
+            )
+        );
+        assert_eq!(
+            ch.queue_purge(q.as_str().into(), QueuePurgeOptions::default())
+                .await?,
+            1
+        );
+        assert_eq!(
+            ch.queue_delete(
+                q.as_str().into(),
+                QueueDeleteOptions {
+                    if_empty: true,
+                    ..Default::default()
+                }
+            )
+            .await?,
+            0
+        );
         Ok(())
     })
     .await

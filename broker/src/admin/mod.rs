@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use quorumq_proto::v1::admin_server::{Admin, AdminServer};
 use quorumq_proto::v1::{
-    AdminReply, ClearPolicyRequest, ListPoliciesReply, ListPoliciesRequest, ListQueuesReply, ListQueuesRequest, Policy as PbPolicy,
-    QueueInfo, SetPolicyRequest, StatusReply, StatusRequest,
+    AdminReply, ClearPolicyRequest, ListPoliciesReply, ListPoliciesRequest, ListQueuesReply,
+    ListQueuesRequest, Policy as PbPolicy, QueueInfo, SetPolicyRequest, StatusReply, StatusRequest,
 };
 use tonic::{Request, Response, Status};
 
@@ -28,18 +28,31 @@ impl AdminService {
 
     async fn write(&self, cmd: MetaCommand) -> AdminReply {
         match self.broker.meta_write(cmd).await {
-            Ok(MetaReply::Error(e)) => AdminReply { ok: false, error: e.text },
+            Ok(MetaReply::Error(e)) => AdminReply {
+                ok: false,
+                error: e.text,
+            },
             Ok(_) => {
                 self.broker.refresh_configs().await;
-                AdminReply { ok: true, error: String::new() }
+                AdminReply {
+                    ok: true,
+                    error: String::new(),
+                }
             }
-            Err(e) => AdminReply { ok: false, error: format!("{e:?}") },
+            Err(e) => AdminReply {
+                ok: false,
+                error: format!("{e:?}"),
+            },
         }
     }
 }
 
 fn vhost_or_default(v: &str) -> String {
-    if v.is_empty() { "/".into() } else { v.into() }
+    if v.is_empty() {
+        "/".into()
+    } else {
+        v.into()
+    }
 }
 
 #[tonic::async_trait]
@@ -56,11 +69,21 @@ impl Admin for AdminService {
         }))
     }
 
-    async fn set_policy(&self, req: Request<SetPolicyRequest>) -> Result<Response<AdminReply>, Status> {
-        let Some(p) = req.into_inner().policy else { return Err(Status::invalid_argument("policy missing")) };
+    async fn set_policy(
+        &self,
+        req: Request<SetPolicyRequest>,
+    ) -> Result<Response<AdminReply>, Status> {
+        let Some(p) = req.into_inner().policy else {
+            return Err(Status::invalid_argument("policy missing"));
+        };
         let definition: serde_json::Value = match serde_json::from_str(&p.definition_json) {
             Ok(v) => v,
-            Err(e) => return Ok(Response::new(AdminReply { ok: false, error: format!("invalid JSON definition: {e}") })),
+            Err(e) => {
+                return Ok(Response::new(AdminReply {
+                    ok: false,
+                    error: format!("invalid JSON definition: {e}"),
+                }))
+            }
         };
         let policy = Policy {
             vhost: vhost_or_default(&p.vhost),
@@ -68,17 +91,35 @@ impl Admin for AdminService {
             pattern: p.pattern,
             definition,
             priority: p.priority,
-            apply_to: if p.apply_to.is_empty() { "all".into() } else { p.apply_to },
+            apply_to: if p.apply_to.is_empty() {
+                "all".into()
+            } else {
+                p.apply_to
+            },
         };
-        Ok(Response::new(self.write(MetaCommand::SetPolicy(policy)).await))
+        Ok(Response::new(
+            self.write(MetaCommand::SetPolicy(policy)).await,
+        ))
     }
 
-    async fn clear_policy(&self, req: Request<ClearPolicyRequest>) -> Result<Response<AdminReply>, Status> {
+    async fn clear_policy(
+        &self,
+        req: Request<ClearPolicyRequest>,
+    ) -> Result<Response<AdminReply>, Status> {
         let r = req.into_inner();
-        Ok(Response::new(self.write(MetaCommand::ClearPolicy { vhost: vhost_or_default(&r.vhost), name: r.name }).await))
+        Ok(Response::new(
+            self.write(MetaCommand::ClearPolicy {
+                vhost: vhost_or_default(&r.vhost),
+                name: r.name,
+            })
+            .await,
+        ))
     }
 
-    async fn list_policies(&self, req: Request<ListPoliciesRequest>) -> Result<Response<ListPoliciesReply>, Status> {
+    async fn list_policies(
+        &self,
+        req: Request<ListPoliciesRequest>,
+    ) -> Result<Response<ListPoliciesReply>, Status> {
         let vhost = vhost_or_default(&req.into_inner().vhost);
         let policies = self
             .broker
@@ -97,24 +138,44 @@ impl Admin for AdminService {
         Ok(Response::new(ListPoliciesReply { policies }))
     }
 
-    async fn list_queues(&self, req: Request<ListQueuesRequest>) -> Result<Response<ListQueuesReply>, Status> {
+    async fn list_queues(
+        &self,
+        req: Request<ListQueuesRequest>,
+    ) -> Result<Response<ListQueuesReply>, Status> {
         let vhost = vhost_or_default(&req.into_inner().vhost);
-        let records: Vec<_> = self.broker.with_topology(|t| t.queues().filter(|q| q.vhost == vhost).cloned().collect()).unwrap_or_default();
+        let records: Vec<_> = self
+            .broker
+            .with_topology(|t| t.queues().filter(|q| q.vhost == vhost).cloned().collect())
+            .unwrap_or_default();
         let mut queues = Vec::new();
         for rec in records {
             let (ready, unacked, consumers, held) = self
                 .broker
                 .queue_by_group(rec.group_id)
-                .and_then(|h| h.read(|host| {
-                    let m = host.machine();
-                    (m.ready_count(), m.unacked_count(), m.consumer_count(), m.held_count())
-                }))
+                .and_then(|h| {
+                    h.read(|host| {
+                        let m = host.machine();
+                        (
+                            m.ready_count(),
+                            m.unacked_count(),
+                            m.consumer_count(),
+                            m.held_count(),
+                        )
+                    })
+                })
                 .unwrap_or_default();
-            let policy = self.broker.with_topology(|t| t.effective_config(&rec.vhost, &rec.name)).flatten().and_then(|(_, _, p)| p);
+            let policy = self
+                .broker
+                .with_topology(|t| t.effective_config(&rec.vhost, &rec.name))
+                .flatten()
+                .and_then(|(_, _, p)| p);
             queues.push(QueueInfo {
                 vhost: rec.vhost.clone(),
                 name: rec.name.clone(),
-                queue_type: match rec.kind { QueueKind::Quorum => "quorum".into(), QueueKind::Local { .. } => "classic".into() },
+                queue_type: match rec.kind {
+                    QueueKind::Quorum => "quorum".into(),
+                    QueueKind::Local { .. } => "classic".into(),
+                },
                 messages_ready: ready,
                 messages_unacknowledged: unacked,
                 consumers,

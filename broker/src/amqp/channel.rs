@@ -18,9 +18,11 @@ use crate::consumers::QueueDelivery;
 use crate::message::StoredMessage;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::publish::{cc_bcc_keys, parse_expiration, strip_bcc};
-use crate::meta::{QueueDeclare, QueueRecord};
+use crate::meta::{QueueDeclare, QueueRecord, Topology};
 use crate::queue::handle::QueueHandle;
-use crate::queue::types::{ConsumerId, EnqueueMsg, EnqueueOutcome, MsgId, QueueCommand, QueueReply};
+use crate::queue::types::{
+    ConsumerId, EnqueueMsg, EnqueueOutcome, MsgId, QueueCommand, QueueReply,
+};
 
 /// Largest message body accepted (bytes), RabbitMQ 3.10's `max_message_size`.
 pub const MAX_MESSAGE_SIZE: u64 = 134_217_728;
@@ -64,6 +66,8 @@ pub struct ChannelState {
     consumers: HashMap<String, ConsumerEntry>,
     get_slots: HashMap<u64, (ConsumerId, Arc<QueueHandle>)>,
     prefetch: u16,
+    /// Last queue declared on the channel (for empty queue names).
+    last_queue: Option<String>,
 }
 
 fn ok_frame(class: AMQPClass) -> AMQPClass {
@@ -72,13 +76,23 @@ fn ok_frame(class: AMQPClass) -> AMQPClass {
 
 impl Conn {
     fn chan(&mut self, ch: u16) -> Result<&mut ChannelState> {
-        self.channels
-            .get_mut(&ch)
-            .ok_or_else(|| ProtocolError::connection(504, format!("CHANNEL_ERROR - expected 'channel.open' for channel {ch}")))
+        self.channels.get_mut(&ch).ok_or_else(|| {
+            ProtocolError::connection(
+                504,
+                format!("CHANNEL_ERROR - expected 'channel.open' for channel {ch}"),
+            )
+        })
     }
 
     /// Sends channel.close and marks the channel closing.
-    pub(super) fn close_channel_with(&mut self, ch: u16, code: u16, text: String, class_id: u16, method_id: u16) {
+    pub(super) fn close_channel_with(
+        &mut self,
+        ch: u16,
+        code: u16,
+        text: String,
+        class_id: u16,
+        method_id: u16,
+    ) {
         if let Some(state) = self.channels.get_mut(&ch) {
             state.closing = true;
             state.content = None;
@@ -102,18 +116,30 @@ impl Conn {
             match cm {
                 channel::AMQPMethod::Open(_) => {
                     if self.channels.contains_key(&ch) {
-                        return Err(ProtocolError::connection(504, "CHANNEL_ERROR - second 'channel.open' seen"));
+                        return Err(ProtocolError::connection(
+                            504,
+                            "CHANNEL_ERROR - second 'channel.open' seen",
+                        ));
                     }
                     if ch > self.channel_max {
-                        return Err(ProtocolError::connection(530, format!("NOT_ALLOWED - channel number {ch} exceeds channel_max")));
+                        return Err(ProtocolError::connection(
+                            530,
+                            format!("NOT_ALLOWED - channel number {ch} exceeds channel_max"),
+                        ));
                     }
                     self.channels.insert(ch, ChannelState::default());
-                    self.send(ch, AMQPClass::Channel(channel::AMQPMethod::OpenOk(channel::OpenOk {})));
+                    self.send(
+                        ch,
+                        AMQPClass::Channel(channel::AMQPMethod::OpenOk(channel::OpenOk {})),
+                    );
                     return Ok(());
                 }
                 channel::AMQPMethod::Close(_) => {
                     self.release_channel(ch).await;
-                    self.send(ch, AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})));
+                    self.send(
+                        ch,
+                        AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})),
+                    );
                     return Ok(());
                 }
                 channel::AMQPMethod::CloseOk(_) => {
@@ -145,7 +171,12 @@ impl Conn {
     async fn dispatch(&mut self, ch: u16, m: AMQPClass) -> Result<()> {
         match m {
             AMQPClass::Channel(channel::AMQPMethod::Flow(f)) => {
-                self.send(ch, AMQPClass::Channel(channel::AMQPMethod::FlowOk(channel::FlowOk { active: f.active })));
+                self.send(
+                    ch,
+                    AMQPClass::Channel(channel::AMQPMethod::FlowOk(channel::FlowOk {
+                        active: f.active,
+                    })),
+                );
                 Ok(())
             }
             AMQPClass::Channel(channel::AMQPMethod::FlowOk(_)) => Ok(()),
@@ -158,12 +189,19 @@ impl Conn {
                     state.confirms = Some(ConfirmTracker::default());
                 }
                 if !s.nowait {
-                    self.send(ch, AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(confirm::SelectOk {})));
+                    self.send(
+                        ch,
+                        AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(confirm::SelectOk {})),
+                    );
                 }
                 Ok(())
             }
-            AMQPClass::Tx(_) => Err(ProtocolError::not_implemented("transactions are not supported by quorumq")),
-            AMQPClass::Access(_) => Err(ProtocolError::command_invalid("access class is not supported")),
+            AMQPClass::Tx(_) => Err(ProtocolError::not_implemented(
+                "transactions are not supported by quorumq",
+            )),
+            AMQPClass::Access(_) => Err(ProtocolError::command_invalid(
+                "access class is not supported",
+            )),
             _ => Err(ProtocolError::command_invalid("unexpected method")),
         }
     }
@@ -191,18 +229,32 @@ impl Conn {
                 .await?;
                 self.broker.topology_changed();
                 if !d.nowait {
-                    self.send(ch, AMQPClass::Exchange(exchange::AMQPMethod::DeclareOk(exchange::DeclareOk {})));
+                    self.send(
+                        ch,
+                        AMQPClass::Exchange(exchange::AMQPMethod::DeclareOk(
+                            exchange::DeclareOk {},
+                        )),
+                    );
                 }
             }
             exchange::AMQPMethod::Delete(d) => {
-                self.meta(MetaCommand::DeleteExchange { vhost: self.vhost.clone(), name: d.exchange.as_str().into(), if_unused: d.if_unused })
-                    .await?;
+                self.meta(MetaCommand::DeleteExchange {
+                    vhost: self.vhost.clone(),
+                    name: d.exchange.as_str().into(),
+                    if_unused: d.if_unused,
+                })
+                .await?;
                 if !d.nowait {
-                    self.send(ch, AMQPClass::Exchange(exchange::AMQPMethod::DeleteOk(exchange::DeleteOk {})));
+                    self.send(
+                        ch,
+                        AMQPClass::Exchange(exchange::AMQPMethod::DeleteOk(exchange::DeleteOk {})),
+                    );
                 }
             }
             exchange::AMQPMethod::Bind(_) | exchange::AMQPMethod::Unbind(_) => {
-                return Err(ProtocolError::not_implemented("exchange-to-exchange bindings are not supported by quorumq"));
+                return Err(ProtocolError::not_implemented(
+                    "exchange-to-exchange bindings are not supported by quorumq",
+                ));
             }
             _ => return Err(ProtocolError::command_invalid("unexpected exchange method")),
         }
@@ -211,10 +263,9 @@ impl Conn {
 
     /// Looks a queue up and checks exclusive ownership (405 RESOURCE_LOCKED).
     fn lookup_queue(&self, name: &str) -> Result<(QueueRecord, Arc<QueueHandle>)> {
-        let (rec, handle) = self
-            .broker
-            .queue(&self.vhost, name)
-            .ok_or_else(|| ProtocolError::not_found(format!("no queue '{name}' in vhost '{}'", self.vhost)))?;
+        let (rec, handle) = self.broker.queue(&self.vhost, name).ok_or_else(|| {
+            ProtocolError::not_found(format!("no queue '{name}' in vhost '{}'", self.vhost))
+        })?;
         if let Some(owner) = rec.exclusive_owner {
             if owner != self.id {
                 return Err(ProtocolError::channel(
@@ -230,30 +281,28 @@ impl Conn {
         match m {
             queue::AMQPMethod::Declare(d) => {
                 let mut name = d.queue.as_str().to_string();
-                if name.is_empty() {
-                    if let Some(AMQPValue::LongString(t)) = d.arguments.inner().get("x-queue-type") {
-                        if t.as_bytes() == b"quorum" {
-                            return Err(ProtocolError::precondition("Cannot declare a server-named queue for type rabbit_quorum_queue"));
-                        }
-                    }
+                let mut declare = QueueDeclare {
+                    vhost: self.vhost.clone(),
+                    name: name.clone(),
+                    passive: d.passive,
+                    durable: d.durable,
+                    exclusive: d.exclusive,
+                    auto_delete: d.auto_delete,
+                    arguments: d.arguments,
+                    node: self.broker.node_id(),
+                    connection: self.id,
+                };
+                if name.is_empty() && !d.passive {
+                    Topology::check_server_named(&declare)?;
                     name = server_name("amq.gen-");
+                    declare.name = name.clone();
+                } else if name.is_empty() {
+                    name = self.default_queue_name(ch, "")?;
                 }
                 let (rec, handle) = if d.passive {
                     self.lookup_queue(&name)?
                 } else {
-                    let reply = self
-                        .meta(MetaCommand::DeclareQueue(QueueDeclare {
-                            vhost: self.vhost.clone(),
-                            name: name.clone(),
-                            passive: false,
-                            durable: d.durable,
-                            exclusive: d.exclusive,
-                            auto_delete: d.auto_delete,
-                            arguments: d.arguments,
-                            node: self.broker.node_id(),
-                            connection: self.id,
-                        }))
-                        .await?;
+                    let reply = self.meta(MetaCommand::DeclareQueue(declare)).await?;
                     let MetaReply::QueueDeclared { record, created } = reply else {
                         return Err(ProtocolError::internal("unexpected reply to queue.declare"));
                     };
@@ -264,6 +313,7 @@ impl Conn {
                     (record, handle)
                 };
                 let _ = rec;
+                self.chan(ch)?.last_queue = Some(name.clone());
                 let (ready, _unacked, consumers) = handle.counts();
                 if !d.nowait {
                     self.send(
@@ -291,7 +341,10 @@ impl Conn {
                 .await?;
                 self.broker.topology_changed();
                 if !b.nowait {
-                    self.send(ch, AMQPClass::Queue(queue::AMQPMethod::BindOk(queue::BindOk {})));
+                    self.send(
+                        ch,
+                        AMQPClass::Queue(queue::AMQPMethod::BindOk(queue::BindOk {})),
+                    );
                 }
             }
             queue::AMQPMethod::Unbind(b) => {
@@ -304,13 +357,18 @@ impl Conn {
                     arguments: b.arguments,
                 })
                 .await?;
-                self.send(ch, AMQPClass::Queue(queue::AMQPMethod::UnbindOk(queue::UnbindOk {})));
+                self.send(
+                    ch,
+                    AMQPClass::Queue(queue::AMQPMethod::UnbindOk(queue::UnbindOk {})),
+                );
             }
             queue::AMQPMethod::Purge(p) => {
                 let name = self.default_queue_name(ch, p.queue.as_str())?;
                 let (_, handle) = self.lookup_queue(&name)?;
                 let reply = handle
-                    .call(QueueCommand::Purge { now_ms: crate::now_ms() })
+                    .call(QueueCommand::Purge {
+                        now_ms: crate::now_ms(),
+                    })
                     .await
                     .map_err(|e| ProtocolError::internal(e))?;
                 let n = match reply {
@@ -318,7 +376,12 @@ impl Conn {
                     _ => 0,
                 };
                 if !p.nowait {
-                    self.send(ch, AMQPClass::Queue(queue::AMQPMethod::PurgeOk(queue::PurgeOk { message_count: n as u32 })));
+                    self.send(
+                        ch,
+                        AMQPClass::Queue(queue::AMQPMethod::PurgeOk(queue::PurgeOk {
+                            message_count: n as u32,
+                        })),
+                    );
                 }
             }
             queue::AMQPMethod::Delete(d) => {
@@ -328,17 +391,28 @@ impl Conn {
                     let (_, handle) = self.lookup_queue(&name)?;
                     let (ready, unacked, consumers) = handle.counts();
                     if d.if_unused && consumers > 0 {
-                        return Err(ProtocolError::precondition(format!("queue '{name}' in vhost '{}' in use", self.vhost)));
+                        return Err(ProtocolError::precondition(format!(
+                            "queue '{name}' in vhost '{}' in use",
+                            self.vhost
+                        )));
                     }
                     if d.if_empty && ready + unacked > 0 {
-                        return Err(ProtocolError::precondition(format!("queue '{name}' in vhost '{}' is not empty", self.vhost)));
+                        return Err(ProtocolError::precondition(format!(
+                            "queue '{name}' in vhost '{}' is not empty",
+                            self.vhost
+                        )));
                     }
                     count = ready;
                     self.broker.delete_queue(&self.vhost, &name).await?;
                     self.exclusive_queues.retain(|q| q != &name);
                 }
                 if !d.nowait {
-                    self.send(ch, AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk { message_count: count as u32 })));
+                    self.send(
+                        ch,
+                        AMQPClass::Queue(queue::AMQPMethod::DeleteOk(queue::DeleteOk {
+                            message_count: count as u32,
+                        })),
+                    );
                 }
             }
             _ => return Err(ProtocolError::command_invalid("unexpected queue method")),
@@ -346,10 +420,16 @@ impl Conn {
         Ok(())
     }
 
-    /// An empty queue name means the channel's last declared queue in
-    /// AMQP 0-9-1; we don't track it, so it is a 404 like an unknown name.
-    fn default_queue_name(&self, _ch: u16, name: &str) -> Result<String> {
-        Ok(name.to_string())
+    /// An empty queue name means the channel's last declared queue
+    /// (AMQP 0-9-1 §1.7.2.1); none yet → 404 as RabbitMQ.
+    fn default_queue_name(&self, ch: u16, name: &str) -> Result<String> {
+        if !name.is_empty() {
+            return Ok(name.to_string());
+        }
+        self.channels
+            .get(&ch)
+            .and_then(|s| s.last_queue.clone())
+            .ok_or_else(|| ProtocolError::not_found("no previously declared queue"))
     }
 
     async fn on_basic(&mut self, ch: u16, m: basic::AMQPMethod) -> Result<()> {
@@ -359,28 +439,49 @@ impl Conn {
                 if !q.global {
                     state.prefetch = q.prefetch_count;
                 }
-                self.send(ch, AMQPClass::Basic(basic::AMQPMethod::QosOk(basic::QosOk {})));
+                self.send(
+                    ch,
+                    AMQPClass::Basic(basic::AMQPMethod::QosOk(basic::QosOk {})),
+                );
                 Ok(())
             }
             basic::AMQPMethod::Publish(p) => {
-                self.chan(ch)?.content = Some(Publishing { publish: p, header: None, body: BytesMut::new() });
+                self.chan(ch)?.content = Some(Publishing {
+                    publish: p,
+                    header: None,
+                    body: BytesMut::new(),
+                });
                 Ok(())
             }
             basic::AMQPMethod::Consume(c) => self.on_consume(ch, c).await,
             basic::AMQPMethod::Cancel(c) => self.on_cancel(ch, c).await,
             basic::AMQPMethod::Get(g) => self.on_get(ch, g).await,
-            basic::AMQPMethod::Ack(a) => self.settle(ch, a.delivery_tag, a.multiple, Settlement::Ack).await,
+            basic::AMQPMethod::Ack(a) => {
+                self.settle(ch, a.delivery_tag, a.multiple, Settlement::Ack)
+                    .await
+            }
             basic::AMQPMethod::Nack(n) => {
-                let how = if n.requeue { Settlement::Requeue } else { Settlement::Discard };
+                let how = if n.requeue {
+                    Settlement::Requeue
+                } else {
+                    Settlement::Discard
+                };
                 self.settle(ch, n.delivery_tag, n.multiple, how).await
             }
             basic::AMQPMethod::Reject(r) => {
-                let how = if r.requeue { Settlement::Requeue } else { Settlement::Discard };
+                let how = if r.requeue {
+                    Settlement::Requeue
+                } else {
+                    Settlement::Discard
+                };
                 self.settle(ch, r.delivery_tag, false, how).await
             }
             basic::AMQPMethod::Recover(r) => {
                 self.recover(ch, r.requeue).await?;
-                self.send(ch, AMQPClass::Basic(basic::AMQPMethod::RecoverOk(basic::RecoverOk {})));
+                self.send(
+                    ch,
+                    AMQPClass::Basic(basic::AMQPMethod::RecoverOk(basic::RecoverOk {})),
+                );
                 Ok(())
             }
             basic::AMQPMethod::RecoverAsync(r) => self.recover(ch, r.requeue).await,
@@ -399,26 +500,57 @@ impl Conn {
     }
 
     async fn on_consume(&mut self, ch: u16, c: basic::Consume) -> Result<()> {
-        let name = c.queue.as_str().to_string();
+        let name = self.default_queue_name(ch, c.queue.as_str())?;
         let (_, handle) = self.lookup_queue(&name)?;
-        let tag = if c.consumer_tag.as_str().is_empty() { server_name("amq.ctag-") } else { c.consumer_tag.as_str().to_string() };
+        let tag = if c.consumer_tag.as_str().is_empty() {
+            server_name("amq.ctag-")
+        } else {
+            c.consumer_tag.as_str().to_string()
+        };
         let prefetch = {
             let state = self.chan(ch)?;
             if state.consumers.contains_key(&tag) {
-                return Err(ProtocolError::connection(530, format!("NOT_ALLOWED - attempt to reuse consumer tag '{tag}'")));
+                return Err(ProtocolError::connection(
+                    530,
+                    format!("NOT_ALLOWED - attempt to reuse consumer tag '{tag}'"),
+                ));
             }
             state.prefetch
         };
         if !handle.try_add_consumer(c.exclusive) {
-            return Err(ProtocolError::channel(403, format!("ACCESS_REFUSED - queue '{name}' in vhost '{}' in exclusive use", self.vhost)));
+            return Err(ProtocolError::channel(
+                403,
+                format!(
+                    "ACCESS_REFUSED - queue '{name}' in vhost '{}' in exclusive use",
+                    self.vhost
+                ),
+            ));
         }
         let id = self.broker.consumers().register(self.mailbox.clone());
-        self.chan(ch)?.consumers.insert(tag.clone(), ConsumerEntry { id, queue: handle.clone(), no_ack: c.no_ack, exclusive: c.exclusive });
+        self.chan(ch)?.consumers.insert(
+            tag.clone(),
+            ConsumerEntry {
+                id,
+                queue: handle.clone(),
+                no_ack: c.no_ack,
+                exclusive: c.exclusive,
+            },
+        );
         if !c.nowait {
-            self.send(ch, AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(basic::ConsumeOk { consumer_tag: tag.as_str().into() })));
+            self.send(
+                ch,
+                AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(basic::ConsumeOk {
+                    consumer_tag: tag.as_str().into(),
+                })),
+            );
         }
         let reply = handle
-            .call(QueueCommand::Checkout { now_ms: crate::now_ms(), consumer: id, prefetch: u32::from(prefetch), no_ack: c.no_ack })
+            .call(QueueCommand::Checkout {
+                now_ms: crate::now_ms(),
+                consumer: id,
+                prefetch: u32::from(prefetch),
+                no_ack: c.no_ack,
+            })
             .await;
         if let Err(e) = reply {
             return Err(ProtocolError::internal(e));
@@ -428,45 +560,79 @@ impl Conn {
 
     async fn on_cancel(&mut self, ch: u16, c: basic::Cancel) -> Result<()> {
         let tag = c.consumer_tag.as_str().to_string();
-        let entry = self.chan(ch)?.consumers.get(&tag).map(|e| (e.id, e.queue.clone(), e.exclusive));
+        let entry = self
+            .chan(ch)?
+            .consumers
+            .get(&tag)
+            .map(|e| (e.id, e.queue.clone(), e.exclusive));
         if let Some((id, handle, exclusive)) = entry {
-            let _ = handle.call(QueueCommand::Cancel { now_ms: crate::now_ms(), consumer: id }).await;
+            let _ = handle
+                .call(QueueCommand::Cancel {
+                    now_ms: crate::now_ms(),
+                    consumer: id,
+                })
+                .await;
             handle.remove_consumer(exclusive);
             self.broker.maybe_auto_delete(&handle).await;
         }
         if !c.nowait {
-            self.deferred.push((ch, AMQPClass::Basic(basic::AMQPMethod::CancelOk(basic::CancelOk { consumer_tag: tag.as_str().into() }))));
+            self.deferred.push((
+                ch,
+                AMQPClass::Basic(basic::AMQPMethod::CancelOk(basic::CancelOk {
+                    consumer_tag: tag.as_str().into(),
+                })),
+            ));
         }
         Ok(())
     }
 
     async fn on_get(&mut self, ch: u16, g: basic::Get) -> Result<()> {
-        let name = g.queue.as_str().to_string();
+        let name = self.default_queue_name(ch, g.queue.as_str())?;
         let (_, handle) = self.lookup_queue(&name)?;
         let slot = match self.chan(ch)?.get_slots.get(&handle.group) {
             Some((id, _)) => *id,
             None => {
                 let id = self.broker.consumers().register(self.mailbox.clone());
-                self.chan(ch)?.get_slots.insert(handle.group, (id, handle.clone()));
+                self.chan(ch)?
+                    .get_slots
+                    .insert(handle.group, (id, handle.clone()));
                 id
             }
         };
         let reply = handle
-            .call(QueueCommand::Dequeue { now_ms: crate::now_ms(), consumer: slot, no_ack: g.no_ack })
+            .call(QueueCommand::Dequeue {
+                now_ms: crate::now_ms(),
+                consumer: slot,
+                no_ack: g.no_ack,
+            })
             .await
             .map_err(ProtocolError::internal)?;
         let QueueReply::Dequeued(Some((delivery, left))) = reply else {
-            self.send(ch, AMQPClass::Basic(basic::AMQPMethod::GetEmpty(basic::GetEmpty {})));
+            self.send(
+                ch,
+                AMQPClass::Basic(basic::AMQPMethod::GetEmpty(basic::GetEmpty {})),
+            );
             return Ok(());
         };
-        let Some(msg) = delivery.payload.as_deref().and_then(|p| StoredMessage::decode(p).ok()) else {
+        let Some(msg) = delivery
+            .payload
+            .as_deref()
+            .and_then(|p| StoredMessage::decode(p).ok())
+        else {
             return Err(ProtocolError::internal("stored message is missing"));
         };
         let state = self.chan(ch)?;
         state.next_tag += 1;
         let tag = state.next_tag;
         if !g.no_ack {
-            state.unacked.insert(tag, Unacked { queue: handle.clone(), consumer: slot, msg: delivery.id });
+            state.unacked.insert(
+                tag,
+                Unacked {
+                    queue: handle.clone(),
+                    consumer: slot,
+                    msg: delivery.id,
+                },
+            );
         }
         self.send(
             ch,
@@ -484,20 +650,23 @@ impl Conn {
         Ok(())
     }
 
+    /// basic.ack/nack/reject: the tag must be an unacked delivery of this
+    /// channel (406 "unknown delivery tag N" otherwise, as rabbit_channel's
+    /// collect_acks); `multiple` takes every tag up to it; tag 0 with
+    /// `multiple` takes everything.
     async fn settle(&mut self, ch: u16, tag: u64, multiple: bool, how: Settlement) -> Result<()> {
         let state = self.chan(ch)?;
-        let tags: Vec<u64> = if multiple {
-            if tag == 0 {
-                state.unacked.keys().copied().collect()
-            } else {
-                state.unacked.range(..=tag).map(|(t, _)| *t).collect()
-            }
+        let tags: Vec<u64> = if multiple && tag == 0 {
+            state.unacked.keys().copied().collect()
+        } else if !state.unacked.contains_key(&tag) {
+            return Err(ProtocolError::precondition(format!(
+                "unknown delivery tag {tag}"
+            )));
+        } else if multiple {
+            state.unacked.range(..=tag).map(|(t, _)| *t).collect()
         } else {
             vec![tag]
         };
-        if !multiple && !state.unacked.contains_key(&tag) || multiple && tag != 0 && tags.is_empty() && !state.unacked.contains_key(&tag) {
-            return Err(ProtocolError::precondition(format!("unknown delivery tag {tag}")));
-        }
         self.settle_tags(ch, tags, how).await
     }
 
@@ -507,7 +676,10 @@ impl Conn {
         let mut groups: Vec<(Arc<QueueHandle>, ConsumerId, Vec<MsgId>)> = Vec::new();
         for t in tags {
             if let Some(u) = state.unacked.remove(&t) {
-                match groups.iter_mut().find(|(q, c, _)| q.group == u.queue.group && *c == u.consumer) {
+                match groups
+                    .iter_mut()
+                    .find(|(q, c, _)| q.group == u.queue.group && *c == u.consumer)
+                {
                     Some(g) => g.2.push(u.msg),
                     None => groups.push((u.queue, u.consumer, vec![u.msg])),
                 }
@@ -516,9 +688,21 @@ impl Conn {
         let now_ms = crate::now_ms();
         for (queue, consumer, ids) in groups {
             let cmd = match how {
-                Settlement::Ack => QueueCommand::Settle { now_ms, consumer, ids },
-                Settlement::Requeue => QueueCommand::Return { now_ms, consumer, ids },
-                Settlement::Discard => QueueCommand::Discard { now_ms, consumer, ids },
+                Settlement::Ack => QueueCommand::Settle {
+                    now_ms,
+                    consumer,
+                    ids,
+                },
+                Settlement::Requeue => QueueCommand::Return {
+                    now_ms,
+                    consumer,
+                    ids,
+                },
+                Settlement::Discard => QueueCommand::Discard {
+                    now_ms,
+                    consumer,
+                    ids,
+                },
             };
             // Fire and forget: the command is ordered behind earlier ones.
             drop(queue.propose(cmd).await);
@@ -529,18 +713,33 @@ impl Conn {
     /// Frees a channel: consumers go down (their unacked messages return
     /// to the queue, counted as a delivery attempt, spec §2.3).
     pub(super) async fn release_channel(&mut self, ch: u16) {
-        let Some(state) = self.channels.remove(&ch) else { return };
+        let Some(state) = self.channels.remove(&ch) else {
+            return;
+        };
         let now_ms = crate::now_ms();
         let mut waits = Vec::new();
         for (_, c) in state.consumers {
             self.broker.consumers().unregister(c.id);
-            waits.push(c.queue.propose(QueueCommand::ConsumerDown { now_ms, consumer: c.id }).await);
+            waits.push(
+                c.queue
+                    .propose(QueueCommand::ConsumerDown {
+                        now_ms,
+                        consumer: c.id,
+                    })
+                    .await,
+            );
             c.queue.remove_consumer(c.exclusive);
             self.broker.maybe_auto_delete(&c.queue).await;
         }
         for (_, (id, q)) in state.get_slots {
             self.broker.consumers().unregister(id);
-            waits.push(q.propose(QueueCommand::ConsumerDown { now_ms, consumer: id }).await);
+            waits.push(
+                q.propose(QueueCommand::ConsumerDown {
+                    now_ms,
+                    consumer: id,
+                })
+                .await,
+            );
         }
         for w in waits {
             let _ = w.await;
@@ -561,14 +760,20 @@ impl Conn {
             return Ok(());
         }
         let Some(p) = state.content.as_mut() else {
-            return Err(ProtocolError::unexpected_frame("expected method frame, got non method frame instead"));
+            return Err(ProtocolError::unexpected_frame(
+                "expected method frame, got non method frame instead",
+            ));
         };
         if p.header.is_some() || class_id != 60 {
-            return Err(ProtocolError::unexpected_frame("expected content body, got non content body frame instead"));
+            return Err(ProtocolError::unexpected_frame(
+                "expected content body, got non content body frame instead",
+            ));
         }
         if body_size > MAX_MESSAGE_SIZE {
             state.content = None;
-            let text = format!("message size {body_size} is larger than configured max size {MAX_MESSAGE_SIZE}");
+            let text = format!(
+                "message size {body_size} is larger than configured max size {MAX_MESSAGE_SIZE}"
+            );
             self.close_channel_with(ch, 406, format!("PRECONDITION_FAILED - {text}"), 60, 40);
             return Ok(());
         }
@@ -587,15 +792,22 @@ impl Conn {
             return Ok(());
         }
         let Some(p) = state.content.as_mut() else {
-            return Err(ProtocolError::unexpected_frame("expected method frame, got non method frame instead"));
+            return Err(ProtocolError::unexpected_frame(
+                "expected method frame, got non method frame instead",
+            ));
         };
         let Some((_, _, size)) = p.header.as_ref() else {
-            return Err(ProtocolError::unexpected_frame("expected content header for class 60, got non content header frame instead"));
+            return Err(ProtocolError::unexpected_frame(
+                "expected content header for class 60, got non content header frame instead",
+            ));
         };
         let size = *size;
         p.body.extend_from_slice(&body);
         if p.body.len() as u64 > size {
-            return Err(ProtocolError::connection(501, "FRAME_ERROR - content body larger than declared size"));
+            return Err(ProtocolError::connection(
+                501,
+                "FRAME_ERROR - content body larger than declared size",
+            ));
         }
         if p.body.len() as u64 == size {
             return self.finish_publish(ch).await;
@@ -614,7 +826,12 @@ impl Conn {
 
     async fn publish(&mut self, ch: u16) -> Result<()> {
         let state = self.chan(ch)?;
-        let Some(Publishing { publish, header: Some((mut props, mut raw, _)), body }) = state.content.take() else {
+        let Some(Publishing {
+            publish,
+            header: Some((mut props, mut raw, _)),
+            body,
+        }) = state.content.take()
+        else {
             return Ok(());
         };
         let seq = state.confirms.as_mut().map(|c| c.next());
@@ -629,7 +846,9 @@ impl Conn {
         keys.push(routing_key.clone());
         keys.extend(cc.iter().cloned());
         keys.extend(bcc.iter().cloned());
-        let targets = self.broker.route(&self.vhost, &exchange, &keys, props.headers().as_ref())?;
+        let targets = self
+            .broker
+            .route(&self.vhost, &exchange, &keys, props.headers().as_ref())?;
         if !bcc.is_empty() {
             if let Some(mut h) = props.headers().clone() {
                 strip_bcc(&mut h);
@@ -660,13 +879,29 @@ impl Conn {
             return Ok(());
         }
         let body_size = body.len() as u32;
-        let stored = StoredMessage { exchange, routing_key, bcc, properties: raw, body };
+        let stored = StoredMessage {
+            exchange,
+            routing_key,
+            bcc,
+            properties: raw,
+            body,
+        };
         let payload = stored.encode().map_err(ProtocolError::internal)?;
         let now_ms = crate::now_ms();
         let mut waits = Vec::with_capacity(targets.len());
         for q in targets {
-            let msg = EnqueueMsg { payload: payload.clone(), body_size, ttl_ms };
-            waits.push(q.propose(QueueCommand::Enqueue { now_ms, msgs: vec![msg] }).await);
+            let msg = EnqueueMsg {
+                payload: payload.clone(),
+                body_size,
+                ttl_ms,
+            };
+            waits.push(
+                q.propose(QueueCommand::Enqueue {
+                    now_ms,
+                    msgs: vec![msg],
+                })
+                .await,
+            );
         }
         if let Some(seq) = seq {
             self.pending.push(Box::pin(async move {
@@ -679,7 +914,11 @@ impl Conn {
                         _ => ok = false,
                     }
                 }
-                Completion::Confirm { channel: ch, seq, ok }
+                Completion::Confirm {
+                    channel: ch,
+                    seq,
+                    ok,
+                }
             }));
         }
         Ok(())
@@ -692,9 +931,16 @@ impl Conn {
         };
         for (tag, multiple, ack) in frames {
             let m = if ack {
-                basic::AMQPMethod::Ack(basic::Ack { delivery_tag: tag, multiple })
+                basic::AMQPMethod::Ack(basic::Ack {
+                    delivery_tag: tag,
+                    multiple,
+                })
             } else {
-                basic::AMQPMethod::Nack(basic::Nack { delivery_tag: tag, multiple, requeue: false })
+                basic::AMQPMethod::Nack(basic::Nack {
+                    delivery_tag: tag,
+                    multiple,
+                    requeue: false,
+                })
             };
             self.send(ch, ok_frame(AMQPClass::Basic(m)));
         }
@@ -704,7 +950,11 @@ impl Conn {
     pub(super) fn on_completion(&mut self, c: Completion) {
         match c {
             Completion::Confirm { channel, seq, ok } => {
-                if let Some(t) = self.channels.get_mut(&channel).and_then(|s| s.confirms.as_mut()) {
+                if let Some(t) = self
+                    .channels
+                    .get_mut(&channel)
+                    .and_then(|s| s.confirms.as_mut())
+                {
                     t.complete(seq, ok);
                 }
                 self.send_confirms(channel);
@@ -718,18 +968,37 @@ impl Conn {
             if s.closing {
                 return None;
             }
-            s.consumers.iter().find(|(_, c)| c.id == d.consumer).map(|(tag, c)| (*ch, tag.clone(), c.no_ack, c.queue.clone()))
+            s.consumers
+                .iter()
+                .find(|(_, c)| c.id == d.consumer)
+                .map(|(tag, c)| (*ch, tag.clone(), c.no_ack, c.queue.clone()))
         });
-        let Some((ch, tag, no_ack, queue)) = found else { return };
-        let Some(msg) = d.delivery.payload.as_deref().and_then(|p| StoredMessage::decode(p).ok()) else {
+        let Some((ch, tag, no_ack, queue)) = found else {
+            return;
+        };
+        let Some(msg) = d
+            .delivery
+            .payload
+            .as_deref()
+            .and_then(|p| StoredMessage::decode(p).ok())
+        else {
             tracing::error!(queue = %queue.name, id = d.delivery.id, "delivered message has no stored payload");
             return;
         };
-        let Some(state) = self.channels.get_mut(&ch) else { return };
+        let Some(state) = self.channels.get_mut(&ch) else {
+            return;
+        };
         state.next_tag += 1;
         let dtag = state.next_tag;
         if !no_ack {
-            state.unacked.insert(dtag, Unacked { queue, consumer: d.consumer, msg: d.delivery.id });
+            state.unacked.insert(
+                dtag,
+                Unacked {
+                    queue,
+                    consumer: d.consumer,
+                    msg: d.delivery.id,
+                },
+            );
         }
         self.send(
             ch,
@@ -745,7 +1014,13 @@ impl Conn {
             let props = with_delivery_count(&msg.properties, d.delivery.delivery_count);
             codec::write_content(&mut self.out, ch, &props, &msg.body, self.frame_max);
         } else {
-            codec::write_content(&mut self.out, ch, &msg.properties, &msg.body, self.frame_max);
+            codec::write_content(
+                &mut self.out,
+                ch,
+                &msg.properties,
+                &msg.body,
+                self.frame_max,
+            );
         }
     }
 }
@@ -759,9 +1034,14 @@ enum Settlement {
 
 /// Raw properties with an `x-delivery-count` header (long), spec §2.7.
 fn with_delivery_count(raw: &Bytes, count: u32) -> Bytes {
-    let Ok((_, props)) = basic::parse_properties(&raw[..]) else { return raw.clone() };
+    let Ok((_, props)) = basic::parse_properties(&raw[..]) else {
+        return raw.clone();
+    };
     let mut headers = props.headers().clone().unwrap_or_default();
-    headers.insert("x-delivery-count".into(), AMQPValue::LongLongInt(i64::from(count)));
+    headers.insert(
+        "x-delivery-count".into(),
+        AMQPValue::LongLongInt(i64::from(count)),
+    );
     codec::encode_properties(&props.with_headers(headers))
 }
 
@@ -771,6 +1051,8 @@ pub fn server_name(prefix: &str) -> String {
     use rand::Rng;
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut rng = rand::thread_rng();
-    let suffix: String = (0..22).map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char).collect();
+    let suffix: String = (0..22)
+        .map(|_| ALPHABET[rng.gen_range(0..ALPHABET.len())] as char)
+        .collect();
     format!("{prefix}{suffix}")
 }

@@ -27,7 +27,13 @@ pub enum InFrame {
     Method(u16, AMQPClass),
     /// Content header: class id, body size (bytes), parsed properties and the
     /// raw property bytes (flags + fields) as received.
-    Header { channel: u16, class_id: u16, body_size: u64, properties: AMQPProperties, raw_properties: Bytes },
+    Header {
+        channel: u16,
+        class_id: u16,
+        body_size: u64,
+        properties: AMQPProperties,
+        raw_properties: Bytes,
+    },
     Body(u16, Bytes),
     Heartbeat(u16),
 }
@@ -76,7 +82,10 @@ impl FrameReader {
     /// New reader; until tune-ok the limit is the spec minimum of 4096 bytes
     /// plus headroom for clients that send large start-ok tables.
     pub fn new() -> Self {
-        FrameReader { buf: BytesMut::with_capacity(64 * 1024), frame_max: 131_072 }
+        FrameReader {
+            buf: BytesMut::with_capacity(64 * 1024),
+            frame_max: 131_072,
+        }
     }
 
     /// Sets the negotiated frame_max (bytes, total frame size; 0 = none).
@@ -112,11 +121,17 @@ impl FrameReader {
         let kind = self.buf[0];
         let channel = u16::from_be_bytes([self.buf[1], self.buf[2]]);
         let size = u32::from_be_bytes([self.buf[3], self.buf[4], self.buf[5], self.buf[6]]);
-        if !matches!(kind, FRAME_METHOD | FRAME_HEADER | FRAME_BODY | FRAME_HEARTBEAT) {
+        if !matches!(
+            kind,
+            FRAME_METHOD | FRAME_HEADER | FRAME_BODY | FRAME_HEARTBEAT
+        ) {
             return Err(FrameError::UnknownType(kind));
         }
         if self.frame_max != 0 && u64::from(size) + 8 > u64::from(self.frame_max) {
-            return Err(FrameError::TooLarge { size, max: self.frame_max });
+            return Err(FrameError::TooLarge {
+                size,
+                max: self.frame_max,
+            });
         }
         let total = size as usize + 8;
         if self.buf.len() < total {
@@ -144,14 +159,25 @@ impl FrameReader {
                     return Err(FrameError::Syntax("content header"));
                 }
                 let class_id = u16::from_be_bytes([payload[0], payload[1]]);
-                let body_size = u64::from_be_bytes(payload[4..12].try_into().map_err(|_| FrameError::Syntax("content header"))?);
+                let body_size = u64::from_be_bytes(
+                    payload[4..12]
+                        .try_into()
+                        .map_err(|_| FrameError::Syntax("content header"))?,
+                );
                 let raw_properties = payload.slice(12..);
-                let (rest, properties) = amq_protocol::protocol::basic::parse_properties(&raw_properties[..])
-                    .map_err(|_| FrameError::Syntax("content header"))?;
+                let (rest, properties) =
+                    amq_protocol::protocol::basic::parse_properties(&raw_properties[..])
+                        .map_err(|_| FrameError::Syntax("content header"))?;
                 if !rest.is_empty() {
                     return Err(FrameError::Syntax("content header"));
                 }
-                InFrame::Header { channel, class_id, body_size, properties, raw_properties }
+                InFrame::Header {
+                    channel,
+                    class_id,
+                    body_size,
+                    properties,
+                    raw_properties,
+                }
             }
             FRAME_BODY => InFrame::Body(channel, payload),
             _ => InFrame::Heartbeat(channel),
@@ -182,7 +208,10 @@ pub fn protocol_header() -> &'static [u8] {
 
 /// Encodes basic properties to raw property bytes (flags + fields).
 pub fn encode_properties(props: &AMQPProperties) -> Bytes {
-    match cookie_factory::gen_simple(amq_protocol::protocol::basic::gen_properties(props), Vec::new()) {
+    match cookie_factory::gen_simple(
+        amq_protocol::protocol::basic::gen_properties(props),
+        Vec::new(),
+    ) {
         Ok(v) => Bytes::from(v),
         Err(e) => {
             tracing::error!(error = %e, "failed to encode properties");
@@ -193,7 +222,13 @@ pub fn encode_properties(props: &AMQPProperties) -> Bytes {
 
 /// Appends a content header frame (class basic) with raw property bytes and
 /// the body split into frames of at most `frame_max - 8` bytes.
-pub fn write_content(out: &mut BytesMut, channel: u16, raw_properties: &[u8], body: &[u8], frame_max: u32) {
+pub fn write_content(
+    out: &mut BytesMut,
+    channel: u16,
+    raw_properties: &[u8],
+    body: &[u8],
+    frame_max: u32,
+) {
     let header_len = 12 + raw_properties.len();
     out.reserve(header_len + 8 + body.len() + 16);
     out.put_u8(FRAME_HEADER);
@@ -204,7 +239,11 @@ pub fn write_content(out: &mut BytesMut, channel: u16, raw_properties: &[u8], bo
     out.put_u64(body.len() as u64);
     out.put_slice(raw_properties);
     out.put_u8(FRAME_END);
-    let chunk = if frame_max == 0 { body.len().max(1) } else { (frame_max as usize).saturating_sub(8).max(1) };
+    let chunk = if frame_max == 0 {
+        body.len().max(1)
+    } else {
+        (frame_max as usize).saturating_sub(8).max(1)
+    };
     for part in body.chunks(chunk) {
         out.put_u8(FRAME_BODY);
         out.put_u16(channel);
@@ -232,7 +271,10 @@ mod tests {
 
     #[test]
     fn method_round_trip_byte_at_a_time() {
-        let bytes = encode(3, AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})));
+        let bytes = encode(
+            3,
+            AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})),
+        );
         let mut r = FrameReader::new();
         let mut got = None;
         for b in bytes.iter() {
@@ -241,19 +283,33 @@ mod tests {
                 got = Some(f);
             }
         }
-        assert!(matches!(got, Some(InFrame::Method(3, AMQPClass::Channel(channel::AMQPMethod::Open(_))))));
+        assert!(matches!(
+            got,
+            Some(InFrame::Method(
+                3,
+                AMQPClass::Channel(channel::AMQPMethod::Open(_))
+            ))
+        ));
     }
 
     #[test]
     fn content_round_trip_keeps_raw_properties() {
-        let props = basic::AMQPProperties::default().with_delivery_mode(2).with_message_id("m1".into());
+        let props = basic::AMQPProperties::default()
+            .with_delivery_mode(2)
+            .with_message_id("m1".into());
         let raw = encode_properties(&props);
         let mut out = BytesMut::new();
         write_content(&mut out, 1, &raw, &vec![7u8; 10_000], 4096);
         let mut r = FrameReader::new();
         r.set_frame_max(4096);
         r.buffer().extend_from_slice(&out);
-        let Some(InFrame::Header { raw_properties, properties, body_size, .. }) = r.next_frame().expect("ok") else {
+        let Some(InFrame::Header {
+            raw_properties,
+            properties,
+            body_size,
+            ..
+        }) = r.next_frame().expect("ok")
+        else {
             panic!("expected header")
         };
         assert_eq!(raw_properties, raw);
@@ -280,7 +336,8 @@ mod tests {
         r.buffer().extend_from_slice(&[9, 0, 0, 0, 0, 0, 0, 0xCE]);
         assert_eq!(r.next_frame().unwrap_err(), FrameError::UnknownType(9));
         let mut r = FrameReader::new();
-        r.buffer().extend_from_slice(&[1, 0, 0, 0, 0, 0, 2, 0xFF, 0xFF, 0xCE]);
+        r.buffer()
+            .extend_from_slice(&[1, 0, 0, 0, 0, 0, 2, 0xFF, 0xFF, 0xCE]);
         assert!(matches!(r.next_frame(), Err(FrameError::Syntax(_))));
     }
 

@@ -51,8 +51,11 @@ impl ConfirmTracker {
             self.pending = rest;
             frames.push((end, prefix_len > 1, true));
         }
-        let done: Vec<(u64, bool)> =
-            self.pending.iter().filter_map(|(&s, st)| st.map(|ok| (s, ok))).collect();
+        let done: Vec<(u64, bool)> = self
+            .pending
+            .iter()
+            .filter_map(|(&s, st)| st.map(|ok| (s, ok)))
+            .collect();
         for (seq, ok) in done {
             self.pending.remove(&seq);
             frames.push((seq, false, ok));

@@ -78,7 +78,12 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
         deferred: Vec::new(),
     };
     let mut reader = FrameReader::new();
-    let heartbeat = match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.handshake(&mut rd, &mut reader, &wtx)).await {
+    let heartbeat = match tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        conn.handshake(&mut rd, &mut reader, &wtx),
+    )
+    .await
+    {
         Ok(Ok(Some(hb))) => hb,
         Ok(Ok(None)) | Err(_) => {
             conn.flush(&wtx).await;
@@ -95,7 +100,11 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
         }
     };
     tracing::debug!(?peer, id, "connection open");
-    let hb = if heartbeat == 0 { None } else { Some(Duration::from_secs(u64::from(heartbeat))) };
+    let hb = if heartbeat == 0 {
+        None
+    } else {
+        Some(Duration::from_secs(u64::from(heartbeat)))
+    };
     let mut last_read = Instant::now();
     let mut last_write = Instant::now();
     let mut ticker = tokio::time::interval(hb.map(|d| d / 2).unwrap_or(Duration::from_secs(3600)));
@@ -203,13 +212,16 @@ impl Conn {
                 }
             }
         }
-        self.send(0, AMQPClass::Connection(connection::AMQPMethod::Start(connection::Start {
-            version_major: 0,
-            version_minor: 9,
-            server_properties: server_properties(),
-            mechanisms: LongString::from("PLAIN AMQPLAIN"),
-            locales: LongString::from("en_US"),
-        })));
+        self.send(
+            0,
+            AMQPClass::Connection(connection::AMQPMethod::Start(connection::Start {
+                version_major: 0,
+                version_minor: 9,
+                server_properties: server_properties(),
+                mechanisms: LongString::from("PLAIN AMQPLAIN"),
+                locales: LongString::from("en_US"),
+            })),
+        );
         self.flush(wtx).await;
         let start_ok = match next_method(rd, reader).await? {
             Some(AMQPClass::Connection(connection::AMQPMethod::StartOk(s))) => s,
@@ -220,11 +232,14 @@ impl Conn {
             self.close_connection(403, format!("ACCESS_REFUSED - Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."), 0, 0);
             return Ok(None);
         }
-        self.send(0, AMQPClass::Connection(connection::AMQPMethod::Tune(connection::Tune {
-            channel_max: CHANNEL_MAX,
-            frame_max: FRAME_MAX,
-            heartbeat: HEARTBEAT,
-        })));
+        self.send(
+            0,
+            AMQPClass::Connection(connection::AMQPMethod::Tune(connection::Tune {
+                channel_max: CHANNEL_MAX,
+                frame_max: FRAME_MAX,
+                heartbeat: HEARTBEAT,
+            })),
+        );
         self.flush(wtx).await;
         let tune_ok = match next_method(rd, reader).await? {
             Some(AMQPClass::Connection(connection::AMQPMethod::TuneOk(t))) => t,
@@ -245,33 +260,58 @@ impl Conn {
         };
         let vhost = open.virtual_host.as_str().to_string();
         if vhost != "/" {
-            self.close_connection(530, format!("NOT_ALLOWED - vhost {vhost} not found"), 10, 40);
+            self.close_connection(
+                530,
+                format!("NOT_ALLOWED - vhost {vhost} not found"),
+                10,
+                40,
+            );
             return Ok(None);
         }
         self.vhost = vhost;
-        self.send(0, AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {})));
+        self.send(
+            0,
+            AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {})),
+        );
         Ok(Some(tune_ok.heartbeat))
     }
 
     /// Sends connection.close; the caller stops reading soon after.
-    pub(super) fn close_connection(&mut self, code: u16, text: String, class_id: u16, method_id: u16) {
+    pub(super) fn close_connection(
+        &mut self,
+        code: u16,
+        text: String,
+        class_id: u16,
+        method_id: u16,
+    ) {
         let text = ShortString::from(truncate(text));
-        self.send(0, AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
-            reply_code: code,
-            reply_text: text,
-            class_id,
-            method_id,
-        })));
+        self.send(
+            0,
+            AMQPClass::Connection(connection::AMQPMethod::Close(connection::Close {
+                reply_code: code,
+                reply_text: text,
+                class_id,
+                method_id,
+            })),
+        );
     }
 
-    async fn on_bytes(&mut self, reader: &mut FrameReader, closing_since: &mut Option<Instant>) -> Step {
+    async fn on_bytes(
+        &mut self,
+        reader: &mut FrameReader,
+        closing_since: &mut Option<Instant>,
+    ) -> Step {
         loop {
             let frame = match reader.next_frame() {
                 Ok(Some(f)) => f,
                 Ok(None) => return Step::Continue,
                 Err(e) => {
                     tracing::info!(error = %e, "malformed frame, closing connection");
-                    let name = if e.reply_code() == 502 { "SYNTAX_ERROR" } else { "FRAME_ERROR" };
+                    let name = if e.reply_code() == 502 {
+                        "SYNTAX_ERROR"
+                    } else {
+                        "FRAME_ERROR"
+                    };
                     self.close_connection(e.reply_code(), format!("{name} - {e}"), 0, 0);
                     return Step::Close;
                 }
@@ -282,7 +322,12 @@ impl Conn {
                     match m {
                         connection::AMQPMethod::CloseOk(_) => return Step::Close,
                         connection::AMQPMethod::Close(_) => {
-                            self.send(0, AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})));
+                            self.send(
+                                0,
+                                AMQPClass::Connection(connection::AMQPMethod::CloseOk(
+                                    connection::CloseOk {},
+                                )),
+                            );
                             return Step::Close;
                         }
                         _ => {}
@@ -296,24 +341,48 @@ impl Conn {
             };
             let result = match frame {
                 InFrame::Heartbeat(0) => Ok(()),
-                InFrame::Heartbeat(_) => Err(ProtocolError::connection(501, "FRAME_ERROR - heartbeat on non-zero channel")),
+                InFrame::Heartbeat(_) => Err(ProtocolError::connection(
+                    501,
+                    "FRAME_ERROR - heartbeat on non-zero channel",
+                )),
                 InFrame::Method(0, AMQPClass::Connection(m)) => match m {
                     connection::AMQPMethod::Close(_) => {
-                        self.send(0, AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})));
+                        self.send(
+                            0,
+                            AMQPClass::Connection(connection::AMQPMethod::CloseOk(
+                                connection::CloseOk {},
+                            )),
+                        );
                         return Step::Close;
                     }
                     connection::AMQPMethod::CloseOk(_) => return Step::Close,
-                    connection::AMQPMethod::Blocked(_) | connection::AMQPMethod::Unblocked(_) => Ok(()),
-                    connection::AMQPMethod::UpdateSecret(_) => {
-                        self.send(0, AMQPClass::Connection(connection::AMQPMethod::UpdateSecretOk(connection::UpdateSecretOk {})));
+                    connection::AMQPMethod::Blocked(_) | connection::AMQPMethod::Unblocked(_) => {
                         Ok(())
                     }
-                    _ => Err(ProtocolError::command_invalid("unexpected connection method")),
+                    connection::AMQPMethod::UpdateSecret(_) => {
+                        self.send(
+                            0,
+                            AMQPClass::Connection(connection::AMQPMethod::UpdateSecretOk(
+                                connection::UpdateSecretOk {},
+                            )),
+                        );
+                        Ok(())
+                    }
+                    _ => Err(ProtocolError::command_invalid(
+                        "unexpected connection method",
+                    )),
                 },
                 InFrame::Method(0, _) => Err(ProtocolError::command_invalid("method on channel 0")),
                 InFrame::Method(ch, m) => self.on_channel_method(ch, m).await,
-                InFrame::Header { channel, class_id, body_size, properties, raw_properties } => {
-                    self.on_content_header(channel, class_id, body_size, properties, raw_properties).await
+                InFrame::Header {
+                    channel,
+                    class_id,
+                    body_size,
+                    properties,
+                    raw_properties,
+                } => {
+                    self.on_content_header(channel, class_id, body_size, properties, raw_properties)
+                        .await
                 }
                 InFrame::Body(ch, body) => self.on_content_body(ch, body).await,
             };
@@ -321,7 +390,8 @@ impl Conn {
                 match e {
                     // Channel errors are answered inside the channel handlers;
                     // one reaching here has no channel to close, so it escalates.
-                    ProtocolError::Channel { code, text } | ProtocolError::Connection { code, text } => {
+                    ProtocolError::Channel { code, text }
+                    | ProtocolError::Connection { code, text } => {
                         tracing::info!(code, %text, "closing connection");
                         self.close_connection(code, text, class_id, method_id);
                         *closing_since = Some(Instant::now());
@@ -422,16 +492,31 @@ fn server_properties() -> FieldTable {
         "per_consumer_qos",
         "direct_reply_to",
     ] {
-        caps.insert(cap.into(), AMQPValue::Boolean(cap != "exchange_exchange_bindings" && cap != "direct_reply_to"));
+        caps.insert(
+            cap.into(),
+            AMQPValue::Boolean(cap != "exchange_exchange_bindings" && cap != "direct_reply_to"),
+        );
     }
     let mut props = FieldTable::default();
     props.insert("capabilities".into(), AMQPValue::FieldTable(caps));
     props.insert("product".into(), AMQPValue::LongString("quorumq".into()));
-    props.insert("version".into(), AMQPValue::LongString(env!("CARGO_PKG_VERSION").into()));
+    props.insert(
+        "version".into(),
+        AMQPValue::LongString(env!("CARGO_PKG_VERSION").into()),
+    );
     props.insert("platform".into(), AMQPValue::LongString("Rust".into()));
-    props.insert("cluster_name".into(), AMQPValue::LongString("quorumq".into()));
-    props.insert("copyright".into(), AMQPValue::LongString("quorumq authors".into()));
-    props.insert("information".into(), AMQPValue::LongString("Licensed under Apache-2.0".into()));
+    props.insert(
+        "cluster_name".into(),
+        AMQPValue::LongString("quorumq".into()),
+    );
+    props.insert(
+        "copyright".into(),
+        AMQPValue::LongString("quorumq authors".into()),
+    );
+    props.insert(
+        "information".into(),
+        AMQPValue::LongString("Licensed under Apache-2.0".into()),
+    );
     props
 }
 
@@ -452,7 +537,11 @@ mod tests {
         let mut t = FieldTable::default();
         t.insert("LOGIN".into(), AMQPValue::LongString("guest".into()));
         t.insert("PASSWORD".into(), AMQPValue::LongString("guest".into()));
-        let bytes = cookie_factory::gen_simple(amq_protocol::types::generation::gen_field_table(&t), Vec::new()).expect("encode");
+        let bytes = cookie_factory::gen_simple(
+            amq_protocol::types::generation::gen_field_table(&t),
+            Vec::new(),
+        )
+        .expect("encode");
         assert!(authenticate("AMQPLAIN", &bytes[4..]));
         assert!(!authenticate("AMQPLAIN", &[1, 2, 3]));
     }

@@ -15,12 +15,18 @@ pub enum ProtocolError {
 impl ProtocolError {
     /// Channel-level error with RabbitMQ's `NAME - detail` text.
     pub fn channel(code: u16, text: impl Into<String>) -> Self {
-        ProtocolError::Channel { code, text: text.into() }
+        ProtocolError::Channel {
+            code,
+            text: text.into(),
+        }
     }
 
     /// Connection-level error.
     pub fn connection(code: u16, text: impl Into<String>) -> Self {
-        ProtocolError::Connection { code, text: text.into() }
+        ProtocolError::Connection {
+            code,
+            text: text.into(),
+        }
     }
 
     /// 406 PRECONDITION_FAILED.
@@ -57,9 +63,15 @@ impl ProtocolError {
 impl From<AmqpError> for ProtocolError {
     fn from(e: AmqpError) -> Self {
         if e.hard {
-            ProtocolError::Connection { code: e.code, text: e.text }
+            ProtocolError::Connection {
+                code: e.code,
+                text: e.text,
+            }
         } else {
-            ProtocolError::Channel { code: e.code, text: e.text }
+            ProtocolError::Channel {
+                code: e.code,
+                text: e.text,
+            }
         }
     }
 }

@@ -6,7 +6,10 @@
 use anyhow::bail;
 use clap::{Parser, Subcommand};
 use quorumq_proto::v1::admin_client::AdminClient;
-use quorumq_proto::v1::{ClearPolicyRequest, ListPoliciesRequest, ListQueuesRequest, Policy, SetPolicyRequest, StatusRequest};
+use quorumq_proto::v1::{
+    ClearPolicyRequest, ListPoliciesRequest, ListQueuesRequest, Policy, SetPolicyRequest,
+    StatusRequest,
+};
 
 #[derive(Parser, Debug)]
 #[command(name = "quorumqctl", version, about = "Operate a quorumq node")]
@@ -50,42 +53,90 @@ enum Cmd {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let node = if args.node.starts_with("http") { args.node.clone() } else { format!("http://{}", args.node) };
+    let node = if args.node.starts_with("http") {
+        args.node.clone()
+    } else {
+        format!("http://{}", args.node)
+    };
     let mut c = AdminClient::connect(node).await?;
     match args.cmd {
         Cmd::Status => {
             let s = c.status(StatusRequest {}).await?.into_inner();
-            println!("node_id: {}\nversion: {}\nqueues: {}\nmembers: {:?}", s.node_id, s.version, s.queues, s.members);
+            println!(
+                "node_id: {}\nversion: {}\nqueues: {}\nmembers: {:?}",
+                s.node_id, s.version, s.queues, s.members
+            );
         }
-        Cmd::SetPolicy { name, pattern, definition, priority, apply_to } => {
+        Cmd::SetPolicy {
+            name,
+            pattern,
+            definition,
+            priority,
+            apply_to,
+        } => {
             println!("Setting policy \"{name}\" for pattern \"{pattern}\" to \"{definition}\" with priority \"{priority}\" for vhost \"{}\" ...", args.vhost);
-            let policy = Policy { vhost: args.vhost, name, pattern, definition_json: definition, priority, apply_to };
-            let r = c.set_policy(SetPolicyRequest { policy: Some(policy) }).await?.into_inner();
+            let policy = Policy {
+                vhost: args.vhost,
+                name,
+                pattern,
+                definition_json: definition,
+                priority,
+                apply_to,
+            };
+            let r = c
+                .set_policy(SetPolicyRequest {
+                    policy: Some(policy),
+                })
+                .await?
+                .into_inner();
             if !r.ok {
                 bail!("{}", r.error);
             }
         }
         Cmd::ClearPolicy { name } => {
             println!("Clearing policy \"{name}\" on vhost \"{}\" ...", args.vhost);
-            let r = c.clear_policy(ClearPolicyRequest { vhost: args.vhost, name }).await?.into_inner();
+            let r = c
+                .clear_policy(ClearPolicyRequest {
+                    vhost: args.vhost,
+                    name,
+                })
+                .await?
+                .into_inner();
             if !r.ok {
                 bail!("{}", r.error);
             }
         }
         Cmd::ListPolicies => {
-            let r = c.list_policies(ListPoliciesRequest { vhost: args.vhost.clone() }).await?.into_inner();
+            let r = c
+                .list_policies(ListPoliciesRequest {
+                    vhost: args.vhost.clone(),
+                })
+                .await?
+                .into_inner();
             println!("vhost\tname\tpattern\tapply-to\tdefinition\tpriority");
             for p in r.policies {
-                println!("{}\t{}\t{}\t{}\t{}\t{}", p.vhost, p.name, p.pattern, p.apply_to, p.definition_json, p.priority);
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}",
+                    p.vhost, p.name, p.pattern, p.apply_to, p.definition_json, p.priority
+                );
             }
         }
         Cmd::ListQueues => {
-            let r = c.list_queues(ListQueuesRequest { vhost: args.vhost }).await?.into_inner();
+            let r = c
+                .list_queues(ListQueuesRequest { vhost: args.vhost })
+                .await?
+                .into_inner();
             println!("name\ttype\tmessages_ready\tmessages_unacknowledged\tconsumers\tdead_letter_held\tpolicy");
             for q in r.queues {
                 println!(
                     "{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                    q.name, q.queue_type, q.messages_ready, q.messages_unacknowledged, q.consumers, q.dead_letter_held, q.policy
+                    q.name,
+                    q.queue_type,
+                    q.messages_ready,
+                    q.messages_unacknowledged,
+                    q.consumers,
+                    q.dead_letter_held,
+                    q.policy
                 );
             }
         }

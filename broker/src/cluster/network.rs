@@ -6,7 +6,8 @@
 use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
 
@@ -36,13 +37,19 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, _node: &BasicNode) -> Self::Network {
-        PeerClient { target, group: self.group }
+        PeerClient {
+            target,
+            group: self.group,
+        }
     }
 }
 
 impl PeerClient {
     fn unreachable<E: std::error::Error>(&self) -> RPCError<NodeId, BasicNode, E> {
-        RPCError::Unreachable(Unreachable::new(&NoTransport { target: self.target, group: self.group }))
+        RPCError::Unreachable(Unreachable::new(&NoTransport {
+            target: self.target,
+            group: self.group,
+        }))
     }
 }
 
@@ -59,7 +66,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         &mut self,
         _rpc: InstallSnapshotRequest<TypeConfig>,
         _option: RPCOption,
-    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>> {
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
         Err(self.unreachable())
     }
 

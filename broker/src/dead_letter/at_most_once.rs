@@ -38,8 +38,17 @@ pub fn prepare(
 ) -> Option<(DeadLettered, Vec<Arc<QueueHandle>>)> {
     let msg = StoredMessage::decode(payload).ok()?;
     let dl = rewrite(&msg, &source.name, reason, target, crate::now_ms() / 1000);
-    let routed = broker.route(&source.vhost, &target.exchange, &dl.routing_keys, Some(&dl.headers)).ok()?;
-    let (cycling, targets): (Vec<_>, Vec<_>) = routed.into_iter().partition(|q| is_cycle(&dl.deaths, &q.name));
+    let routed = broker
+        .route(
+            &source.vhost,
+            &target.exchange,
+            &dl.routing_keys,
+            Some(&dl.headers),
+        )
+        .ok()?;
+    let (cycling, targets): (Vec<_>, Vec<_>) = routed
+        .into_iter()
+        .partition(|q| is_cycle(&dl.deaths, &q.name));
     if !cycling.is_empty() {
         let queues: Vec<String> = dl.deaths.iter().map(|d| d.queue.clone()).collect();
         log_once(format!("cycle:{}:{:?}", source.name, queues), || {
@@ -50,16 +59,35 @@ pub fn prepare(
 }
 
 /// Publishes message `id` of `source`, dead-lettered for `reason`.
-pub async fn publish(broker: &Broker, source: &QueueHandle, id: MsgId, reason: DeadLetterReason, target: &DeadLetterTarget, payload: &Bytes) {
+pub async fn publish(
+    broker: &Broker,
+    source: &QueueHandle,
+    id: MsgId,
+    reason: DeadLetterReason,
+    target: &DeadLetterTarget,
+    payload: &Bytes,
+) {
     let Some((dl, targets)) = prepare(broker, source, reason, target, payload) else {
         tracing::debug!(queue = %source.name, id, "dead-letter exchange missing; message dropped");
         return;
     };
-    let Ok(encoded) = dl.message.encode() else { return };
+    let Ok(encoded) = dl.message.encode() else {
+        return;
+    };
     let body_size = dl.message.body.len() as u32;
     let now_ms = crate::now_ms();
     for q in targets {
-        let msg = EnqueueMsg { payload: encoded.clone(), body_size, ttl_ms: None };
-        drop(q.propose(QueueCommand::Enqueue { now_ms, msgs: vec![msg] }).await);
+        let msg = EnqueueMsg {
+            payload: encoded.clone(),
+            body_size,
+            ttl_ms: None,
+        };
+        drop(
+            q.propose(QueueCommand::Enqueue {
+                now_ms,
+                msgs: vec![msg],
+            })
+            .await,
+        );
     }
 }

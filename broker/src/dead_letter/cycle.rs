@@ -7,7 +7,9 @@ use super::rewrite::Death;
 /// True if delivering to `target` would close an automatic cycle.
 /// `deaths` is most recent first, the current event at the head.
 pub fn is_cycle(deaths: &[Death], target: &str) -> bool {
-    let Some(first) = deaths.first() else { return false };
+    let Some(first) = deaths.first() else {
+        return false;
+    };
     if first.reason == "rejected" {
         return false;
     }
@@ -22,7 +24,10 @@ mod tests {
     use super::*;
 
     fn d(q: &str, r: &str) -> Death {
-        Death { queue: q.into(), reason: r.into() }
+        Death {
+            queue: q.into(),
+            reason: r.into(),
+        }
     }
 
     #[test]

@@ -34,8 +34,16 @@ pub struct DeadLettered {
 
 /// Rewrites `msg`, dead-lettered from queue `queue` for `reason` at
 /// `now_secs` (seconds since the epoch, x-death `time`), towards `target`.
-pub fn rewrite(msg: &StoredMessage, queue: &str, reason: DeadLetterReason, target: &DeadLetterTarget, now_secs: u64) -> DeadLettered {
-    let props = basic::parse_properties(&msg.properties[..]).map(|(_, p)| p).unwrap_or_default();
+pub fn rewrite(
+    msg: &StoredMessage,
+    queue: &str,
+    reason: DeadLetterReason,
+    target: &DeadLetterTarget,
+    now_secs: u64,
+) -> DeadLettered {
+    let props = basic::parse_properties(&msg.properties[..])
+        .map(|(_, p)| p)
+        .unwrap_or_default();
     let mut headers = props.headers().clone().unwrap_or_default();
     let (cc, _) = cc_bcc_keys(Some(&headers)).unwrap_or_default();
     // Keys before this death: publish key + CC (BCC excluded), spec §3.2.
@@ -57,7 +65,10 @@ pub fn rewrite(msg: &StoredMessage, queue: &str, reason: DeadLetterReason, targe
         _ => Vec::new(),
     };
     let existing = deaths.iter().position(|d| match d {
-        AMQPValue::FieldTable(t) => str_field(t, "queue").as_deref() == Some(queue) && str_field(t, "reason").as_deref() == Some(reason_s),
+        AMQPValue::FieldTable(t) => {
+            str_field(t, "queue").as_deref() == Some(queue)
+                && str_field(t, "reason").as_deref() == Some(reason_s)
+        }
         _ => false,
     });
     let entry = match existing {
@@ -79,14 +90,20 @@ pub fn rewrite(msg: &StoredMessage, queue: &str, reason: DeadLetterReason, targe
             t.insert("reason".into(), AMQPValue::LongString(reason_s.into()));
             t.insert("queue".into(), AMQPValue::LongString(queue.into()));
             t.insert("time".into(), AMQPValue::Timestamp(now_secs));
-            t.insert("exchange".into(), AMQPValue::LongString(msg.exchange.as_str().into()));
+            t.insert(
+                "exchange".into(),
+                AMQPValue::LongString(msg.exchange.as_str().into()),
+            );
             let mut keys = FieldArray::default();
             for k in &death_keys {
                 keys.push(AMQPValue::LongString(k.as_str().into()));
             }
             t.insert("routing-keys".into(), AMQPValue::FieldArray(keys));
             if let Some(e) = &expiration {
-                t.insert("original-expiration".into(), AMQPValue::LongString(e.as_str().into()));
+                t.insert(
+                    "original-expiration".into(),
+                    AMQPValue::LongString(e.as_str().into()),
+                );
             }
             t
         }
@@ -96,7 +113,10 @@ pub fn rewrite(msg: &StoredMessage, queue: &str, reason: DeadLetterReason, targe
     let history: Vec<Death> = deaths
         .iter()
         .filter_map(|d| match d {
-            AMQPValue::FieldTable(t) => Some(Death { queue: str_field(t, "queue")?, reason: str_field(t, "reason")? }),
+            AMQPValue::FieldTable(t) => Some(Death {
+                queue: str_field(t, "queue")?,
+                reason: str_field(t, "reason")?,
+            }),
             _ => None,
         })
         .collect();
@@ -106,9 +126,18 @@ pub fn rewrite(msg: &StoredMessage, queue: &str, reason: DeadLetterReason, targe
     }
     headers.insert("x-death".into(), AMQPValue::FieldArray(array));
     if first_death && !headers.contains_key("x-first-death-reason") {
-        headers.insert("x-first-death-reason".into(), AMQPValue::LongString(reason_s.into()));
-        headers.insert("x-first-death-queue".into(), AMQPValue::LongString(queue.into()));
-        headers.insert("x-first-death-exchange".into(), AMQPValue::LongString(msg.exchange.as_str().into()));
+        headers.insert(
+            "x-first-death-reason".into(),
+            AMQPValue::LongString(reason_s.into()),
+        );
+        headers.insert(
+            "x-first-death-queue".into(),
+            AMQPValue::LongString(queue.into()),
+        );
+        headers.insert(
+            "x-first-death-exchange".into(),
+            AMQPValue::LongString(msg.exchange.as_str().into()),
+        );
     }
     if target.routing_key.is_some() {
         remove_key(&mut headers, "CC");
@@ -117,11 +146,20 @@ pub fn rewrite(msg: &StoredMessage, queue: &str, reason: DeadLetterReason, targe
     let message = StoredMessage {
         exchange: target.exchange.clone(),
         routing_key: routing_keys.first().cloned().unwrap_or_default(),
-        bcc: if target.routing_key.is_some() { Vec::new() } else { msg.bcc.clone() },
+        bcc: if target.routing_key.is_some() {
+            Vec::new()
+        } else {
+            msg.bcc.clone()
+        },
         properties: encode_properties(&new_props),
         body: msg.body.clone(),
     };
-    DeadLettered { message, routing_keys, deaths: history, headers }
+    DeadLettered {
+        message,
+        routing_keys,
+        deaths: history,
+        headers,
+    }
 }
 
 /// Properties without `expiration`, with `headers` replaced.
@@ -218,7 +256,10 @@ mod tests {
     }
 
     fn target(rk: Option<&str>) -> DeadLetterTarget {
-        DeadLetterTarget { exchange: "dl.exchange.test".into(), routing_key: rk.map(str::to_string) }
+        DeadLetterTarget {
+            exchange: "dl.exchange.test".into(),
+            routing_key: rk.map(str::to_string),
+        }
     }
 
     fn headers_of(m: &StoredMessage) -> (AMQPProperties, FieldTable) {
@@ -239,9 +280,17 @@ mod tests {
 
     #[test]
     fn first_death_sets_every_field() {
-        let props = AMQPProperties::default().with_expiration("5000".into()).with_message_id("m".into());
+        let props = AMQPProperties::default()
+            .with_expiration("5000".into())
+            .with_message_id("m".into());
         let m = msg(props, vec![]);
-        let out = rewrite(&m, "normal.queue.test", DeadLetterReason::Expired, &target(None), 1_700_000_000);
+        let out = rewrite(
+            &m,
+            "normal.queue.test",
+            DeadLetterReason::Expired,
+            &target(None),
+            1_700_000_000,
+        );
         assert_eq!(out.message.exchange, "dl.exchange.test");
         assert_eq!(out.routing_keys, vec!["a.normal.routing.key".to_string()]);
         let (p, h) = headers_of(&out.message);
@@ -249,32 +298,92 @@ mod tests {
         assert_eq!(p.message_id().as_ref().map(|s| s.as_str()), Some("m"));
         let d = death(&h, 0);
         assert_eq!(d.inner().get("count"), Some(&AMQPValue::LongLongInt(1)));
-        assert_eq!(d.inner().get("reason"), Some(&AMQPValue::LongString("expired".into())));
-        assert_eq!(d.inner().get("queue"), Some(&AMQPValue::LongString("normal.queue.test".into())));
-        assert_eq!(d.inner().get("time"), Some(&AMQPValue::Timestamp(1_700_000_000)));
-        assert_eq!(d.inner().get("exchange"), Some(&AMQPValue::LongString("normal.exchange.test".into())));
-        assert_eq!(d.inner().get("original-expiration"), Some(&AMQPValue::LongString("5000".into())));
+        assert_eq!(
+            d.inner().get("reason"),
+            Some(&AMQPValue::LongString("expired".into()))
+        );
+        assert_eq!(
+            d.inner().get("queue"),
+            Some(&AMQPValue::LongString("normal.queue.test".into()))
+        );
+        assert_eq!(
+            d.inner().get("time"),
+            Some(&AMQPValue::Timestamp(1_700_000_000))
+        );
+        assert_eq!(
+            d.inner().get("exchange"),
+            Some(&AMQPValue::LongString("normal.exchange.test".into()))
+        );
+        assert_eq!(
+            d.inner().get("original-expiration"),
+            Some(&AMQPValue::LongString("5000".into()))
+        );
         let mut keys = FieldArray::default();
         keys.push(AMQPValue::LongString("a.normal.routing.key".into()));
-        assert_eq!(d.inner().get("routing-keys"), Some(&AMQPValue::FieldArray(keys)));
-        assert_eq!(h.inner().get("x-first-death-reason"), Some(&AMQPValue::LongString("expired".into())));
-        assert_eq!(h.inner().get("x-first-death-queue"), Some(&AMQPValue::LongString("normal.queue.test".into())));
-        assert_eq!(h.inner().get("x-first-death-exchange"), Some(&AMQPValue::LongString("normal.exchange.test".into())));
+        assert_eq!(
+            d.inner().get("routing-keys"),
+            Some(&AMQPValue::FieldArray(keys))
+        );
+        assert_eq!(
+            h.inner().get("x-first-death-reason"),
+            Some(&AMQPValue::LongString("expired".into()))
+        );
+        assert_eq!(
+            h.inner().get("x-first-death-queue"),
+            Some(&AMQPValue::LongString("normal.queue.test".into()))
+        );
+        assert_eq!(
+            h.inner().get("x-first-death-exchange"),
+            Some(&AMQPValue::LongString("normal.exchange.test".into()))
+        );
     }
 
     #[test]
     fn repeated_death_increments_and_moves_to_front() {
         let m = msg(AMQPProperties::default(), vec![]);
-        let a = rewrite(&m, "q1", DeadLetterReason::Rejected, &target(Some("q2")), 10).message;
-        let b = rewrite(&a, "q2", DeadLetterReason::Rejected, &target(Some("q1")), 20).message;
-        let c = rewrite(&b, "q1", DeadLetterReason::Rejected, &target(Some("q2")), 30);
+        let a = rewrite(
+            &m,
+            "q1",
+            DeadLetterReason::Rejected,
+            &target(Some("q2")),
+            10,
+        )
+        .message;
+        let b = rewrite(
+            &a,
+            "q2",
+            DeadLetterReason::Rejected,
+            &target(Some("q1")),
+            20,
+        )
+        .message;
+        let c = rewrite(
+            &b,
+            "q1",
+            DeadLetterReason::Rejected,
+            &target(Some("q2")),
+            30,
+        );
         let (_, h) = headers_of(&c.message);
         let front = death(&h, 0);
-        assert_eq!(front.inner().get("queue"), Some(&AMQPValue::LongString("q1".into())));
+        assert_eq!(
+            front.inner().get("queue"),
+            Some(&AMQPValue::LongString("q1".into()))
+        );
         assert_eq!(front.inner().get("count"), Some(&AMQPValue::LongLongInt(2)));
-        assert_eq!(front.inner().get("time"), Some(&AMQPValue::Timestamp(10)), "time keeps the first value");
-        assert_eq!(death(&h, 1).inner().get("queue"), Some(&AMQPValue::LongString("q2".into())));
-        assert_eq!(h.inner().get("x-first-death-queue"), Some(&AMQPValue::LongString("q1".into())));
+        assert_eq!(
+            front.inner().get("time"),
+            Some(&AMQPValue::Timestamp(10)),
+            "time keeps the first value"
+        );
+        assert_eq!(
+            death(&h, 1).inner().get("queue"),
+            Some(&AMQPValue::LongString("q2".into()))
+        );
+        assert_eq!(
+            h.inner().get("x-first-death-queue"),
+            Some(&AMQPValue::LongString("q1".into()))
+        );
         assert_eq!(c.deaths.len(), 2);
     }
 
@@ -284,9 +393,19 @@ mod tests {
         let mut cc = FieldArray::default();
         cc.push(AMQPValue::LongString("cc 1".into()));
         h.insert("CC".into(), AMQPValue::FieldArray(cc));
-        let m = msg(AMQPProperties::default().with_headers(h), vec!["bcc 1".into()]);
+        let m = msg(
+            AMQPProperties::default().with_headers(h),
+            vec!["bcc 1".into()],
+        );
         let out = rewrite(&m, "q", DeadLetterReason::Rejected, &target(None), 1);
-        assert_eq!(out.routing_keys, vec!["a.normal.routing.key".to_string(), "cc 1".into(), "bcc 1".into()]);
+        assert_eq!(
+            out.routing_keys,
+            vec![
+                "a.normal.routing.key".to_string(),
+                "cc 1".into(),
+                "bcc 1".into()
+            ]
+        );
         let (_, h) = headers_of(&out.message);
         assert!(h.contains_key("CC"), "CC kept without a DLRK");
         let with_rk = rewrite(&m, "q", DeadLetterReason::Rejected, &target(Some("rk")), 1);

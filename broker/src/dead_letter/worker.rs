@@ -16,7 +16,9 @@ use tokio::sync::Notify;
 use super::at_most_once::{log_once, prepare};
 use crate::node::Broker;
 use crate::queue::handle::QueueHandle;
-use crate::queue::types::{DeadLetterStrategy, EnqueueMsg, EnqueueOutcome, MsgId, QueueCommand, QueueReply};
+use crate::queue::types::{
+    DeadLetterStrategy, EnqueueMsg, EnqueueOutcome, MsgId, QueueCommand, QueueReply,
+};
 
 /// Held messages forwarded per round.
 const ROUND: usize = 512;
@@ -50,7 +52,9 @@ impl Drop for Worker {
 }
 
 async fn run(broker: Weak<Broker>, queue: Arc<QueueHandle>, wake: Arc<Notify>) {
-    let Some(mut events) = broker.upgrade().map(|b| b.subscribe_events()) else { return };
+    let Some(mut events) = broker.upgrade().map(|b| b.subscribe_events()) else {
+        return;
+    };
     // Targets that already committed a copy, per held message: a retry
     // only goes to the others (no duplicates from partial rejections).
     let mut settled_targets: HashMap<MsgId, HashSet<u64>> = HashMap::new();
@@ -74,10 +78,17 @@ async fn run(broker: Weak<Broker>, queue: Arc<QueueHandle>, wake: Arc<Notify>) {
 }
 
 /// One pass over the held messages; true if any was settled.
-async fn forward_round(broker: &Broker, queue: &QueueHandle, settled_targets: &mut HashMap<MsgId, HashSet<u64>>) -> bool {
+async fn forward_round(
+    broker: &Broker,
+    queue: &QueueHandle,
+    settled_targets: &mut HashMap<MsgId, HashSet<u64>>,
+) -> bool {
     let Some((held, config)) = queue.read(|h| {
         let m = h.machine();
-        (m.held_dead_letters().take(ROUND).collect::<Vec<_>>(), m.config().clone())
+        (
+            m.held_dead_letters().take(ROUND).collect::<Vec<_>>(),
+            m.config().clone(),
+        )
     }) else {
         return false;
     };
@@ -85,14 +96,18 @@ async fn forward_round(broker: &Broker, queue: &QueueHandle, settled_targets: &m
         settled_targets.clear();
         return false;
     }
-    let (DeadLetterStrategy::AtLeastOnce, Some(target)) = (config.strategy, config.dead_letter.as_ref()) else {
+    let (DeadLetterStrategy::AtLeastOnce, Some(target)) =
+        (config.strategy, config.dead_letter.as_ref())
+    else {
         return false;
     };
     let now_ms = crate::now_ms();
     let mut inflight = Vec::with_capacity(held.len());
     let mut done: Vec<MsgId> = Vec::new();
     for (id, reason) in held {
-        let Some(payload) = queue.read(|h| h.payload(id)).flatten() else { continue };
+        let Some(payload) = queue.read(|h| h.payload(id)).flatten() else {
+            continue;
+        };
         let Some((dl, targets)) = prepare(broker, queue, reason, target, &payload) else {
             log_once(format!("nodlx:{}:{}", queue.name, target.exchange), || {
                 format!("Cannot forward any dead-letter messages from source quorum queue '{}' because its configured dead-letter-exchange '{}' does not exist. This message will not be logged again.", queue.name, target.exchange)
@@ -100,22 +115,39 @@ async fn forward_round(broker: &Broker, queue: &QueueHandle, settled_targets: &m
             continue;
         };
         let already = settled_targets.entry(id).or_default();
-        let pending: Vec<Arc<QueueHandle>> = targets.into_iter().filter(|t| !already.contains(&t.group)).collect();
+        let pending: Vec<Arc<QueueHandle>> = targets
+            .into_iter()
+            .filter(|t| !already.contains(&t.group))
+            .collect();
         if pending.is_empty() {
             if already.is_empty() {
-                log_once(format!("noroute:{}:{}", queue.name, target.exchange), || {
-                    format!("Cannot forward any dead-letter messages from source quorum queue '{}' with configured dead-letter-exchange '{}' and configured dead-letter-routing-key '{}'. This can happen either if the dead-letter routing topology is misconfigured or if all target queues reject messages. This message will not be logged again.", queue.name, target.exchange, target.routing_key.clone().unwrap_or_default())
-                });
+                log_once(
+                    format!("noroute:{}:{}", queue.name, target.exchange),
+                    || {
+                        format!("Cannot forward any dead-letter messages from source quorum queue '{}' with configured dead-letter-exchange '{}' and configured dead-letter-routing-key '{}'. This can happen either if the dead-letter routing topology is misconfigured or if all target queues reject messages. This message will not be logged again.", queue.name, target.exchange, target.routing_key.clone().unwrap_or_default())
+                    },
+                );
             } else {
                 done.push(id);
             }
             continue;
         }
-        let Ok(encoded) = dl.message.encode() else { continue };
+        let Ok(encoded) = dl.message.encode() else {
+            continue;
+        };
         let body_size = dl.message.body.len() as u32;
         for t in pending {
-            let msg = EnqueueMsg { payload: encoded.clone(), body_size, ttl_ms: None };
-            let rx = t.propose(QueueCommand::Enqueue { now_ms, msgs: vec![msg] }).await;
+            let msg = EnqueueMsg {
+                payload: encoded.clone(),
+                body_size,
+                ttl_ms: None,
+            };
+            let rx = t
+                .propose(QueueCommand::Enqueue {
+                    now_ms,
+                    msgs: vec![msg],
+                })
+                .await;
             inflight.push((id, t.group, rx));
         }
     }
@@ -136,7 +168,13 @@ async fn forward_round(broker: &Broker, queue: &QueueHandle, settled_targets: &m
     for id in &done {
         settled_targets.remove(id);
     }
-    match queue.call(QueueCommand::DeadLetterSettled { now_ms: crate::now_ms(), ids: done }).await {
+    match queue
+        .call(QueueCommand::DeadLetterSettled {
+            now_ms: crate::now_ms(),
+            ids: done,
+        })
+        .await
+    {
         Ok(_) => true,
         Err(e) => {
             tracing::warn!(queue = %queue.name, error = %e, "dead-letter settle failed; will resend");

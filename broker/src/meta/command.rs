@@ -24,16 +24,32 @@ pub enum MetaCommand {
         arguments: FieldTable,
     },
     /// exchange.delete.
-    DeleteExchange { vhost: String, name: String, if_unused: bool },
+    DeleteExchange {
+        vhost: String,
+        name: String,
+        if_unused: bool,
+    },
     /// queue.declare (non-passive; passive declares read the local replica).
     DeclareQueue(QueueDeclare),
     /// queue.delete (if-unused/if-empty are checked by the caller against the
     /// queue leader first), queue TTL expiry, exclusive owner gone.
     DeleteQueue { vhost: String, name: String },
     /// queue.bind.
-    Bind { vhost: String, queue: String, exchange: String, routing_key: String, arguments: FieldTable },
+    Bind {
+        vhost: String,
+        queue: String,
+        exchange: String,
+        routing_key: String,
+        arguments: FieldTable,
+    },
     /// queue.unbind.
-    Unbind { vhost: String, queue: String, exchange: String, routing_key: String, arguments: FieldTable },
+    Unbind {
+        vhost: String,
+        queue: String,
+        exchange: String,
+        routing_key: String,
+        arguments: FieldTable,
+    },
     /// quorumqctl set_policy.
     SetPolicy(Policy),
     /// quorumqctl clear_policy.
@@ -46,7 +62,10 @@ pub enum MetaReply {
     Ok,
     Error(AmqpError),
     /// The queue now exists; `created` = this command created it.
-    QueueDeclared { record: QueueRecord, created: bool },
+    QueueDeclared {
+        record: QueueRecord,
+        created: bool,
+    },
     /// The deleted queue, if it existed.
     QueueDeleted(Option<QueueRecord>),
 }

@@ -28,7 +28,9 @@ enum V {
 }
 
 fn from_arg(v: &AMQPValue) -> Option<V> {
-    as_integer(v).map(V::Int).or_else(|| as_longstr(v).map(V::Str))
+    as_integer(v)
+        .map(V::Int)
+        .or_else(|| as_longstr(v).map(V::Str))
 }
 
 fn from_policy(v: &Value) -> Option<V> {
@@ -98,18 +100,36 @@ pub fn effective_config(
     let qrs = rs("queue", name, vhost);
     let mut warnings = Vec::new();
 
-    let overflow = match as_string(lookup_key("overflow", Resolve::Policy, args, policy)).as_deref() {
+    let overflow = match as_string(lookup_key("overflow", Resolve::Policy, args, policy)).as_deref()
+    {
         Some("reject-publish") => Overflow::RejectPublish,
         Some("reject-publish-dlx") => {
-            warnings.push(format!("Invalid overflow strategy <<\"reject-publish-dlx\">> for quorum queue: {qrs}"));
+            warnings.push(format!(
+                "Invalid overflow strategy <<\"reject-publish-dlx\">> for quorum queue: {qrs}"
+            ));
             Overflow::DropHead
         }
         _ => Overflow::DropHead,
     };
 
-    let dlx = as_string(lookup_key("dead-letter-exchange", Resolve::Arg, args, policy));
-    let dlrk = as_string(lookup_key("dead-letter-routing-key", Resolve::Arg, args, policy));
-    let strategy = as_string(lookup_key("dead-letter-strategy", Resolve::Arg, args, policy));
+    let dlx = as_string(lookup_key(
+        "dead-letter-exchange",
+        Resolve::Arg,
+        args,
+        policy,
+    ));
+    let dlrk = as_string(lookup_key(
+        "dead-letter-routing-key",
+        Resolve::Arg,
+        args,
+        policy,
+    ));
+    let strategy = as_string(lookup_key(
+        "dead-letter-strategy",
+        Resolve::Arg,
+        args,
+        policy,
+    ));
     let (dead_letter, strategy) = match (dlx, dlrk, strategy) {
         (None, None, None) => (None, DeadLetterStrategy::AtMostOnce),
         (None, Some(rk), None) => {
@@ -125,9 +145,14 @@ pub fn effective_config(
             (None, DeadLetterStrategy::AtMostOnce)
         }
         (Some(exchange), routing_key, s) => {
-            let target = Some(DeadLetterTarget { exchange, routing_key });
+            let target = Some(DeadLetterTarget {
+                exchange,
+                routing_key,
+            });
             match (s.as_deref(), overflow) {
-                (Some("at-least-once"), Overflow::RejectPublish) => (target, DeadLetterStrategy::AtLeastOnce),
+                (Some("at-least-once"), Overflow::RejectPublish) => {
+                    (target, DeadLetterStrategy::AtLeastOnce)
+                }
                 (Some("at-least-once"), Overflow::DropHead) => {
                     warnings.push(format!(
                         "Falling back to dead-letter-strategy at-most-once for {qrs} because configured dead-letter-strategy at-least-once is incompatible with effective overflow strategy drop-head. To enable dead-letter-strategy at-least-once, set overflow strategy to reject-publish."
@@ -140,9 +165,19 @@ pub fn effective_config(
     };
 
     // Delivery limit: negative = unlimited; min over the finite values.
-    let dl_arg = lookup(args, "x-delivery-limit").and_then(as_integer).filter(|i| *i >= 0);
-    let dl_pol = policy.and_then(|d| d.get("delivery-limit")).and_then(|v| v.as_i64()).map(i128::from).filter(|i| *i >= 0);
-    let delivery_limit = [dl_arg, dl_pol].into_iter().flatten().min().and_then(|i| i64::try_from(i).ok());
+    let dl_arg = lookup(args, "x-delivery-limit")
+        .and_then(as_integer)
+        .filter(|i| *i >= 0);
+    let dl_pol = policy
+        .and_then(|d| d.get("delivery-limit"))
+        .and_then(|v| v.as_i64())
+        .map(i128::from)
+        .filter(|i| *i >= 0);
+    let delivery_limit = [dl_arg, dl_pol]
+        .into_iter()
+        .flatten()
+        .min()
+        .and_then(|i| i64::try_from(i).ok());
 
     let config = QueueConfig {
         dead_letter,
@@ -205,19 +240,37 @@ mod tests {
         let (c, w) = effective_config("/", "q", &args, Some(&pol));
         assert!(w.is_empty());
         // A for DLX; the policy DLRK combines with the argument DLX.
-        assert_eq!(c.dead_letter, Some(DeadLetterTarget { exchange: "arg-dlx".into(), routing_key: Some("pol-rk".into()) }));
+        assert_eq!(
+            c.dead_letter,
+            Some(DeadLetterTarget {
+                exchange: "arg-dlx".into(),
+                routing_key: Some("pol-rk".into())
+            })
+        );
         assert_eq!(c.max_length, Some(7));
         assert_eq!(c.max_length_bytes, Some(100));
         assert_eq!(c.message_ttl_ms, Some(1000));
-        assert_eq!(c.overflow, Overflow::RejectPublish, "policy wins for overflow");
-        assert_eq!(c.expires_ms, Some(5_000_000), "policy wins for expires in 3.10");
+        assert_eq!(
+            c.overflow,
+            Overflow::RejectPublish,
+            "policy wins for overflow"
+        );
+        assert_eq!(
+            c.expires_ms,
+            Some(5_000_000),
+            "policy wins for expires in 3.10"
+        );
         assert_eq!(c.delivery_limit, Some(3));
     }
 
     #[test]
     fn strategy_resolution() {
         let alo = |overflow: &str| {
-            t(&[("x-dead-letter-exchange", s("dlx")), ("x-dead-letter-strategy", s("at-least-once")), ("x-overflow", s(overflow))])
+            t(&[
+                ("x-dead-letter-exchange", s("dlx")),
+                ("x-dead-letter-strategy", s("at-least-once")),
+                ("x-overflow", s(overflow)),
+            ])
         };
         let (c, w) = effective_config("/", "q", &alo("reject-publish"), None);
         assert_eq!(c.strategy, DeadLetterStrategy::AtLeastOnce);
@@ -228,37 +281,69 @@ mod tests {
         assert_eq!(w, vec!["Falling back to dead-letter-strategy at-most-once for queue 'q' in vhost '/' because configured dead-letter-strategy at-least-once is incompatible with effective overflow strategy drop-head. To enable dead-letter-strategy at-least-once, set overflow strategy to reject-publish.".to_owned()]);
         // reject-publish-dlx counts as drop-head.
         let (c, w) = effective_config("/", "q", &alo("reject-publish-dlx"), None);
-        assert_eq!((c.strategy, c.overflow), (DeadLetterStrategy::AtMostOnce, Overflow::DropHead));
+        assert_eq!(
+            (c.strategy, c.overflow),
+            (DeadLetterStrategy::AtMostOnce, Overflow::DropHead)
+        );
         assert_eq!(w[0], "Invalid overflow strategy <<\"reject-publish-dlx\">> for quorum queue: queue 'q' in vhost '/'");
         assert_eq!(w.len(), 2);
         // Policy overflow overrides the argument and enables at-least-once.
-        let (c, _) = effective_config("/", "q", &alo("drop-head"), Some(&json!({"overflow": "reject-publish"})));
+        let (c, _) = effective_config(
+            "/",
+            "q",
+            &alo("drop-head"),
+            Some(&json!({"overflow": "reject-publish"})),
+        );
         assert_eq!(c.strategy, DeadLetterStrategy::AtLeastOnce);
     }
 
     #[test]
     fn dlrk_or_strategy_without_dlx_disables() {
-        let (c, w) = effective_config("/", "q", &FieldTable::default(), Some(&json!({"dead-letter-routing-key": "rk"})));
+        let (c, w) = effective_config(
+            "/",
+            "q",
+            &FieldTable::default(),
+            Some(&json!({"dead-letter-routing-key": "rk"})),
+        );
         assert_eq!(c.dead_letter, None);
         assert_eq!(w, vec!["Disabling dead-lettering for queue 'q' in vhost '/' despite configured dead-letter-routing-key 'rk' because dead-letter-exchange is not configured.".to_owned()]);
-        let (c, w) = effective_config("/", "q", &t(&[("x-dead-letter-strategy", s("at-least-once"))]), None);
+        let (c, w) = effective_config(
+            "/",
+            "q",
+            &t(&[("x-dead-letter-strategy", s("at-least-once"))]),
+            None,
+        );
         assert_eq!(c.dead_letter, None);
         assert_eq!(w, vec!["Disabling dead-lettering for queue 'q' in vhost '/' despite configured dead-letter-strategy 'at-least-once' because dead-letter-exchange is not configured.".to_owned()]);
         // Empty DLX = default exchange: enabled.
         let (c, _) = effective_config("/", "q", &t(&[("x-dead-letter-exchange", s(""))]), None);
-        assert_eq!(c.dead_letter, Some(DeadLetterTarget { exchange: String::new(), routing_key: None }));
+        assert_eq!(
+            c.dead_letter,
+            Some(DeadLetterTarget {
+                exchange: String::new(),
+                routing_key: None
+            })
+        );
     }
 
     #[test]
     fn delivery_limit_edge_cases() {
         let dl = |arg: Option<AMQPValue>, pol: Option<i64>| {
-            let args = arg.map(|a| t(&[("x-delivery-limit", a)])).unwrap_or_default();
+            let args = arg
+                .map(|a| t(&[("x-delivery-limit", a)]))
+                .unwrap_or_default();
             let p = pol.map(|p| json!({ "delivery-limit": p }));
-            effective_config("/", "q", &args, p.as_ref()).0.delivery_limit
+            effective_config("/", "q", &args, p.as_ref())
+                .0
+                .delivery_limit
         };
         assert_eq!(dl(Some(AMQPValue::LongInt(-1)), None), None);
         assert_eq!(dl(Some(AMQPValue::LongInt(-1)), Some(5)), Some(5));
-        assert_eq!(dl(Some(s("5")), None), None, "non-integer argument = unlimited");
+        assert_eq!(
+            dl(Some(s("5")), None),
+            None,
+            "non-integer argument = unlimited"
+        );
         assert_eq!(dl(Some(s("5")), Some(8)), Some(8));
         assert_eq!(dl(Some(AMQPValue::ShortShortUInt(0)), Some(8)), Some(0));
     }

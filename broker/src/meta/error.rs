@@ -21,7 +21,11 @@ pub struct AmqpError {
 
 impl AmqpError {
     fn new(code: u16, name: &str, detail: impl AsRef<str>, hard: bool) -> Self {
-        AmqpError { code, text: format!("{name} - {}", detail.as_ref()), hard }
+        AmqpError {
+            code,
+            text: format!("{name} - {}", detail.as_ref()),
+            hard,
+        }
     }
 
     /// 406 PRECONDITION_FAILED (channel).
@@ -59,7 +63,11 @@ impl AmqpError {
     /// prints: `Validation failed\n\n<detail>\n` (RabbitMQ 3.10.8 observed detail
     /// texts, e.g. `-1 is not a valid maximum length`). No `NAME - ` prefix.
     pub fn policy_invalid(detail: impl AsRef<str>) -> Self {
-        AmqpError { code: 406, text: format!("Validation failed\n\n{}\n", detail.as_ref()), hard: false }
+        AmqpError {
+            code: 406,
+            text: format!("Validation failed\n\n{}\n", detail.as_ref()),
+            hard: false,
+        }
     }
 }
 

@@ -22,10 +22,48 @@ pub enum ExchangeKind {
 /// `unknown exchange type` for anything else (`rabbit_exchange:check_type/1`
 /// uses `list_to_existing_atom`). Every entry observed on 3.10.8.
 const EXISTING_ATOMS: &[&str] = &[
-    "", "foo", "bar", "test", "hello", "true", "false", "undefined", "ok", "error", "all", "any", "none", "queue",
-    "exchange", "binary", "list", "atom", "integer", "float", "long", "short", "void", "bool", "table", "array",
-    "default", "local", "global", "name", "type", "value", "key", "node", "classic", "quorum", "stream", "longstr",
-    "signedint", "x", "a", "b",
+    "",
+    "foo",
+    "bar",
+    "test",
+    "hello",
+    "true",
+    "false",
+    "undefined",
+    "ok",
+    "error",
+    "all",
+    "any",
+    "none",
+    "queue",
+    "exchange",
+    "binary",
+    "list",
+    "atom",
+    "integer",
+    "float",
+    "long",
+    "short",
+    "void",
+    "bool",
+    "table",
+    "array",
+    "default",
+    "local",
+    "global",
+    "name",
+    "type",
+    "value",
+    "key",
+    "node",
+    "classic",
+    "quorum",
+    "stream",
+    "longstr",
+    "signedint",
+    "x",
+    "a",
+    "b",
 ];
 
 impl ExchangeKind {
@@ -38,10 +76,12 @@ impl ExchangeKind {
             "fanout" => Ok(ExchangeKind::Fanout),
             "topic" => Ok(ExchangeKind::Topic),
             "headers" => Ok(ExchangeKind::Headers),
-            other if EXISTING_ATOMS.contains(&other) => {
-                Err(AmqpError::command_invalid(format!("invalid exchange type '{other}'")))
-            }
-            other => Err(AmqpError::command_invalid(format!("unknown exchange type '{other}'"))),
+            other if EXISTING_ATOMS.contains(&other) => Err(AmqpError::command_invalid(format!(
+                "invalid exchange type '{other}'"
+            ))),
+            other => Err(AmqpError::command_invalid(format!(
+                "unknown exchange type '{other}'"
+            ))),
         }
     }
 
@@ -119,10 +159,20 @@ impl ExchangeRecord {
     ) -> Result<(), AmqpError> {
         let r = rs("exchange", &self.name, vhost);
         if self.kind != kind {
-            return Err(field_inequivalent("type", &r, kind.as_str(), self.kind.as_str()));
+            return Err(field_inequivalent(
+                "type",
+                &r,
+                kind.as_str(),
+                self.kind.as_str(),
+            ));
         }
         if self.durable != durable {
-            return Err(field_inequivalent("durable", &r, &durable.to_string(), &self.durable.to_string()));
+            return Err(field_inequivalent(
+                "durable",
+                &r,
+                &durable.to_string(),
+                &self.durable.to_string(),
+            ));
         }
         if self.auto_delete != auto_delete {
             return Err(field_inequivalent(
@@ -133,7 +183,12 @@ impl ExchangeRecord {
             ));
         }
         if self.internal != internal {
-            return Err(field_inequivalent("internal", &r, &internal.to_string(), &self.internal.to_string()));
+            return Err(field_inequivalent(
+                "internal",
+                &r,
+                &internal.to_string(),
+                &self.internal.to_string(),
+            ));
         }
         assert_args_equivalence(&self.arguments, arguments, &r, &["alternate-exchange"])
     }
@@ -147,9 +202,21 @@ mod tests {
     fn unknown_and_invalid_types() {
         let e = ExchangeKind::parse("zzqqx-nonexist").unwrap_err();
         assert_eq!((e.code, e.hard), (503, true));
-        assert_eq!(e.text, "COMMAND_INVALID - unknown exchange type 'zzqqx-nonexist'");
-        assert_eq!(ExchangeKind::parse("foo").unwrap_err().text, "COMMAND_INVALID - invalid exchange type 'foo'");
-        assert_eq!(ExchangeKind::parse("").unwrap_err().text, "COMMAND_INVALID - invalid exchange type ''");
-        assert_eq!(ExchangeKind::parse("headers").unwrap(), ExchangeKind::Headers);
+        assert_eq!(
+            e.text,
+            "COMMAND_INVALID - unknown exchange type 'zzqqx-nonexist'"
+        );
+        assert_eq!(
+            ExchangeKind::parse("foo").unwrap_err().text,
+            "COMMAND_INVALID - invalid exchange type 'foo'"
+        );
+        assert_eq!(
+            ExchangeKind::parse("").unwrap_err().text,
+            "COMMAND_INVALID - invalid exchange type ''"
+        );
+        assert_eq!(
+            ExchangeKind::parse("headers").unwrap(),
+            ExchangeKind::Headers
+        );
     }
 }

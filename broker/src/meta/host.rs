@@ -17,7 +17,9 @@ pub struct MetaHost {
 impl MetaHost {
     /// Fresh topology (vhost "/", predeclared exchanges).
     pub fn new() -> Self {
-        MetaHost { topology: Topology::new() }
+        MetaHost {
+            topology: Topology::new(),
+        }
     }
 
     /// The current topology (local replica).
@@ -29,26 +31,74 @@ impl MetaHost {
     pub fn apply(&mut self, cmd: MetaCommand) -> MetaReply {
         let t = &mut self.topology;
         let r = match cmd {
-            MetaCommand::DeclareExchange { vhost, name, kind, passive, durable, auto_delete, internal, arguments } => {
-                t.declare_exchange(&vhost, &name, &kind, passive, durable, auto_delete, internal, &arguments).map(|_| MetaReply::Ok)
+            MetaCommand::DeclareExchange {
+                vhost,
+                name,
+                kind,
+                passive,
+                durable,
+                auto_delete,
+                internal,
+                arguments,
+            } => t
+                .declare_exchange(
+                    &vhost,
+                    &name,
+                    &kind,
+                    passive,
+                    durable,
+                    auto_delete,
+                    internal,
+                    &arguments,
+                )
+                .map(|_| MetaReply::Ok),
+            MetaCommand::DeleteExchange {
+                vhost,
+                name,
+                if_unused,
+            } => t
+                .delete_exchange(&vhost, &name, if_unused)
+                .map(|_| MetaReply::Ok),
+            MetaCommand::DeclareQueue(d) => {
+                t.check_queue_declare(&d).map(|declared| match declared {
+                    QueueDeclared::Existing(record) => MetaReply::QueueDeclared {
+                        record,
+                        created: false,
+                    },
+                    QueueDeclared::Create(record) => {
+                        t.add_queue(record.clone());
+                        MetaReply::QueueDeclared {
+                            record,
+                            created: true,
+                        }
+                    }
+                })
             }
-            MetaCommand::DeleteExchange { vhost, name, if_unused } => t.delete_exchange(&vhost, &name, if_unused).map(|_| MetaReply::Ok),
-            MetaCommand::DeclareQueue(d) => t.check_queue_declare(&d).map(|declared| match declared {
-                QueueDeclared::Existing(record) => MetaReply::QueueDeclared { record, created: false },
-                QueueDeclared::Create(record) => {
-                    t.add_queue(record.clone());
-                    MetaReply::QueueDeclared { record, created: true }
-                }
-            }),
-            MetaCommand::DeleteQueue { vhost, name } => Ok(MetaReply::QueueDeleted(t.delete_queue(&vhost, &name))),
-            MetaCommand::Bind { vhost, queue, exchange, routing_key, arguments } => {
-                t.bind(&vhost, &queue, &exchange, &routing_key, &arguments).map(|_| MetaReply::Ok)
+            MetaCommand::DeleteQueue { vhost, name } => {
+                Ok(MetaReply::QueueDeleted(t.delete_queue(&vhost, &name)))
             }
-            MetaCommand::Unbind { vhost, queue, exchange, routing_key, arguments } => {
-                t.unbind(&vhost, &queue, &exchange, &routing_key, &arguments).map(|_| MetaReply::Ok)
-            }
+            MetaCommand::Bind {
+                vhost,
+                queue,
+                exchange,
+                routing_key,
+                arguments,
+            } => t
+                .bind(&vhost, &queue, &exchange, &routing_key, &arguments)
+                .map(|_| MetaReply::Ok),
+            MetaCommand::Unbind {
+                vhost,
+                queue,
+                exchange,
+                routing_key,
+                arguments,
+            } => t
+                .unbind(&vhost, &queue, &exchange, &routing_key, &arguments)
+                .map(|_| MetaReply::Ok),
             MetaCommand::SetPolicy(p) => t.set_policy(p).map(|_| MetaReply::Ok),
-            MetaCommand::ClearPolicy { vhost, name } => t.clear_policy(&vhost, &name).map(|_| MetaReply::Ok),
+            MetaCommand::ClearPolicy { vhost, name } => {
+                t.clear_policy(&vhost, &name).map(|_| MetaReply::Ok)
+            }
         };
         r.unwrap_or_else(MetaReply::Error)
     }

@@ -6,9 +6,9 @@
 
 pub mod command;
 pub mod effective;
-pub mod host;
 pub mod error;
 pub mod exchange;
+pub mod host;
 pub mod policy;
 pub mod publish;
 pub mod queue;

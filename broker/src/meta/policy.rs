@@ -79,7 +79,11 @@ fn erl_json(v: &Value) -> String {
         Value::Object(o) => format!(
             "#{{{}}}",
             o.iter()
-                .map(|(k, v)| format!("{} => {}", super::value::erl_binary(k.as_bytes()), erl_json(v)))
+                .map(|(k, v)| format!(
+                    "{} => {}",
+                    super::value::erl_binary(k.as_bytes()),
+                    erl_json(v)
+                ))
                 .collect::<Vec<_>>()
                 .join(",")
         ),
@@ -104,15 +108,23 @@ fn validate_key(key: &str, v: &Value) -> Result<bool, String> {
         "alternate-exchange" => (v.is_string(), "alternate exchange name"),
         "dead-letter-exchange" => (v.is_string(), "dead letter exchange name"),
         "dead-letter-routing-key" => (v.is_string(), "dead letter routing key"),
-        "dead-letter-strategy" => (str_in(v, &["at-most-once", "at-least-once"]), "dead letter strategy"),
+        "dead-letter-strategy" => (
+            str_in(v, &["at-most-once", "at-least-once"]),
+            "dead letter strategy",
+        ),
         "message-ttl" => (int_at_least(v, 0), "message TTL"),
         "expires" => (int_at_least(v, 1), "queue expiry"),
         "max-length" => (int_at_least(v, 0), "maximum length"),
         "max-length-bytes" => (int_at_least(v, 0), "maximum length in bytes"),
-        "max-in-memory-length" | "max-in-memory-bytes" => (int_at_least(v, 0), "maximum memory in bytes"),
+        "max-in-memory-length" | "max-in-memory-bytes" => {
+            (int_at_least(v, 0), "maximum memory in bytes")
+        }
         "queue-mode" => (str_in(v, &["default", "lazy"]), "queue-mode value"),
         "queue-version" => (matches!(v.as_i64(), Some(1 | 2)), "queue-version value"),
-        "overflow" => (str_in(v, &["drop-head", "reject-publish", "reject-publish-dlx"]), "overflow value"),
+        "overflow" => (
+            str_in(v, &["drop-head", "reject-publish", "reject-publish-dlx"]),
+            "overflow value",
+        ),
         // 3.10.8 requires >= 0 (4.x accepts any integer).
         "delivery-limit" => (int_at_least(v, 0), "delivery limit"),
         "max-age" => (v.as_str().map(valid_max_age).unwrap_or(false), "max age"),
@@ -127,8 +139,13 @@ fn validate_key(key: &str, v: &Value) -> Result<bool, String> {
         ),
         // Classic-mirroring and master-locator keys: accepted without deep
         // validation (they make a policy inapplicable to quorum queues anyway).
-        "ha-mode" | "ha-params" | "ha-sync-mode" | "ha-sync-batch-size" | "ha-promote-on-shutdown"
-        | "ha-promote-on-failure" | "queue-master-locator" => (true, ""),
+        "ha-mode"
+        | "ha-params"
+        | "ha-sync-mode"
+        | "ha-sync-batch-size"
+        | "ha-promote-on-shutdown"
+        | "ha-promote-on-failure"
+        | "queue-master-locator" => (true, ""),
         _ => return Ok(false),
     };
     if valid {
@@ -152,12 +169,17 @@ pub(crate) fn validate(p: &Policy) -> Result<Regex, AmqpError> {
         )));
     }
     let regex = Regex::new(&p.pattern).map_err(|e| {
-        AmqpError::policy_invalid(format!("pattern should be regular expression but is invalid: {e}"))
+        AmqpError::policy_invalid(format!(
+            "pattern should be regular expression but is invalid: {e}"
+        ))
     })?;
     let obj = match &p.definition {
         Value::Object(o) => o,
         other => {
-            return Err(AmqpError::policy_invalid(format!("definition must be a dictionary: {}", erl_json(other))))
+            return Err(AmqpError::policy_invalid(format!(
+                "definition must be a dictionary: {}",
+                erl_json(other)
+            )))
         }
     };
     if obj.is_empty() {
@@ -167,12 +189,19 @@ pub(crate) fn validate(p: &Policy) -> Result<Regex, AmqpError> {
     for (k, v) in obj {
         match validate_key(k, v) {
             Ok(true) => {}
-            Ok(false) => unknown.push(format!("{{{},{}}}", super::value::erl_binary(k.as_bytes()), erl_json(v))),
+            Ok(false) => unknown.push(format!(
+                "{{{},{}}}",
+                super::value::erl_binary(k.as_bytes()),
+                erl_json(v)
+            )),
             Err(detail) => return Err(AmqpError::policy_invalid(detail)),
         }
     }
     if !unknown.is_empty() {
-        return Err(AmqpError::policy_invalid(format!("[{}] are not recognised policy settings", unknown.join(","))));
+        return Err(AmqpError::policy_invalid(format!(
+            "[{}] are not recognised policy settings",
+            unknown.join(",")
+        )));
     }
     Ok(regex)
 }
@@ -195,7 +224,9 @@ impl StoredPolicy {
             Target::Exchange => p.apply_to == "exchanges" || p.apply_to == "all",
         };
         let applicable = match (target, &p.definition) {
-            (Target::Queue(t), Value::Object(o)) => o.keys().all(|k| !t.unsupported_policies().contains(&k.as_str())),
+            (Target::Queue(t), Value::Object(o)) => o
+                .keys()
+                .all(|k| !t.unsupported_policies().contains(&k.as_str())),
             _ => true,
         };
         type_ok && applicable && self.regex.is_match(name)
@@ -206,7 +237,9 @@ impl StoredPolicy {
 /// order in RabbitMQ) go to the name that sorts last, which is what a 3.10.8
 /// node picked in our one observation (`lo2` over `lo`).
 fn better(a: &Policy, b: &Policy) -> Ordering {
-    a.priority.cmp(&b.priority).then_with(|| a.name.cmp(&b.name))
+    a.priority
+        .cmp(&b.priority)
+        .then_with(|| a.name.cmp(&b.name))
 }
 
 /// The winning policy for `name` among `policies` (`rabbit_policy:match/2`).
@@ -244,14 +277,35 @@ mod tests {
     #[test]
     fn validation_texts() {
         let f = |def: Value| detail(pol("p", "^a", def, 0, "queues"));
-        assert_eq!(f(json!({"max-length": -1})), "Validation failed\n\n-1 is not a valid maximum length\n");
-        assert_eq!(f(json!({"foo": 1})), "Validation failed\n\n[{<<\"foo\">>,1}] are not recognised policy settings\n");
-        assert_eq!(f(json!({"dead-letter-exchange": 5})), "Validation failed\n\n5 is not a valid dead letter exchange name\n");
-        assert_eq!(f(json!({"delivery-limit": -1})), "Validation failed\n\n-1 is not a valid delivery limit\n");
-        assert_eq!(f(json!({"overflow": "x"})), "Validation failed\n\n<<\"x\">> is not a valid overflow value\n");
-        assert_eq!(f(json!({"expires": 0})), "Validation failed\n\n0 is not a valid queue expiry\n");
+        assert_eq!(
+            f(json!({"max-length": -1})),
+            "Validation failed\n\n-1 is not a valid maximum length\n"
+        );
+        assert_eq!(
+            f(json!({"foo": 1})),
+            "Validation failed\n\n[{<<\"foo\">>,1}] are not recognised policy settings\n"
+        );
+        assert_eq!(
+            f(json!({"dead-letter-exchange": 5})),
+            "Validation failed\n\n5 is not a valid dead letter exchange name\n"
+        );
+        assert_eq!(
+            f(json!({"delivery-limit": -1})),
+            "Validation failed\n\n-1 is not a valid delivery limit\n"
+        );
+        assert_eq!(
+            f(json!({"overflow": "x"})),
+            "Validation failed\n\n<<\"x\">> is not a valid overflow value\n"
+        );
+        assert_eq!(
+            f(json!({"expires": 0})),
+            "Validation failed\n\n0 is not a valid queue expiry\n"
+        );
         assert_eq!(f(json!({})), "Validation failed\n\nno policy provided\n");
-        assert_eq!(f(json!({"max-length": 1.5})), "Validation failed\n\n1.5 is not a valid maximum length\n");
+        assert_eq!(
+            f(json!({"max-length": 1.5})),
+            "Validation failed\n\n1.5 is not a valid maximum length\n"
+        );
         assert_eq!(
             f(json!({"max-length": 5, "bar": 1, "baz": 2})),
             "Validation failed\n\n[{<<\"bar\">>,1},{<<\"baz\">>,2}] are not recognised policy settings\n"
@@ -260,8 +314,16 @@ mod tests {
             detail(pol("p", "a", json!({"max-length": 1}), 0, "foo")),
             "Validation failed\n\napply-to 'foo' unrecognised; should be 'queues', 'exchanges' or 'all'\n"
         );
-        assert!(detail(pol("p", "(", json!({"max-length": 1}), 0, "all")).contains("pattern should be regular expression"));
-        assert!(validate(&pol("p", "^dlx\\.", json!({"dead-letter-exchange": "", "overflow": "reject-publish"}), 0, "all")).is_ok());
+        assert!(detail(pol("p", "(", json!({"max-length": 1}), 0, "all"))
+            .contains("pattern should be regular expression"));
+        assert!(validate(&pol(
+            "p",
+            "^dlx\\.",
+            json!({"dead-letter-exchange": "", "overflow": "reject-publish"}),
+            0,
+            "all"
+        ))
+        .is_ok());
     }
 
     fn stored(p: Policy) -> StoredPolicy {
@@ -272,21 +334,50 @@ mod tests {
     #[test]
     fn precedence_and_applicability() {
         let ps = [
-            stored(pol("hi", "^p_", json!({"max-length": 5, "queue-mode": "lazy"}), 10, "queues")),
+            stored(pol(
+                "hi",
+                "^p_",
+                json!({"max-length": 5, "queue-mode": "lazy"}),
+                10,
+                "queues",
+            )),
             stored(pol("lo", "^p_", json!({"max-length": 7}), 1, "queues")),
             stored(pol("lo2", "^p_", json!({"max-length": 3}), 1, "queues")),
-            stored(pol("ex", "^p_", json!({"alternate-exchange": "ae"}), 99, "exchanges")),
+            stored(pol(
+                "ex",
+                "^p_",
+                json!({"alternate-exchange": "ae"}),
+                99,
+                "exchanges",
+            )),
         ];
         // queue-mode makes "hi" inapplicable to a quorum queue (3.10.8 observed).
         let q = select(ps.iter(), Target::Queue(QueueType::Quorum), "p_a").unwrap();
         assert_eq!(q.name, "lo2");
         // ...but it applies to a classic queue.
-        assert_eq!(select(ps.iter(), Target::Queue(QueueType::Classic), "p_a").unwrap().name, "hi");
-        assert_eq!(select(ps.iter(), Target::Exchange, "p_x").unwrap().name, "ex");
+        assert_eq!(
+            select(ps.iter(), Target::Queue(QueueType::Classic), "p_a")
+                .unwrap()
+                .name,
+            "hi"
+        );
+        assert_eq!(
+            select(ps.iter(), Target::Exchange, "p_x").unwrap().name,
+            "ex"
+        );
         assert!(select(ps.iter(), Target::Queue(QueueType::Quorum), "zz").is_none());
         // `^` anchors; otherwise the search is unanchored, like re:run.
         assert!(select(ps.iter(), Target::Exchange, "a_p_x").is_none());
-        let un = [stored(pol("un", "p_x", json!({"alternate-exchange": "ae"}), 0, "all"))];
-        assert_eq!(select(un.iter(), Target::Exchange, "a_p_x_b").unwrap().name, "un");
+        let un = [stored(pol(
+            "un",
+            "p_x",
+            json!({"alternate-exchange": "ae"}),
+            0,
+            "all",
+        ))];
+        assert_eq!(
+            select(un.iter(), Target::Exchange, "a_p_x_b").unwrap().name,
+            "un"
+        );
     }
 }

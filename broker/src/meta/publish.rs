@@ -16,7 +16,9 @@ use super::value::{erl_string, type_name};
 /// `{value_negative,N}` | `{value_too_large,N}` (limit 315 360 000 000).
 /// `+5` and `007` are accepted; ` 5` is `no_integer`.
 pub fn parse_expiration(s: &str) -> Result<u64, AmqpError> {
-    let fail = |reason: String| AmqpError::precondition_failed(format!("invalid expiration '{s}': {reason}"));
+    let fail = |reason: String| {
+        AmqpError::precondition_failed(format!("invalid expiration '{s}': {reason}"))
+    };
     let bytes = s.as_bytes();
     let (negative, rest) = match bytes.first() {
         Some(b'-') => (true, &bytes[1..]),
@@ -29,7 +31,10 @@ pub fn parse_expiration(s: &str) -> Result<u64, AmqpError> {
     }
     let (digits, leftover) = rest.split_at(ndigits);
     if !leftover.is_empty() {
-        return Err(fail(format!("{{leftover_string,{}}}", erl_string(leftover))));
+        return Err(fail(format!(
+            "{{leftover_string,{}}}",
+            erl_string(leftover)
+        )));
     }
     // Value as Erlang prints it: no leading zeros, arbitrary size.
     let trimmed: String = {
@@ -48,7 +53,9 @@ pub fn parse_expiration(s: &str) -> Result<u64, AmqpError> {
     if trimmed.len() > max.len() || (trimmed.len() == max.len() && trimmed > max) {
         return Err(fail(format!("{{value_too_large,{trimmed}}}")));
     }
-    trimmed.parse::<u64>().map_err(|_| fail("no_integer".to_owned()))
+    trimmed
+        .parse::<u64>()
+        .map_err(|_| fail("no_integer".to_owned()))
 }
 
 fn header_keys(headers: &FieldTable, key: &str) -> Result<Vec<String>, AmqpError> {
@@ -58,7 +65,9 @@ fn header_keys(headers: &FieldTable, key: &str) -> Result<Vec<String>, AmqpError
             .as_slice()
             .iter()
             .filter_map(|v| match v {
-                AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+                AMQPValue::LongString(s) => {
+                    Some(String::from_utf8_lossy(s.as_bytes()).into_owned())
+                }
                 _ => None,
             })
             .collect()),
@@ -98,15 +107,39 @@ mod tests {
     #[test]
     fn expiration_texts() {
         let e = |s: &str| parse_expiration(s).unwrap_err().text;
-        assert_eq!(e("abc"), "PRECONDITION_FAILED - invalid expiration 'abc': no_integer");
-        assert_eq!(e("12abc"), "PRECONDITION_FAILED - invalid expiration '12abc': {leftover_string,\"abc\"}");
-        assert_eq!(e("-5"), "PRECONDITION_FAILED - invalid expiration '-5': {value_negative,-5}");
+        assert_eq!(
+            e("abc"),
+            "PRECONDITION_FAILED - invalid expiration 'abc': no_integer"
+        );
+        assert_eq!(
+            e("12abc"),
+            "PRECONDITION_FAILED - invalid expiration '12abc': {leftover_string,\"abc\"}"
+        );
+        assert_eq!(
+            e("-5"),
+            "PRECONDITION_FAILED - invalid expiration '-5': {value_negative,-5}"
+        );
         assert_eq!(e("315360000001"), "PRECONDITION_FAILED - invalid expiration '315360000001': {value_too_large,315360000001}");
-        assert_eq!(e(""), "PRECONDITION_FAILED - invalid expiration '': no_integer");
-        assert_eq!(e(" 5"), "PRECONDITION_FAILED - invalid expiration ' 5': no_integer");
-        assert_eq!(e("5 "), "PRECONDITION_FAILED - invalid expiration '5 ': {leftover_string,\" \"}");
-        assert_eq!(e("1.5"), "PRECONDITION_FAILED - invalid expiration '1.5': {leftover_string,\".5\"}");
-        assert_eq!(e("-"), "PRECONDITION_FAILED - invalid expiration '-': no_integer");
+        assert_eq!(
+            e(""),
+            "PRECONDITION_FAILED - invalid expiration '': no_integer"
+        );
+        assert_eq!(
+            e(" 5"),
+            "PRECONDITION_FAILED - invalid expiration ' 5': no_integer"
+        );
+        assert_eq!(
+            e("5 "),
+            "PRECONDITION_FAILED - invalid expiration '5 ': {leftover_string,\" \"}"
+        );
+        assert_eq!(
+            e("1.5"),
+            "PRECONDITION_FAILED - invalid expiration '1.5': {leftover_string,\".5\"}"
+        );
+        assert_eq!(
+            e("-"),
+            "PRECONDITION_FAILED - invalid expiration '-': no_integer"
+        );
         assert_eq!(
             e("99999999999999999999999999"),
             "PRECONDITION_FAILED - invalid expiration '99999999999999999999999999': {value_too_large,99999999999999999999999999}"
@@ -135,10 +168,18 @@ mod tests {
             ("BCC", arr(vec![s("bcc")])),
             ("other", s("x")),
         ]);
-        assert_eq!(cc_bcc_keys(Some(&hdr)).unwrap(), (vec!["cc 1".to_owned(), "cc 2".to_owned()], vec!["bcc".to_owned()]));
+        assert_eq!(
+            cc_bcc_keys(Some(&hdr)).unwrap(),
+            (
+                vec!["cc 1".to_owned(), "cc 2".to_owned()],
+                vec!["bcc".to_owned()]
+            )
+        );
         assert_eq!(cc_bcc_keys(None).unwrap(), (vec![], vec![]));
         assert_eq!(
-            cc_bcc_keys(Some(&h(vec![("CC", s("a"))]))).unwrap_err().text,
+            cc_bcc_keys(Some(&h(vec![("CC", s("a"))])))
+                .unwrap_err()
+                .text,
             "PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,\"CC\",longstr}"
         );
         assert_eq!(

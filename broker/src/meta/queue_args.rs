@@ -155,10 +155,18 @@ const ALL_KNOWN_ARGS: &[&str] = &[
 /// `x-queue-type=quorum` injected, exactly like RabbitMQ's
 /// `augment_declare_args/5` with a vhost `default_queue_type` (spec §1.1
 /// step 1). Otherwise the arguments are unchanged (RabbitMQ default classic).
-pub fn augment_declare_args(args: &FieldTable, durable: bool, exclusive: bool, auto_delete: bool) -> FieldTable {
+pub fn augment_declare_args(
+    args: &FieldTable,
+    durable: bool,
+    exclusive: bool,
+    auto_delete: bool,
+) -> FieldTable {
     let mut out = args.clone();
     if lookup(args, "x-queue-type").is_none() && durable && !exclusive && !auto_delete {
-        out.insert(ShortString::from("x-queue-type"), AMQPValue::LongString(LongString::from("quorum")));
+        out.insert(
+            ShortString::from("x-queue-type"),
+            AMQPValue::LongString(LongString::from("quorum")),
+        );
     }
     out
 }
@@ -232,9 +240,9 @@ fn check_arg(key: &str, v: &AMQPValue, args: &FieldTable) -> Check {
             }
             other => Err(unacceptable(other)),
         },
-        "x-dead-letter-strategy" => {
-            str_in(v, &["at-most-once", "at-least-once"], |_| "invalid_dlx_strategy".to_owned())
-        }
+        "x-dead-letter-strategy" => str_in(v, &["at-most-once", "at-least-once"], |_| {
+            "invalid_dlx_strategy".to_owned()
+        }),
         "x-max-length"
         | "x-max-length-bytes"
         | "x-max-in-memory-length"
@@ -248,10 +256,14 @@ fn check_arg(key: &str, v: &AMQPValue, args: &FieldTable) -> Check {
                 Ok(())
             }
         }
-        "x-overflow" => str_in(v, &["drop-head", "reject-publish", "reject-publish-dlx"], |_| {
-            "invalid_overflow".to_owned()
+        "x-overflow" => str_in(
+            v,
+            &["drop-head", "reject-publish", "reject-publish-dlx"],
+            |_| "invalid_overflow".to_owned(),
+        ),
+        "x-queue-mode" => str_in(v, &["default", "lazy"], |s| {
+            format!("\"unsupported queue mode '{s}'\"")
         }),
-        "x-queue-mode" => str_in(v, &["default", "lazy"], |s| format!("\"unsupported queue mode '{s}'\"")),
         "x-queue-version" => {
             let n = non_neg_int(v)?;
             if n == 1 || n == 2 {
@@ -281,9 +293,11 @@ fn check_arg(key: &str, v: &AMQPValue, args: &FieldTable) -> Check {
             }
             other => Err(unacceptable(other)),
         },
-        "x-queue-leader-locator" => str_in(v, &["client-local", "balanced", "random", "least-leaders"], |_| {
-            "invalid_queue_locator_arg".to_owned()
-        }),
+        "x-queue-leader-locator" => str_in(
+            v,
+            &["client-local", "balanced", "random", "least-leaders"],
+            |_| "invalid_queue_locator_arg".to_owned(),
+        ),
         _ => Ok(()),
     }
 }
@@ -292,7 +306,8 @@ fn check_arg(key: &str, v: &AMQPValue, args: &FieldTable) -> Check {
 pub(crate) fn valid_max_age(s: &str) -> bool {
     let digits: String = s.chars().take_while(|c| c.is_ascii_digit()).collect();
     let unit = &s[digits.len()..];
-    matches!(digits.parse::<u128>(), Ok(n) if n > 0) && ["Y", "M", "D", "h", "m", "s"].contains(&unit)
+    matches!(digits.parse::<u128>(), Ok(n) if n > 0)
+        && ["Y", "M", "D", "h", "m", "s"].contains(&unit)
 }
 
 /// Validator order of `rabbit_amqqueue:declare_args/0` (3.10.8).
@@ -327,7 +342,11 @@ fn invalid_arg(key: &str, rs_text: &str, term: &str) -> AmqpError {
 /// argument validators (spec §1.1 step 5): `PRECONDITION_FAILED - invalid
 /// type 'signedint' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'`.
 /// Same check for `alternate-exchange` on exchange.declare. 3.10.8 observed.
-pub fn check_exchange_name_arg(args: &FieldTable, key: &str, rs_text: &str) -> Result<(), AmqpError> {
+pub fn check_exchange_name_arg(
+    args: &FieldTable,
+    key: &str,
+    rs_text: &str,
+) -> Result<(), AmqpError> {
     match lookup(args, key) {
         None | Some(AMQPValue::LongString(_)) | Some(AMQPValue::ShortString(_)) => Ok(()),
         Some(v) => Err(AmqpError::precondition_failed(format!(
@@ -353,7 +372,11 @@ pub fn check_declare_arguments(args: &FieldTable, rs_text: &str) -> Result<Queue
                 "classic" => QueueType::Classic,
                 "quorum" => QueueType::Quorum,
                 other => {
-                    return Err(invalid_arg("x-queue-type", rs_text, &format!("\"unsupported queue type '{other}'\"")))
+                    return Err(invalid_arg(
+                        "x-queue-type",
+                        rs_text,
+                        &format!("\"unsupported queue type '{other}'\""),
+                    ))
                 }
             }
         }
@@ -395,7 +418,9 @@ pub fn check_quorum_properties(
     } else {
         return Ok(());
     };
-    Err(AmqpError::precondition_failed(format!("invalid property '{prop}' for {rs_text}")))
+    Err(AmqpError::precondition_failed(format!(
+        "invalid property '{prop}' for {rs_text}"
+    )))
 }
 
 fn val_typed(v: Option<&AMQPValue>) -> String {
@@ -431,18 +456,20 @@ pub fn assert_args_equivalence(
                 // Identical, or same type class and `==` values, or the bare
                 // values are identical Erlang terms (assert_field_equivalence's
                 // first clause: longstr "a" vs binary "a", long 5 vs timestamp 5).
-                let is_float = |v: &AMQPValue| matches!(v, AMQPValue::Float(_) | AMQPValue::Double(_));
+                let is_float =
+                    |v: &AMQPValue| matches!(v, AMQPValue::Float(_) | AMQPValue::Double(_));
                 let same = o == n
                     || (type_class(o) == type_class(n) && erl_eq(o, n))
                     || (erl_eq(o, n) && is_float(o) == is_float(n));
                 if !same {
-                    return Err(fail(format!("'{}'", erl_s_or_p(n)), format!("'{}'", erl_s_or_p(o))));
+                    return Err(fail(
+                        format!("'{}'", erl_s_or_p(n)),
+                        format!("'{}'", erl_s_or_p(o)),
+                    ));
                 }
             }
             (o, n) => {
-                let classic = |v: Option<&AMQPValue>| {
-                    matches!(v, Some(AMQPValue::LongString(s)) if s.as_bytes() == b"classic")
-                };
+                let classic = |v: Option<&AMQPValue>| matches!(v, Some(AMQPValue::LongString(s)) if s.as_bytes() == b"classic");
                 if *key == "x-queue-type" && (classic(o) || classic(n)) {
                     continue;
                 }
@@ -488,7 +515,9 @@ mod tests {
             err(t(&[("x-queue-type", AMQPValue::LongInt(5))])),
             "PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue 'q' in vhost '/': {unacceptable_type,signedint}"
         );
-        assert!(err(t(&[("x-queue-type", s("stream"))])).contains("unsupported queue type 'stream'"));
+        assert!(
+            err(t(&[("x-queue-type", s("stream"))])).contains("unsupported queue type 'stream'")
+        );
     }
 
     #[test]
@@ -536,7 +565,10 @@ mod tests {
             ("x-single-active-consumer", AMQPValue::Boolean(true)),
         ]);
         assert_eq!(check_declare_arguments(&ok, RS).unwrap(), QueueType::Quorum);
-        assert_eq!(check_declare_arguments(&t(&[("x-max-priority", AMQPValue::LongInt(5))]), RS).unwrap(), QueueType::Classic);
+        assert_eq!(
+            check_declare_arguments(&t(&[("x-max-priority", AMQPValue::LongInt(5))]), RS).unwrap(),
+            QueueType::Classic
+        );
     }
 
     #[test]
@@ -551,9 +583,18 @@ mod tests {
     #[test]
     fn property_texts() {
         let e = |ad, ex, du| check_quorum_properties(RS, ad, ex, du).unwrap_err().text;
-        assert_eq!(e(true, true, false), "PRECONDITION_FAILED - invalid property 'auto-delete' for queue 'q' in vhost '/'");
-        assert_eq!(e(false, true, false), "PRECONDITION_FAILED - invalid property 'exclusive-owner' for queue 'q' in vhost '/'");
-        assert_eq!(e(false, false, false), "PRECONDITION_FAILED - invalid property 'non-durable' for queue 'q' in vhost '/'");
+        assert_eq!(
+            e(true, true, false),
+            "PRECONDITION_FAILED - invalid property 'auto-delete' for queue 'q' in vhost '/'"
+        );
+        assert_eq!(
+            e(false, true, false),
+            "PRECONDITION_FAILED - invalid property 'exclusive-owner' for queue 'q' in vhost '/'"
+        );
+        assert_eq!(
+            e(false, false, false),
+            "PRECONDITION_FAILED - invalid property 'non-durable' for queue 'q' in vhost '/'"
+        );
         assert!(check_quorum_properties(RS, false, false, true).is_ok());
     }
 
@@ -563,8 +604,16 @@ mod tests {
         let cur = qq(&[("x-max-length", AMQPValue::LongInt(5)), ("x-foo", s("bar"))]);
         let eqv = |new: FieldTable| assert_args_equivalence(&cur, &new, RS, keys);
         // Integer types compare by value; unknown args are not compared.
-        assert!(eqv(qq(&[("x-max-length", AMQPValue::ShortShortInt(5)), ("x-foo", s("baz"))])).is_ok());
-        assert!(eqv(qq(&[("x-max-length", AMQPValue::LongLongInt(5)), ("x-max-priority", AMQPValue::LongInt(1))])).is_ok());
+        assert!(eqv(qq(&[
+            ("x-max-length", AMQPValue::ShortShortInt(5)),
+            ("x-foo", s("baz"))
+        ]))
+        .is_ok());
+        assert!(eqv(qq(&[
+            ("x-max-length", AMQPValue::LongLongInt(5)),
+            ("x-max-priority", AMQPValue::LongInt(1))
+        ]))
+        .is_ok());
         let txt = |new| eqv(new).unwrap_err().text;
         assert_eq!(txt(qq(&[("x-max-length", AMQPValue::LongInt(6))])), "PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q' in vhost '/': received '6' but current is '5'");
         assert_eq!(txt(qq(&[("x-max-length", s("5"))])), "PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q' in vhost '/': received '5' but current is '5'");
@@ -574,18 +623,38 @@ mod tests {
         assert_eq!(txt(t(&[("x-max-length", AMQPValue::LongInt(5))])), "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'q' in vhost '/': received none but current is the value 'quorum' of type 'longstr'");
         // classic vs absent is equivalent.
         let classic = t(&[("x-queue-type", s("classic"))]);
-        assert!(assert_args_equivalence(&classic, &FieldTable::default(), RS, QueueType::Classic.queue_arguments()).is_ok());
+        assert!(assert_args_equivalence(
+            &classic,
+            &FieldTable::default(),
+            RS,
+            QueueType::Classic.queue_arguments()
+        )
+        .is_ok());
         // Floats: float and double are one class.
         let f = t(&[("x-message-ttl", AMQPValue::Float(1.5))]);
-        assert!(assert_args_equivalence(&f, &t(&[("x-message-ttl", AMQPValue::Double(1.5))]), RS, &["x-message-ttl"]).is_ok());
+        assert!(assert_args_equivalence(
+            &f,
+            &t(&[("x-message-ttl", AMQPValue::Double(1.5))]),
+            RS,
+            &["x-message-ttl"]
+        )
+        .is_ok());
     }
 
     #[test]
     fn augment_injects_quorum_only_when_compatible() {
         let a = augment_declare_args(&FieldTable::default(), true, false, false);
         assert_eq!(QueueType::of_args(&a), QueueType::Quorum);
-        for (d, e, ad) in [(false, false, false), (true, true, false), (true, false, true)] {
-            assert!(lookup(&augment_declare_args(&FieldTable::default(), d, e, ad), "x-queue-type").is_none());
+        for (d, e, ad) in [
+            (false, false, false),
+            (true, true, false),
+            (true, false, true),
+        ] {
+            assert!(lookup(
+                &augment_declare_args(&FieldTable::default(), d, e, ad),
+                "x-queue-type"
+            )
+            .is_none());
         }
         let c = augment_declare_args(&t(&[("x-queue-type", s("classic"))]), true, false, false);
         assert_eq!(QueueType::of_args(&c), QueueType::Classic);

@@ -166,9 +166,15 @@ mod tests {
         assert!(topic_matches("#.dl.routing.key", "dl.routing.key"));
         assert!(topic_matches("#.dl.routing.key", "x.y.dl.routing.key"));
         assert!(!topic_matches("#.dl.routing.key", "dl.routing.key.z"));
-        assert!(topic_matches("*.normal.routing.key", "a.normal.routing.key"));
+        assert!(topic_matches(
+            "*.normal.routing.key",
+            "a.normal.routing.key"
+        ));
         assert!(!topic_matches("*.normal.routing.key", "normal.routing.key"));
-        assert!(!topic_matches("*.normal.routing.key", "a.b.normal.routing.key"));
+        assert!(!topic_matches(
+            "*.normal.routing.key",
+            "a.b.normal.routing.key"
+        ));
     }
 
     #[test]
@@ -190,7 +196,14 @@ mod tests {
     #[test]
     fn headers_all_default() {
         let b = t(&[("a", s("1")), ("b", AMQPValue::LongInt(2))]);
-        assert!(headers_match(&b, Some(&t(&[("a", s("1")), ("b", AMQPValue::LongLongInt(2)), ("c", s("z"))]))));
+        assert!(headers_match(
+            &b,
+            Some(&t(&[
+                ("a", s("1")),
+                ("b", AMQPValue::LongLongInt(2)),
+                ("c", s("z"))
+            ]))
+        ));
         assert!(!headers_match(&b, Some(&t(&[("a", s("1"))]))));
         assert!(!headers_match(&b, None));
         // Empty binding with all: matches everything, even no headers.
@@ -204,27 +217,58 @@ mod tests {
         let b = t(&[("x-match", s("any")), ("a", s("1")), ("b", s("2"))]);
         assert!(headers_match(&b, Some(&t(&[("b", s("2"))]))));
         assert!(!headers_match(&b, Some(&t(&[("b", s("3"))]))));
-        assert!(!headers_match(&t(&[("x-match", s("any"))]), Some(&t(&[("a", s("1"))]))));
+        assert!(!headers_match(
+            &t(&[("x-match", s("any"))]),
+            Some(&t(&[("a", s("1"))]))
+        ));
     }
 
     #[test]
     fn headers_with_x() {
         let hdr = t(&[("x-foo", s("1"))]);
         // Plain all/any ignore x- keys of the binding.
-        assert!(headers_match(&t(&[("x-match", s("all")), ("x-foo", s("2"))]), Some(&hdr)));
-        assert!(!headers_match(&t(&[("x-match", s("any")), ("x-foo", s("1"))]), Some(&hdr)));
+        assert!(headers_match(
+            &t(&[("x-match", s("all")), ("x-foo", s("2"))]),
+            Some(&hdr)
+        ));
+        assert!(!headers_match(
+            &t(&[("x-match", s("any")), ("x-foo", s("1"))]),
+            Some(&hdr)
+        ));
         // with-x variants compare them.
-        assert!(!headers_match(&t(&[("x-match", s("all-with-x")), ("x-foo", s("2"))]), Some(&hdr)));
-        assert!(headers_match(&t(&[("x-match", s("all-with-x")), ("x-foo", s("1"))]), Some(&hdr)));
-        assert!(headers_match(&t(&[("x-match", s("any-with-x")), ("x-foo", s("1")), ("b", s("9"))]), Some(&hdr)));
-        assert!(!headers_match(&t(&[("x-match", s("any-with-x")), ("x-foo", s("3"))]), Some(&hdr)));
+        assert!(!headers_match(
+            &t(&[("x-match", s("all-with-x")), ("x-foo", s("2"))]),
+            Some(&hdr)
+        ));
+        assert!(headers_match(
+            &t(&[("x-match", s("all-with-x")), ("x-foo", s("1"))]),
+            Some(&hdr)
+        ));
+        assert!(headers_match(
+            &t(&[
+                ("x-match", s("any-with-x")),
+                ("x-foo", s("1")),
+                ("b", s("9"))
+            ]),
+            Some(&hdr)
+        ));
+        assert!(!headers_match(
+            &t(&[("x-match", s("any-with-x")), ("x-foo", s("3"))]),
+            Some(&hdr)
+        ));
     }
 
     #[test]
     fn headers_void_means_presence() {
         let b = t(&[("a", AMQPValue::Void)]);
-        assert!(headers_match(&b, Some(&t(&[("a", AMQPValue::Boolean(false))]))));
-        assert!(!headers_match(&b, Some(&t(&[("b", AMQPValue::Boolean(false))]))));
+        assert!(headers_match(
+            &b,
+            Some(&t(&[("a", AMQPValue::Boolean(false))]))
+        ));
+        assert!(!headers_match(
+            &b,
+            Some(&t(&[("b", AMQPValue::Boolean(false))]))
+        ));
     }
 
     #[test]
@@ -256,7 +300,9 @@ mod tests {
             }
         }
         re.push('$');
-        regex::Regex::new(&re).map(|r| r.is_match(&enc(rk))).unwrap_or(false)
+        regex::Regex::new(&re)
+            .map(|r| r.is_match(&enc(rk)))
+            .unwrap_or(false)
     }
 
     fn key(alphabet: &'static [&'static str]) -> impl Strategy<Value = String> {

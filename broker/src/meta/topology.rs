@@ -13,8 +13,8 @@ use super::exchange::{predeclared, ExchangeKind, ExchangeRecord};
 use super::policy::{self, Policy, StoredPolicy, Target};
 use super::queue::{Binding, QueueDeclare, QueueDeclared, QueueKind, QueueRecord};
 use super::queue_args::{
-    assert_args_equivalence, augment_declare_args, check_declare_arguments, check_exchange_name_arg,
-    check_quorum_properties, QueueType,
+    assert_args_equivalence, augment_declare_args, check_declare_arguments,
+    check_exchange_name_arg, check_quorum_properties, QueueType,
 };
 use super::routing::{headers_match, topic_matches, validate_headers_binding};
 use super::value::{as_longstr, lookup};
@@ -42,8 +42,18 @@ impl VHost {
     /// Deletes `exchange` if it is auto-delete and has no bindings left
     /// (`rabbit_exchange:maybe_auto_delete/2`).
     fn maybe_auto_delete(&mut self, exchange: &str) {
-        let unused = self.bindings.get(exchange).map(|b| b.is_empty()).unwrap_or(true);
-        if unused && self.exchanges.get(exchange).map(|x| x.auto_delete).unwrap_or(false) {
+        let unused = self
+            .bindings
+            .get(exchange)
+            .map(|b| b.is_empty())
+            .unwrap_or(true);
+        if unused
+            && self
+                .exchanges
+                .get(exchange)
+                .map(|x| x.auto_delete)
+                .unwrap_or(false)
+        {
             self.exchanges.remove(exchange);
             self.bindings.remove(exchange);
         }
@@ -67,7 +77,9 @@ pub struct Topology {
 
 fn check_not_default_exchange(name: &str) -> Result<(), AmqpError> {
     if name.is_empty() {
-        Err(AmqpError::access_refused("operation not permitted on the default exchange"))
+        Err(AmqpError::access_refused(
+            "operation not permitted on the default exchange",
+        ))
     } else {
         Ok(())
     }
@@ -76,7 +88,9 @@ fn check_not_default_exchange(name: &str) -> Result<(), AmqpError> {
 /// `rabbit_channel:check_name/2`: `amq.` names only on creation.
 fn check_name(kind: &str, name: &str) -> Result<(), AmqpError> {
     if name.starts_with("amq.") {
-        Err(AmqpError::access_refused(format!("{kind} name '{name}' contains reserved prefix 'amq.*'")))
+        Err(AmqpError::access_refused(format!(
+            "{kind} name '{name}' contains reserved prefix 'amq.*'"
+        )))
     } else {
         Ok(())
     }
@@ -101,13 +115,17 @@ impl Topology {
 
     /// Creates a vhost with the predeclared exchanges; no-op if it exists.
     pub fn add_vhost(&mut self, name: &str) {
-        self.vhosts.entry(name.to_owned()).or_insert_with(VHost::with_defaults);
+        self.vhosts
+            .entry(name.to_owned())
+            .or_insert_with(VHost::with_defaults);
     }
 
     /// Deletes a vhost and everything in it; returns its queues (the caller
     /// stops their groups). None if it did not exist.
     pub fn delete_vhost(&mut self, name: &str) -> Option<Vec<QueueRecord>> {
-        self.vhosts.remove(name).map(|v| v.queues.into_values().collect())
+        self.vhosts
+            .remove(name)
+            .map(|v| v.queues.into_values().collect())
     }
 
     /// Names of all vhosts, sorted.
@@ -120,7 +138,9 @@ impl Topology {
     }
 
     fn vhost_mut(&mut self, vhost: &str) -> Result<&mut VHost, AmqpError> {
-        self.vhosts.get_mut(vhost).ok_or_else(|| vhost_missing(vhost))
+        self.vhosts
+            .get_mut(vhost)
+            .ok_or_else(|| vhost_missing(vhost))
     }
 
     // ---------------------------------------------------------------- exchanges
@@ -157,7 +177,11 @@ impl Topology {
             return x.assert_equivalence(vhost, kind, durable, auto_delete, internal, arguments);
         }
         check_name("exchange", name)?;
-        check_exchange_name_arg(arguments, "alternate-exchange", &rs("exchange", name, vhost))?;
+        check_exchange_name_arg(
+            arguments,
+            "alternate-exchange",
+            &rs("exchange", name, vhost),
+        )?;
         v.exchanges.insert(
             name.to_owned(),
             ExchangeRecord {
@@ -177,7 +201,12 @@ impl Topology {
     /// not allowed` (even if it does not exist); missing → Ok; `if_unused`
     /// with bindings → 406 `PRECONDITION_FAILED - exchange 'x' in vhost '/'
     /// in use`. Removes the exchange's bindings. 3.10.8 observed.
-    pub fn delete_exchange(&mut self, vhost: &str, name: &str, if_unused: bool) -> Result<(), AmqpError> {
+    pub fn delete_exchange(
+        &mut self,
+        vhost: &str,
+        name: &str,
+        if_unused: bool,
+    ) -> Result<(), AmqpError> {
         check_not_default_exchange(name)?;
         if name.starts_with("amq.") {
             return Err(AmqpError::access_refused(format!(
@@ -191,7 +220,10 @@ impl Topology {
         }
         let in_use = v.bindings.get(name).map(|b| !b.is_empty()).unwrap_or(false);
         if if_unused && in_use {
-            return Err(AmqpError::precondition_failed(format!("{} in use", rs("exchange", name, vhost))));
+            return Err(AmqpError::precondition_failed(format!(
+                "{} in use",
+                rs("exchange", name, vhost)
+            )));
         }
         v.exchanges.remove(name);
         v.bindings.remove(name);
@@ -205,7 +237,10 @@ impl Topology {
 
     /// All exchanges of a vhost, by name.
     pub fn exchanges(&self, vhost: &str) -> impl Iterator<Item = &ExchangeRecord> {
-        self.vhosts.get(vhost).into_iter().flat_map(|v| v.exchanges.values())
+        self.vhosts
+            .get(vhost)
+            .into_iter()
+            .flat_map(|v| v.exchanges.values())
     }
 
     // ------------------------------------------------------------------- queues
@@ -218,7 +253,10 @@ impl Topology {
     /// declare that is durable, non-exclusive and non-auto-delete is refused.
     pub fn check_server_named(d: &QueueDeclare) -> Result<(), AmqpError> {
         let args = augment_declare_args(&d.arguments, d.durable, d.exclusive, d.auto_delete);
-        match lookup(&args, "x-queue-type").and_then(as_longstr).as_deref() {
+        match lookup(&args, "x-queue-type")
+            .and_then(as_longstr)
+            .as_deref()
+        {
             Some(t @ ("quorum" | "stream")) => Err(AmqpError::precondition_failed(format!(
                 "Cannot declare a server-named queue for type rabbit_{t}_queue"
             ))),
@@ -265,7 +303,11 @@ impl Topology {
         check_name("queue", &d.name)?;
         let args = augment_declare_args(&d.arguments, d.durable, d.exclusive, d.auto_delete);
         let durable = d.durable && !d.exclusive;
-        let owner = if d.exclusive { Some(d.connection) } else { None };
+        let owner = if d.exclusive {
+            Some(d.connection)
+        } else {
+            None
+        };
         if let Some(q) = v.queues.get(&d.name) {
             if q.exclusive_owner != owner {
                 return Err(exclusive_locked(&d.vhost, &d.name));
@@ -342,7 +384,9 @@ impl Topology {
 
     /// Exclusive queues owned by `connection` (delete them when it closes).
     pub fn queues_owned_by(&self, connection: u64) -> Vec<&QueueRecord> {
-        self.queues().filter(|q| q.exclusive_owner == Some(connection)).collect()
+        self.queues()
+            .filter(|q| q.exclusive_owner == Some(connection))
+            .collect()
     }
 
     /// `rabbit_amqqueue:check_exclusive_access/2` (lax): a queue exclusive to
@@ -350,7 +394,12 @@ impl Topology {
     /// with 405 `RESOURCE_LOCKED - cannot obtain exclusive access to locked
     /// queue 'q' in vhost '/'. It could be ...` (3.10.8 observed). Missing
     /// queue → 404.
-    pub fn check_exclusive_access(&self, vhost: &str, queue: &str, connection: u64) -> Result<(), AmqpError> {
+    pub fn check_exclusive_access(
+        &self,
+        vhost: &str,
+        queue: &str,
+        connection: u64,
+    ) -> Result<(), AmqpError> {
         let q = self
             .vhost(vhost)?
             .queues
@@ -402,7 +451,10 @@ impl Topology {
         let v = self.vhost_mut(vhost)?;
         let x = v.exchange_or_404(vhost, exchange)?;
         if !v.queues.contains_key(queue) {
-            return Err(AmqpError::not_found(format!("no {}", rs("queue", queue, vhost))));
+            return Err(AmqpError::not_found(format!(
+                "no {}",
+                rs("queue", queue, vhost)
+            )));
         }
         if x.kind == ExchangeKind::Headers {
             validate_headers_binding(arguments)?;
@@ -436,7 +488,9 @@ impl Topology {
         let removed = match v.bindings.get_mut(exchange) {
             Some(bs) => {
                 let before = bs.len();
-                bs.retain(|b| !(b.queue == queue && b.routing_key == routing_key && &b.arguments == arguments));
+                bs.retain(|b| {
+                    !(b.queue == queue && b.routing_key == routing_key && &b.arguments == arguments)
+                });
                 bs.len() != before
             }
             None => false,
@@ -493,7 +547,9 @@ impl Topology {
             }
             self.route_one(v, x, routing_keys, headers, &mut out);
             if out.is_empty() {
-                current = self.alternate_exchange(vhost, v, x).and_then(|ae| v.exchanges.get(&ae));
+                current = self
+                    .alternate_exchange(vhost, v, x)
+                    .and_then(|ae| v.exchanges.get(&ae));
             }
         }
         Ok(out.into_iter().collect())
@@ -508,10 +564,16 @@ impl Topology {
         out: &mut BTreeSet<String>,
     ) {
         if x.name.is_empty() {
-            out.extend(keys.iter().filter(|k| v.queues.contains_key(k.as_str())).cloned());
+            out.extend(
+                keys.iter()
+                    .filter(|k| v.queues.contains_key(k.as_str()))
+                    .cloned(),
+            );
             return;
         }
-        let Some(bs) = v.bindings.get(&x.name) else { return };
+        let Some(bs) = v.bindings.get(&x.name) else {
+            return;
+        };
         for b in bs {
             let hit = match x.kind {
                 ExchangeKind::Direct => keys.contains(&b.routing_key),
@@ -544,7 +606,8 @@ impl Topology {
     pub fn set_policy(&mut self, p: Policy) -> Result<(), AmqpError> {
         let regex = policy::validate(&p)?;
         let v = self.vhost_mut(&p.vhost)?;
-        v.policies.insert(p.name.clone(), StoredPolicy { policy: p, regex });
+        v.policies
+            .insert(p.name.clone(), StoredPolicy { policy: p, regex });
         Ok(())
     }
 
@@ -572,17 +635,26 @@ impl Topology {
     pub fn queue_policy(&self, vhost: &str, queue: &str) -> Option<&Policy> {
         let v = self.vhosts.get(vhost)?;
         let q = v.queues.get(queue)?;
-        policy::select(v.policies.values(), Target::Queue(QueueType::of_args(&q.arguments)), queue)
+        policy::select(
+            v.policies.values(),
+            Target::Queue(QueueType::of_args(&q.arguments)),
+            queue,
+        )
     }
 
     /// The queue's effective configuration, the warnings RabbitMQ would log
     /// for it, and the name of the applied policy (see
     /// `effective::effective_config` for the precedence rules, spec §1.2,
     /// §5.1). None if the queue does not exist.
-    pub fn effective_config(&self, vhost: &str, queue: &str) -> Option<(QueueConfig, Vec<String>, Option<String>)> {
+    pub fn effective_config(
+        &self,
+        vhost: &str,
+        queue: &str,
+    ) -> Option<(QueueConfig, Vec<String>, Option<String>)> {
         let q = self.queue(vhost, queue)?;
         let p = self.queue_policy(vhost, queue);
-        let (config, warnings) = effective::effective_config(vhost, queue, &q.arguments, p.map(|p| &p.definition));
+        let (config, warnings) =
+            effective::effective_config(vhost, queue, &q.arguments, p.map(|p| &p.definition));
         Some((config, warnings, p.map(|p| p.name.clone())))
     }
 }

@@ -138,13 +138,18 @@ fn typed_eq(a: &AMQPValue, b: &AMQPValue) -> bool {
 /// Table equality as Erlang compares two (sorted) tables.
 pub fn tables_eq(x: &FieldTable, y: &FieldTable) -> bool {
     x.inner().len() == y.inner().len()
-        && x.inner().iter().zip(y.inner()).all(|((ka, va), (kb, vb))| ka == kb && typed_eq(va, vb))
+        && x.inner()
+            .iter()
+            .zip(y.inner())
+            .all(|((ka, va), (kb, vb))| ka == kb && typed_eq(va, vb))
 }
 
 /// Erlang `~p` of a string (a char list): `"abc"` with `"` and `\` escaped;
 /// non-printable content prints as a list of integers, as Erlang does.
 pub fn erl_string(s: &[u8]) -> String {
-    let printable = s.iter().all(|&c| (32..127).contains(&c) || c == b'\n' || c == b'\t' || c == b'\r');
+    let printable = s
+        .iter()
+        .all(|&c| (32..127).contains(&c) || c == b'\n' || c == b'\t' || c == b'\r');
     if printable {
         let mut out = String::from("\"");
         for &c in s {
@@ -180,7 +185,11 @@ pub fn erl_binary(s: &[u8]) -> String {
 pub fn erl_float(f: f64) -> String {
     let s = format!("{f:?}");
     if let Some((m, e)) = s.split_once('e') {
-        let m = if m.contains('.') { m.to_owned() } else { format!("{m}.0") };
+        let m = if m.contains('.') {
+            m.to_owned()
+        } else {
+            format!("{m}.0")
+        };
         format!("{m}e{e}")
     } else {
         s
@@ -202,15 +211,25 @@ pub fn erl_p(v: &AMQPValue) -> String {
         AMQPValue::Timestamp(t) => t.to_string(),
         AMQPValue::Void => "undefined".to_owned(),
         AMQPValue::FieldArray(a) => {
-            let parts: Vec<String> =
-                a.as_slice().iter().map(|e| format!("{{{},{}}}", type_name(e), erl_p(e))).collect();
+            let parts: Vec<String> = a
+                .as_slice()
+                .iter()
+                .map(|e| format!("{{{},{}}}", type_name(e), erl_p(e)))
+                .collect();
             format!("[{}]", parts.join(","))
         }
         AMQPValue::FieldTable(t) => {
             let parts: Vec<String> = t
                 .inner()
                 .iter()
-                .map(|(k, e)| format!("{{{},{},{}}}", erl_binary(k.as_str().as_bytes()), type_name(e), erl_p(e)))
+                .map(|(k, e)| {
+                    format!(
+                        "{{{},{},{}}}",
+                        erl_binary(k.as_str().as_bytes()),
+                        type_name(e),
+                        erl_p(e)
+                    )
+                })
                 .collect();
             format!("[{}]", parts.join(","))
         }
@@ -233,9 +252,15 @@ mod tests {
 
     #[test]
     fn integers_compare_by_value_across_types() {
-        assert!(erl_eq(&AMQPValue::ShortShortInt(5), &AMQPValue::LongLongInt(5)));
+        assert!(erl_eq(
+            &AMQPValue::ShortShortInt(5),
+            &AMQPValue::LongLongInt(5)
+        ));
         assert!(erl_eq(&AMQPValue::LongUInt(5), &AMQPValue::Double(5.0)));
-        assert!(!erl_eq(&AMQPValue::LongInt(5), &AMQPValue::LongString(LongString::from("5"))));
+        assert!(!erl_eq(
+            &AMQPValue::LongInt(5),
+            &AMQPValue::LongString(LongString::from("5"))
+        ));
         let a1 = AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::LongInt(1)]));
         let a2 = AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::LongLongInt(1)]));
         assert!(!erl_eq(&a1, &a2), "array elements keep their type tags");

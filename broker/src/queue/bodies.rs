@@ -29,7 +29,9 @@ pub struct SledBodies {
 impl SledBodies {
     /// Opens (or creates) the body tree of queue group `group`.
     pub fn open(db: &sled::Db, group: u64) -> Result<Self, sled::Error> {
-        Ok(SledBodies { tree: db.open_tree(tree_name(group))? })
+        Ok(SledBodies {
+            tree: db.open_tree(tree_name(group))?,
+        })
     }
 }
 

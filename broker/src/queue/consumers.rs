@@ -26,13 +26,21 @@ pub(super) struct Consumer {
 
 impl Consumer {
     fn new() -> Self {
-        Consumer { prefetch: 0, no_ack: false, active: false, queued: false, checked_out: BTreeMap::new() }
+        Consumer {
+            prefetch: 0,
+            no_ack: false,
+            active: false,
+            queued: false,
+            checked_out: BTreeMap::new(),
+        }
     }
 
     /// Can take one more pushed message.
     fn has_spare(&self) -> bool {
         self.active
-            && (self.no_ack || self.prefetch == 0 || self.checked_out.len() < self.prefetch as usize)
+            && (self.no_ack
+                || self.prefetch == 0
+                || self.checked_out.len() < self.prefetch as usize)
     }
 }
 
@@ -53,7 +61,9 @@ pub(super) struct Consumers {
 impl Consumers {
     /// Put `id` into, or take it out of, the service queue to match its state.
     fn requeue(&mut self, id: ConsumerId) {
-        let Some(rec) = self.records.get_mut(&id) else { return };
+        let Some(rec) = self.records.get_mut(&id) else {
+            return;
+        };
         let want = rec.has_spare();
         if want && !rec.queued {
             rec.queued = true;
@@ -79,7 +89,9 @@ impl Consumers {
     /// basic.cancel: no more pushes; the record stays while it holds
     /// messages. Returns true if an active consumer was cancelled.
     pub fn cancel(&mut self, id: ConsumerId) -> bool {
-        let Some(rec) = self.records.get_mut(&id) else { return false };
+        let Some(rec) = self.records.get_mut(&id) else {
+            return false;
+        };
         if !rec.active {
             return false;
         }
@@ -105,7 +117,11 @@ impl Consumers {
 
     /// Drop an inactive record that holds nothing.
     pub fn gc(&mut self, id: ConsumerId) {
-        if self.records.get(&id).is_some_and(|r| !r.active && r.checked_out.is_empty()) {
+        if self
+            .records
+            .get(&id)
+            .is_some_and(|r| !r.active && r.checked_out.is_empty())
+        {
             self.records.remove(&id);
         }
     }
@@ -151,7 +167,11 @@ impl Consumers {
 
     /// Consumers of `node` from a boot epoch older than `epoch`, in id order.
     pub fn of_node_before(&self, node: u64, epoch: u32) -> Vec<ConsumerId> {
-        self.records.keys().filter(|c| c.node == node && c.epoch < epoch).copied().collect()
+        self.records
+            .keys()
+            .filter(|c| c.node == node && c.epoch < epoch)
+            .copied()
+            .collect()
     }
 
     /// Active (not cancelled) consumers.
@@ -184,7 +204,11 @@ impl Consumers {
     /// spare, no duplicates; totals; no empty inactive record.
     #[cfg(test)]
     pub fn check(&self) -> Result<(), String> {
-        let total: u64 = self.records.values().map(|r| r.checked_out.len() as u64).sum();
+        let total: u64 = self
+            .records
+            .values()
+            .map(|r| r.checked_out.len() as u64)
+            .sum();
         if total != self.unacked {
             return Err(format!("unacked {} != sum {}", self.unacked, total));
         }
@@ -199,9 +223,16 @@ impl Consumers {
         if before != service.len() {
             return Err("duplicate in service queue".into());
         }
-        let spare: Vec<_> = self.records.iter().filter(|(_, r)| r.has_spare()).map(|(id, _)| *id).collect();
+        let spare: Vec<_> = self
+            .records
+            .iter()
+            .filter(|(_, r)| r.has_spare())
+            .map(|(id, _)| *id)
+            .collect();
         if spare != service {
-            return Err(format!("service {service:?} != consumers with spare {spare:?}"));
+            return Err(format!(
+                "service {service:?} != consumers with spare {spare:?}"
+            ));
         }
         for (id, r) in &self.records {
             if r.queued != service.contains(id) {

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::machine::QueueMachine;
 use super::message::Msg;
-use super::types::{DeadLetterReason, DeadLetterStrategy, DeadLetterTarget, Effect, MsgId, Overflow, QueueConfig};
+use super::types::{
+    DeadLetterReason, DeadLetterStrategy, DeadLetterTarget, Effect, MsgId, Overflow, QueueConfig,
+};
 
 /// The dead-letter handler in effect (rabbit_quorum_queue `dead_letter_handler/2`, spec §5.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +31,9 @@ impl<'a> Handler<'a> {
     pub fn of(config: &'a QueueConfig) -> Self {
         match (&config.dead_letter, config.strategy, config.overflow) {
             (None, _, _) => Handler::Disabled,
-            (Some(_), DeadLetterStrategy::AtLeastOnce, Overflow::RejectPublish) => Handler::AtLeastOnce,
+            (Some(_), DeadLetterStrategy::AtLeastOnce, Overflow::RejectPublish) => {
+                Handler::AtLeastOnce
+            }
             (Some(target), _, _) => Handler::AtMostOnce(target),
         }
     }
@@ -67,7 +71,9 @@ impl HeldArea {
 
     /// Remove a held message; false if it is not held.
     pub fn settle(&mut self, id: MsgId) -> bool {
-        let Some(seq) = self.by_id.remove(&id) else { return false };
+        let Some(seq) = self.by_id.remove(&id) else {
+            return false;
+        };
         if let Some(h) = self.entries.remove(&seq) {
             self.bytes -= u64::from(h.size);
         }
@@ -119,15 +125,28 @@ impl QueueMachine {
     /// Dead-letter a message that has already left the ready queue or a
     /// consumer: drop it (no DLX), publish-then-drop (at-most-once), or hold
     /// it (at-least-once). Spec §5.2, §5.3.
-    pub(super) fn dead_letter(&mut self, msg: Msg, reason: DeadLetterReason, effects: &mut Vec<Effect>) {
+    pub(super) fn dead_letter(
+        &mut self,
+        msg: Msg,
+        reason: DeadLetterReason,
+        effects: &mut Vec<Effect>,
+    ) {
         match Handler::of(&self.config) {
             Handler::Disabled => effects.push(Effect::DropBody { id: msg.id }),
             Handler::AtMostOnce(target) => {
-                effects.push(Effect::DeadLetter { id: msg.id, reason, target: target.clone() });
+                effects.push(Effect::DeadLetter {
+                    id: msg.id,
+                    reason,
+                    target: target.clone(),
+                });
                 effects.push(Effect::DropBody { id: msg.id });
             }
             Handler::AtLeastOnce => {
-                self.held.push(Held { id: msg.id, size: msg.size, reason });
+                self.held.push(Held {
+                    id: msg.id,
+                    size: msg.size,
+                    reason,
+                });
                 effects.push(Effect::DeadLetterHeld { id: msg.id, reason });
             }
         }

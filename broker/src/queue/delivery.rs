@@ -15,9 +15,16 @@ impl QueueMachine {
             if self.ready.is_empty() {
                 return;
             }
-            let Some((consumer, no_ack)) = self.consumers.next_for_push() else { return };
-            let Some(msg) = self.ready.pop_head() else { return };
-            effects.push(Effect::Deliver { consumer, delivery: msg.delivery() });
+            let Some((consumer, no_ack)) = self.consumers.next_for_push() else {
+                return;
+            };
+            let Some(msg) = self.ready.pop_head() else {
+                return;
+            };
+            effects.push(Effect::Deliver {
+                consumer,
+                delivery: msg.delivery(),
+            });
             if no_ack {
                 effects.push(Effect::DropBody { id: msg.id });
                 self.consumers.pushed_no_ack(consumer);

@@ -9,7 +9,13 @@ impl QueueMachine {
     /// reply's delivery); else it is checked out to `consumer` (an inactive
     /// "get slot" record is created if needed). Renews the x-expires lease.
     /// Returns the delivery and the number of ready messages left.
-    pub(super) fn dequeue(&mut self, now_ms: u64, consumer: ConsumerId, no_ack: bool, effects: &mut Vec<Effect>) -> Option<(Delivery, u64)> {
+    pub(super) fn dequeue(
+        &mut self,
+        now_ms: u64,
+        consumer: ConsumerId,
+        no_ack: bool,
+        effects: &mut Vec<Effect>,
+    ) -> Option<(Delivery, u64)> {
         self.touch(now_ms);
         self.expire_head(now_ms, effects);
         let msg = self.ready.pop_head()?;

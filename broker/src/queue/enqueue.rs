@@ -11,7 +11,12 @@ impl QueueMachine {
     /// queue with its expiry fixed now (spec §2.4), offered to consumers, and
     /// then the limits are evaluated (so the message that goes over the limit
     /// is accepted, the next one is refused; spec §10.5).
-    pub(super) fn enqueue(&mut self, now_ms: u64, msgs: Vec<EnqueueMsg>, effects: &mut Vec<Effect>) -> Vec<EnqueueOutcome> {
+    pub(super) fn enqueue(
+        &mut self,
+        now_ms: u64,
+        msgs: Vec<EnqueueMsg>,
+        effects: &mut Vec<Effect>,
+    ) -> Vec<EnqueueOutcome> {
         let mut outcomes = Vec::with_capacity(msgs.len());
         for m in msgs {
             if self.blocked {
@@ -21,8 +26,16 @@ impl QueueMachine {
             let id = self.next_id;
             self.next_id += 1;
             let expiry = expiry_at(now_ms, self.config.message_ttl_ms, m.ttl_ms);
-            effects.push(Effect::StoreBody { id, payload: m.payload });
-            self.ready.push_back(Msg { id, expiry, size: m.body_size, delivery_count: 0 });
+            effects.push(Effect::StoreBody {
+                id,
+                payload: m.payload,
+            });
+            self.ready.push_back(Msg {
+                id,
+                expiry,
+                size: m.body_size,
+                delivery_count: 0,
+            });
             outcomes.push(EnqueueOutcome::Accepted);
             self.deliver(now_ms, effects);
             self.evaluate_limits(effects);

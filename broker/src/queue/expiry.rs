@@ -10,7 +10,9 @@ impl QueueMachine {
     /// unexpired one never expires early (spec §2.4, rabbit_fifo 3.10 `expire_msgs`).
     pub(super) fn expire_head(&mut self, now_ms: u64, effects: &mut Vec<Effect>) {
         while self.ready.head().is_some_and(|m| m.is_expired(now_ms)) {
-            let Some(msg) = self.ready.pop_head() else { break };
+            let Some(msg) = self.ready.pop_head() else {
+                break;
+            };
             self.dead_letter(msg, DeadLetterReason::Expired, effects);
         }
     }
@@ -26,8 +28,13 @@ impl QueueMachine {
     /// every consumer that is not down counts, including cancelled ones still
     /// holding messages and basic.get slots with unacked messages).
     pub(super) fn check_queue_expires(&mut self, now_ms: u64, effects: &mut Vec<Effect>) {
-        let (Some(expires), Some(last)) = (self.config.expires_ms, self.last_active) else { return };
-        if !self.expired_notified && self.consumers.record_count() == 0 && now_ms > last.saturating_add(expires) {
+        let (Some(expires), Some(last)) = (self.config.expires_ms, self.last_active) else {
+            return;
+        };
+        if !self.expired_notified
+            && self.consumers.record_count() == 0
+            && now_ms > last.saturating_add(expires)
+        {
             self.expired_notified = true;
             effects.push(Effect::QueueExpired);
         }

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
 use super::host::{QueueContext, QueueHost};
-use super::QueueMachine;
 use super::types::{QueueCommand, QueueReply};
+use super::QueueMachine;
 use crate::cluster::types::{GroupCommand, GroupReply, Origin, Raft};
 
 /// Most commands folded into one Raft entry.
@@ -38,7 +38,10 @@ struct Proposal {
 }
 
 enum Backend {
-    Raft { raft: Raft, tx: mpsc::Sender<Proposal> },
+    Raft {
+        raft: Raft,
+        tx: mpsc::Sender<Proposal>,
+    },
     Local,
 }
 
@@ -59,15 +62,46 @@ pub struct QueueHandle {
 
 impl QueueHandle {
     /// A quorum queue over a started Raft group; spawns its proposer.
-    pub fn raft(vhost: String, name: String, raft: Raft, host: Arc<Mutex<QueueHost>>, ctx: Arc<QueueContext>, origin: Origin) -> Self {
+    pub fn raft(
+        vhost: String,
+        name: String,
+        raft: Raft,
+        host: Arc<Mutex<QueueHost>>,
+        ctx: Arc<QueueContext>,
+        origin: Origin,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         tokio::spawn(run_proposer(raft.clone(), rx, origin));
-        QueueHandle { group: ctx.group, vhost, name, host, ctx, backend: Backend::Raft { raft, tx }, origin, usage: Mutex::default() }
+        QueueHandle {
+            group: ctx.group,
+            vhost,
+            name,
+            host,
+            ctx,
+            backend: Backend::Raft { raft, tx },
+            origin,
+            usage: Mutex::default(),
+        }
     }
 
     /// A local (non-replicated) queue.
-    pub fn local(vhost: String, name: String, host: Arc<Mutex<QueueHost>>, ctx: Arc<QueueContext>, origin: Origin) -> Self {
-        QueueHandle { group: ctx.group, vhost, name, host, ctx, backend: Backend::Local, origin, usage: Mutex::default() }
+    pub fn local(
+        vhost: String,
+        name: String,
+        host: Arc<Mutex<QueueHost>>,
+        ctx: Arc<QueueContext>,
+        origin: Origin,
+    ) -> Self {
+        QueueHandle {
+            group: ctx.group,
+            vhost,
+            name,
+            host,
+            ctx,
+            backend: Backend::Local,
+            origin,
+            usage: Mutex::default(),
+        }
     }
 
     /// True for a Raft-replicated quorum queue.
@@ -111,7 +145,10 @@ impl QueueHandle {
 
     /// Proposes and waits for the reply.
     pub async fn call(&self, cmd: QueueCommand) -> Result<QueueReply, QueueError> {
-        self.propose(cmd).await.await.unwrap_or(Err(QueueError::Unavailable))
+        self.propose(cmd)
+            .await
+            .await
+            .unwrap_or(Err(QueueError::Unavailable))
     }
 
     /// Reads the local replica's machine.
@@ -155,7 +192,13 @@ async fn run_proposer(raft: Raft, mut rx: mpsc::Receiver<Proposal>, origin: Orig
         }
         let (cmds, replies): (Vec<_>, Vec<_>) = batch.drain(..).map(|p| (p.cmd, p.reply)).unzip();
         let single = cmds.len() == 1;
-        let cmd = if single { cmds.into_iter().next().unwrap_or(QueueCommand::Batch(Vec::new())) } else { QueueCommand::Batch(cmds) };
+        let cmd = if single {
+            cmds.into_iter()
+                .next()
+                .unwrap_or(QueueCommand::Batch(Vec::new()))
+        } else {
+            QueueCommand::Batch(cmds)
+        };
         let result = raft.client_write(GroupCommand::Queue { origin, cmd }).await;
         match result {
             Ok(resp) => {
@@ -203,7 +246,9 @@ impl QueueHandle {
     /// Registers a consumer; false if that breaks exclusivity
     /// (403 ACCESS_REFUSED "in exclusive use").
     pub fn try_add_consumer(&self, exclusive: bool) -> bool {
-        let Ok(mut u) = self.usage.lock() else { return false };
+        let Ok(mut u) = self.usage.lock() else {
+            return false;
+        };
         if u.exclusive || (exclusive && u.count > 0) {
             return false;
         }
@@ -225,6 +270,9 @@ impl QueueHandle {
 
     /// True when an auto-delete queue has lost its last consumer.
     pub fn unused_after_consumers(&self) -> bool {
-        self.usage.lock().map(|u| u.had_consumer && u.count == 0).unwrap_or(false)
+        self.usage
+            .lock()
+            .map(|u| u.had_consumer && u.count == 0)
+            .unwrap_or(false)
     }
 }

@@ -10,15 +10,20 @@ use bytes::Bytes;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::bodies::BodyStore;
-use super::QueueMachine;
 use super::types::{DeadLetterReason, DeadLetterTarget, Effect, MsgId, QueueCommand, QueueReply};
+use super::QueueMachine;
 use crate::consumers::{ConsumerRegistry, QueueDelivery};
 
 /// Effects only the leader carries out, handed to the queue's runtime task.
 #[derive(Debug)]
 pub enum LeaderEffect {
     /// At-most-once: publish this message to the dead-letter target now.
-    DeadLetter { id: MsgId, reason: DeadLetterReason, target: DeadLetterTarget, payload: Bytes },
+    DeadLetter {
+        id: MsgId,
+        reason: DeadLetterReason,
+        target: DeadLetterTarget,
+        payload: Bytes,
+    },
     /// At-least-once: a message entered the dead-letter area.
     DeadLetterHeld { id: MsgId, reason: DeadLetterReason },
     /// x-expires elapsed: delete the queue.
@@ -54,7 +59,11 @@ pub struct QueueHost {
 impl QueueHost {
     /// A host over `machine` (fresh or restored later from a snapshot).
     pub fn new(machine: QueueMachine, bodies: Box<dyn BodyStore>, ctx: Arc<QueueContext>) -> Self {
-        QueueHost { machine, bodies, ctx }
+        QueueHost {
+            machine,
+            bodies,
+            ctx,
+        }
     }
 
     /// Read access to the machine (counts for declare-ok, get-ok, …).
@@ -77,17 +86,32 @@ impl QueueHost {
             match effect {
                 Effect::StoreBody { id, payload } => self.bodies.put(id, &payload),
                 Effect::DropBody { id } => drops.push(id),
-                Effect::Deliver { consumer, mut delivery } if lead => {
+                Effect::Deliver {
+                    consumer,
+                    mut delivery,
+                } if lead => {
                     delivery.payload = self.bodies.get(delivery.id);
-                    self.ctx.consumers.deliver(QueueDelivery { consumer, group: self.ctx.group, delivery });
+                    self.ctx.consumers.deliver(QueueDelivery {
+                        consumer,
+                        group: self.ctx.group,
+                        delivery,
+                    });
                 }
                 Effect::DeadLetter { id, reason, target } if lead => {
                     if let Some(payload) = self.bodies.get(id) {
-                        let _ = self.ctx.effects.send(LeaderEffect::DeadLetter { id, reason, target, payload });
+                        let _ = self.ctx.effects.send(LeaderEffect::DeadLetter {
+                            id,
+                            reason,
+                            target,
+                            payload,
+                        });
                     }
                 }
                 Effect::DeadLetterHeld { id, reason } if lead => {
-                    let _ = self.ctx.effects.send(LeaderEffect::DeadLetterHeld { id, reason });
+                    let _ = self
+                        .ctx
+                        .effects
+                        .send(LeaderEffect::DeadLetterHeld { id, reason });
                 }
                 Effect::QueueExpired if lead => {
                     let _ = self.ctx.effects.send(LeaderEffect::QueueExpired);
@@ -130,11 +154,16 @@ impl QueueHost {
 }
 
 impl raft_log::Machine<crate::cluster::types::TypeConfig> for QueueHost {
-    fn apply(&mut self, _meta: &raft_log::ApplyMeta, cmd: crate::cluster::types::GroupCommand) -> crate::cluster::types::GroupReply {
+    fn apply(
+        &mut self,
+        _meta: &raft_log::ApplyMeta,
+        cmd: crate::cluster::types::GroupCommand,
+    ) -> crate::cluster::types::GroupReply {
         use crate::cluster::types::{GroupCommand, GroupReply};
         match cmd {
             GroupCommand::Queue { origin, cmd } => {
-                let lead = origin.node == self.ctx.node && origin.epoch == self.ctx.consumers.epoch();
+                let lead =
+                    origin.node == self.ctx.node && origin.epoch == self.ctx.consumers.epoch();
                 GroupReply::Queue(QueueHost::apply(self, cmd, lead))
             }
             GroupCommand::Meta(_) => GroupReply::None,

@@ -28,12 +28,14 @@ impl QueueMachine {
 
     /// Over either limit (rabbit_fifo `is_over_limit`).
     pub(super) fn is_over_limit(&self) -> bool {
-        over(self.config.max_length, self.limit_count()) || over(self.config.max_length_bytes, self.limit_bytes())
+        over(self.config.max_length, self.limit_count())
+            || over(self.config.max_length_bytes, self.limit_bytes())
     }
 
     /// At or below 80 % of every configured limit (rabbit_fifo `is_below_soft_limit`).
     pub(super) fn is_below_soft_limit(&self) -> bool {
-        below_soft(self.config.max_length, self.limit_count()) && below_soft(self.config.max_length_bytes, self.limit_bytes())
+        below_soft(self.config.max_length, self.limit_count())
+            && below_soft(self.config.max_length_bytes, self.limit_bytes())
     }
 
     /// After a state change (rabbit_fifo `evaluate_limit`): with drop-head,
@@ -43,7 +45,9 @@ impl QueueMachine {
         match self.config.overflow {
             Overflow::DropHead => {
                 while self.is_over_limit() {
-                    let Some(msg) = self.ready.pop_head() else { break };
+                    let Some(msg) = self.ready.pop_head() else {
+                        break;
+                    };
                     self.dead_letter(msg, DeadLetterReason::Maxlen, effects);
                 }
             }
@@ -60,7 +64,9 @@ impl QueueMachine {
     /// overflow is no longer reject-publish (limits removed or changed by
     /// policy; 4.x behaviour, see the design notes in `machine`).
     pub(super) fn maybe_unblock(&mut self, effects: &mut Vec<Effect>) {
-        if self.blocked && (self.config.overflow != Overflow::RejectPublish || self.is_below_soft_limit()) {
+        if self.blocked
+            && (self.config.overflow != Overflow::RejectPublish || self.is_below_soft_limit())
+        {
             self.blocked = false;
             effects.push(Effect::PublishersBlocked(false));
         }

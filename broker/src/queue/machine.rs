@@ -56,7 +56,10 @@ pub struct QueueMachine {
 impl QueueMachine {
     /// An empty queue with the given effective configuration.
     pub fn new(config: QueueConfig) -> Self {
-        QueueMachine { config, ..QueueMachine::default() }
+        QueueMachine {
+            config,
+            ..QueueMachine::default()
+        }
     }
 
     /// Apply one committed command: returns the reply for the caller and the
@@ -73,17 +76,34 @@ impl QueueMachine {
         (reply, effects)
     }
 
-    fn apply_one(&mut self, cmd: QueueCommand, effects: &mut Vec<Effect>, tick: &mut bool) -> QueueReply {
+    fn apply_one(
+        &mut self,
+        cmd: QueueCommand,
+        effects: &mut Vec<Effect>,
+        tick: &mut bool,
+    ) -> QueueReply {
         use QueueCommand as C;
         let (now, reply) = match cmd {
             C::Batch(cmds) => {
-                return QueueReply::Batch(cmds.into_iter().map(|c| self.apply_one(c, effects, tick)).collect());
+                return QueueReply::Batch(
+                    cmds.into_iter()
+                        .map(|c| self.apply_one(c, effects, tick))
+                        .collect(),
+                );
             }
             C::Enqueue { now_ms, msgs } => {
                 self.start_lease(now_ms);
-                (now_ms, QueueReply::Enqueued(self.enqueue(now_ms, msgs, effects)))
+                (
+                    now_ms,
+                    QueueReply::Enqueued(self.enqueue(now_ms, msgs, effects)),
+                )
             }
-            C::Checkout { now_ms, consumer, prefetch, no_ack } => {
+            C::Checkout {
+                now_ms,
+                consumer,
+                prefetch,
+                no_ack,
+            } => {
                 self.start_lease(now_ms);
                 self.consumers.checkout(consumer, prefetch, no_ack);
                 (now_ms, QueueReply::Ok)
@@ -98,29 +118,52 @@ impl QueueMachine {
                 self.consumer_down(now_ms, consumer, effects);
                 (now_ms, QueueReply::Ok)
             }
-            C::NodeRestarted { now_ms, node, epoch } => {
+            C::NodeRestarted {
+                now_ms,
+                node,
+                epoch,
+            } => {
                 self.start_lease(now_ms);
                 self.node_restarted(now_ms, node, epoch, effects);
                 (now_ms, QueueReply::Ok)
             }
-            C::Settle { now_ms, consumer, ids } => {
+            C::Settle {
+                now_ms,
+                consumer,
+                ids,
+            } => {
                 self.start_lease(now_ms);
                 self.settle(consumer, ids, effects);
                 (now_ms, QueueReply::Ok)
             }
-            C::Return { now_ms, consumer, ids } => {
+            C::Return {
+                now_ms,
+                consumer,
+                ids,
+            } => {
                 self.start_lease(now_ms);
                 self.return_ids(consumer, ids, effects);
                 (now_ms, QueueReply::Ok)
             }
-            C::Discard { now_ms, consumer, ids } => {
+            C::Discard {
+                now_ms,
+                consumer,
+                ids,
+            } => {
                 self.start_lease(now_ms);
                 self.discard(consumer, ids, effects);
                 (now_ms, QueueReply::Ok)
             }
-            C::Dequeue { now_ms, consumer, no_ack } => {
+            C::Dequeue {
+                now_ms,
+                consumer,
+                no_ack,
+            } => {
                 self.start_lease(now_ms);
-                (now_ms, QueueReply::Dequeued(self.dequeue(now_ms, consumer, no_ack, effects)))
+                (
+                    now_ms,
+                    QueueReply::Dequeued(self.dequeue(now_ms, consumer, no_ack, effects)),
+                )
             }
             C::Purge { now_ms } => {
                 self.start_lease(now_ms);

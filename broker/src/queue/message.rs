@@ -35,7 +35,11 @@ impl Msg {
 
     /// The delivery as handed to a consumer or basic.get (payload filled by the host).
     pub fn delivery(&self) -> Delivery {
-        Delivery { id: self.id, delivery_count: self.delivery_count, payload: None }
+        Delivery {
+            id: self.id,
+            delivery_count: self.delivery_count,
+            payload: None,
+        }
     }
 }
 

@@ -47,7 +47,10 @@ impl QueueMachine {
 
     /// Messages checked out to `consumer` (its unacked deliveries), in id order.
     pub fn checked_out(&self, consumer: ConsumerId) -> impl Iterator<Item = MsgId> + '_ {
-        self.consumers.get(&consumer).into_iter().flat_map(|c| c.checked_out.keys().copied())
+        self.consumers
+            .get(&consumer)
+            .into_iter()
+            .flat_map(|c| c.checked_out.keys().copied())
     }
 
     /// The effective configuration in force.

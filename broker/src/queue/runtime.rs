@@ -17,16 +17,25 @@ use crate::node::Broker;
 const IDLE_TICK_MS: u64 = 500;
 
 /// Spawns the runtime task of `queue`.
-pub fn spawn(broker: Weak<Broker>, queue: Arc<QueueHandle>, effects: UnboundedReceiver<LeaderEffect>) {
+pub fn spawn(
+    broker: Weak<Broker>,
+    queue: Arc<QueueHandle>,
+    effects: UnboundedReceiver<LeaderEffect>,
+) {
     tokio::spawn(run(broker, queue, effects));
 }
 
-async fn run(broker: Weak<Broker>, queue: Arc<QueueHandle>, mut effects: UnboundedReceiver<LeaderEffect>) {
+async fn run(
+    broker: Weak<Broker>,
+    queue: Arc<QueueHandle>,
+    mut effects: UnboundedReceiver<LeaderEffect>,
+) {
     let mut next_tick: Option<u64> = None;
     let worker = dead_letter::worker::Worker::spawn(broker.clone(), queue.clone());
     let mut idle = tokio::time::interval(Duration::from_millis(IDLE_TICK_MS));
     loop {
-        let sleep_for = next_tick.map(|at| Duration::from_millis(at.saturating_sub(crate::now_ms())));
+        let sleep_for =
+            next_tick.map(|at| Duration::from_millis(at.saturating_sub(crate::now_ms())));
         tokio::select! {
             e = effects.recv() => {
                 let Some(e) = e else { break };

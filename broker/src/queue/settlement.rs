@@ -20,7 +20,9 @@ impl QueueMachine {
     /// 3.10 compares literally (any return exceeds -1), which the spec says
     /// not to copy (§6.1); 4.0+ and the docs treat -1 as "disabled".
     fn delivery_limit(&self) -> Option<u32> {
-        self.config.delivery_limit.and_then(|l| u32::try_from(l).ok())
+        self.config
+            .delivery_limit
+            .and_then(|l| u32::try_from(l).ok())
     }
 
     /// A counted return: delivery_count +1, then dead-letter `delivery_limit`
@@ -37,7 +39,12 @@ impl QueueMachine {
     }
 
     /// basic.ack: forget the messages; ids not checked out to `consumer` are ignored.
-    pub(super) fn settle(&mut self, consumer: ConsumerId, ids: Vec<MsgId>, effects: &mut Vec<Effect>) {
+    pub(super) fn settle(
+        &mut self,
+        consumer: ConsumerId,
+        ids: Vec<MsgId>,
+        effects: &mut Vec<Effect>,
+    ) {
         for id in ids {
             if self.consumers.take(consumer, id).is_some() {
                 effects.push(Effect::DropBody { id });
@@ -49,7 +56,12 @@ impl QueueMachine {
     /// nack/reject requeue=true, basic.recover: counted returns in the order
     /// given. No delivery limit: to the back of the main queue (3.10 `#requeue`,
     /// spec §2.8); with a limit: to the returns queue.
-    pub(super) fn return_ids(&mut self, consumer: ConsumerId, ids: Vec<MsgId>, effects: &mut Vec<Effect>) {
+    pub(super) fn return_ids(
+        &mut self,
+        consumer: ConsumerId,
+        ids: Vec<MsgId>,
+        effects: &mut Vec<Effect>,
+    ) {
         for id in ids {
             if let Some(msg) = self.consumers.take(consumer, id) {
                 self.return_msg(msg, ReturnTo::BackIfUnlimited, effects);
@@ -59,7 +71,12 @@ impl QueueMachine {
     }
 
     /// nack/reject requeue=false: dead-letter `rejected` in the order given (spec §2.2).
-    pub(super) fn discard(&mut self, consumer: ConsumerId, ids: Vec<MsgId>, effects: &mut Vec<Effect>) {
+    pub(super) fn discard(
+        &mut self,
+        consumer: ConsumerId,
+        ids: Vec<MsgId>,
+        effects: &mut Vec<Effect>,
+    ) {
         for id in ids {
             if let Some(msg) = self.consumers.take(consumer, id) {
                 self.dead_letter(msg, DeadLetterReason::Rejected, effects);
@@ -79,8 +96,15 @@ impl QueueMachine {
     /// Channel closed or crashed: every checked-out message is returned in id
     /// order to the returns queue, counted (may hit the delivery limit), and
     /// the consumer is removed (spec §2.3, §10.8). Renews the x-expires lease.
-    pub(super) fn consumer_down(&mut self, now_ms: u64, consumer: ConsumerId, effects: &mut Vec<Effect>) {
-        let Some(rec) = self.consumers.remove(consumer) else { return };
+    pub(super) fn consumer_down(
+        &mut self,
+        now_ms: u64,
+        consumer: ConsumerId,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(rec) = self.consumers.remove(consumer) else {
+            return;
+        };
         for msg in rec.checked_out.into_values() {
             self.return_msg(msg, ReturnTo::Front, effects);
         }
@@ -89,7 +113,13 @@ impl QueueMachine {
 
     /// Node `node` restarted with boot `epoch`: its consumers of older
     /// epochs are down, handled in consumer-id order.
-    pub(super) fn node_restarted(&mut self, now_ms: u64, node: u64, epoch: u32, effects: &mut Vec<Effect>) {
+    pub(super) fn node_restarted(
+        &mut self,
+        now_ms: u64,
+        node: u64,
+        epoch: u32,
+        effects: &mut Vec<Effect>,
+    ) {
         for consumer in self.consumers.of_node_before(node, epoch) {
             self.consumer_down(now_ms, consumer, effects);
         }

@@ -108,7 +108,12 @@ pub enum QueueCommand {
     Enqueue { now_ms: u64, msgs: Vec<EnqueueMsg> },
     /// basic.consume: attach a consumer. `prefetch` 0 = unlimited; `no_ack`
     /// = settle on delivery.
-    Checkout { now_ms: u64, consumer: ConsumerId, prefetch: u32, no_ack: bool },
+    Checkout {
+        now_ms: u64,
+        consumer: ConsumerId,
+        prefetch: u32,
+        no_ack: bool,
+    },
     /// basic.cancel: stop delivering; its unacked messages stay checked out
     /// to it and can still be settled/returned/discarded (spec §2.3, §10).
     Cancel { now_ms: u64, consumer: ConsumerId },
@@ -119,14 +124,30 @@ pub enum QueueCommand {
     /// with an older epoch is down (as `ConsumerDown`).
     NodeRestarted { now_ms: u64, node: u64, epoch: u32 },
     /// basic.ack: remove these checked-out messages.
-    Settle { now_ms: u64, consumer: ConsumerId, ids: Vec<MsgId> },
+    Settle {
+        now_ms: u64,
+        consumer: ConsumerId,
+        ids: Vec<MsgId>,
+    },
     /// basic.nack/reject requeue=true, basic.recover: make them ready again.
-    Return { now_ms: u64, consumer: ConsumerId, ids: Vec<MsgId> },
+    Return {
+        now_ms: u64,
+        consumer: ConsumerId,
+        ids: Vec<MsgId>,
+    },
     /// basic.nack/reject requeue=false: dead-letter with reason `rejected`.
-    Discard { now_ms: u64, consumer: ConsumerId, ids: Vec<MsgId> },
+    Discard {
+        now_ms: u64,
+        consumer: ConsumerId,
+        ids: Vec<MsgId>,
+    },
     /// basic.get: take the next ready message for `consumer` (the channel's
     /// get slot); `no_ack` settles it at once.
-    Dequeue { now_ms: u64, consumer: ConsumerId, no_ack: bool },
+    Dequeue {
+        now_ms: u64,
+        consumer: ConsumerId,
+        no_ack: bool,
+    },
     /// queue.purge: drop every ready message (not dead-lettered, spec §2.1).
     Purge { now_ms: u64 },
     /// Periodic leader tick: expire messages at the head, check x-expires.
@@ -183,10 +204,17 @@ pub enum Effect {
     /// any effect that still needs the payload (Deliver, DeadLetter).
     DropBody { id: MsgId },
     /// Send message `id` to `consumer`.
-    Deliver { consumer: ConsumerId, delivery: Delivery },
+    Deliver {
+        consumer: ConsumerId,
+        delivery: Delivery,
+    },
     /// At-most-once: publish the rewritten message to `target` now (leader),
     /// then the message is dropped (a `DropBody` follows).
-    DeadLetter { id: MsgId, reason: DeadLetterReason, target: DeadLetterTarget },
+    DeadLetter {
+        id: MsgId,
+        reason: DeadLetterReason,
+        target: DeadLetterTarget,
+    },
     /// At-least-once: the message was moved into the dead-letter area; the
     /// leader's worker must forward it and then propose `DeadLetterSettled`.
     DeadLetterHeld { id: MsgId, reason: DeadLetterReason },

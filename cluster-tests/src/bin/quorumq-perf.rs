@@ -12,23 +12,23 @@
 //! lost messages (confirmed, or published when `--confirm 0`, but never
 //! received) and duplicates. Exit code 2 when messages were lost.
 
-use anyhow::{Context, bail};
+use anyhow::{bail, Context};
 use clap::Parser;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use lapin::{
-    BasicProperties, Channel, Connection, ConnectionProperties,
     options::{
-        BasicAckOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions, ConfirmSelectOptions,
-        QueueDeclareOptions, QueueDeleteOptions,
+        BasicAckOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions,
+        ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
     },
     types::{AMQPValue, FieldTable},
+    BasicProperties, Channel, Connection, ConnectionProperties,
 };
 use std::{
     collections::HashSet,
     sync::{
-        Arc, Mutex,
         atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
     },
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
@@ -37,7 +37,10 @@ use tokio::sync::Semaphore;
 const HEADER_LEN: usize = 4 + 8 + 8;
 
 #[derive(Parser, Debug, Clone)]
-#[command(name = "quorumq-perf", about = "PerfTest-shaped AMQP 0-9-1 load client")]
+#[command(
+    name = "quorumq-perf",
+    about = "PerfTest-shaped AMQP 0-9-1 load client"
+)]
 struct Args {
     /// AMQP URI of the broker.
     #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
@@ -87,7 +90,9 @@ struct Args {
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
-    s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("expected key=value, got {s}"))
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected key=value, got {s}"))
 }
 
 fn arg_value(v: &str) -> AMQPValue {
@@ -101,7 +106,10 @@ fn arg_value(v: &str) -> AMQPValue {
 }
 
 fn now_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 struct Shared {
@@ -117,16 +125,32 @@ struct Shared {
 }
 
 async fn connect(uri: &str) -> anyhow::Result<Connection> {
-    Connection::connect(uri, ConnectionProperties::default()).await.with_context(|| format!("connecting to {uri}"))
+    Connection::connect(uri, ConnectionProperties::default())
+        .await
+        .with_context(|| format!("connecting to {uri}"))
 }
 
 async fn declare(ch: &Channel, name: &str, args: FieldTable) -> anyhow::Result<()> {
-    ch.queue_delete(name.into(), QueueDeleteOptions::default()).await?;
-    ch.queue_declare(name.into(), QueueDeclareOptions { durable: true, ..Default::default() }, args).await?;
+    ch.queue_delete(name.into(), QueueDeleteOptions::default())
+        .await?;
+    ch.queue_declare(
+        name.into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        args,
+    )
+    .await?;
     Ok(())
 }
 
-async fn producer(args: Args, id: u32, queue: String, shared: Arc<Shared>) -> anyhow::Result<Duration> {
+async fn producer(
+    args: Args,
+    id: u32,
+    queue: String,
+    shared: Arc<Shared>,
+) -> anyhow::Result<Duration> {
     let conn = connect(&args.uri).await?;
     let ch = conn.create_channel().await?;
     let confirms = args.confirm > 0;
@@ -137,20 +161,32 @@ async fn producer(args: Args, id: u32, queue: String, shared: Arc<Shared>) -> an
     let mut body = vec![0u8; args.size.max(HEADER_LEN)];
     body[..4].copy_from_slice(&id.to_be_bytes());
     let start = Instant::now();
-    let mut waiters = futures::stream::FuturesUnordered::new();
+    let mut waiters = tokio::task::JoinSet::new();
     for seq in 0..args.messages {
         if args.rate > 0 {
             let due = start + Duration::from_secs_f64(seq as f64 / args.rate as f64);
             tokio::time::sleep_until(due.into()).await;
         }
-        let permit = if confirms { Some(window.clone().acquire_owned().await?) } else { None };
+        let permit = if confirms {
+            Some(window.clone().acquire_owned().await?)
+        } else {
+            None
+        };
         body[4..12].copy_from_slice(&seq.to_be_bytes());
         body[12..20].copy_from_slice(&now_ns().to_be_bytes());
-        let pc = ch.basic_publish("".into(), queue.as_str().into(), Default::default(), &body, BasicProperties::default().with_delivery_mode(2)).await?;
+        let pc = ch
+            .basic_publish(
+                "".into(),
+                queue.as_str().into(),
+                Default::default(),
+                &body,
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await?;
         shared.published.fetch_add(1, Ordering::Relaxed);
         if confirms {
             let shared = shared.clone();
-            waiters.push(async move {
+            waiters.spawn(async move {
                 let r = pc.await;
                 drop(permit);
                 match r {
@@ -164,14 +200,14 @@ async fn producer(args: Args, id: u32, queue: String, shared: Arc<Shared>) -> an
                 }
                 Ok(())
             });
-            // Drive completed confirms without blocking the publish loop.
-            while let Some(Some(r)) = futures::FutureExt::now_or_never(waiters.next()) {
-                r?;
+            // Reap finished confirm tasks without blocking the publish loop.
+            while let Some(r) = waiters.try_join_next() {
+                r??;
             }
         }
     }
-    while let Some(r) = waiters.next().await {
-        r?;
+    while let Some(r) = waiters.join_next().await {
+        r??;
     }
     let took = start.elapsed();
     let _ = conn.close(200, "OK".into()).await;
@@ -179,13 +215,27 @@ async fn producer(args: Args, id: u32, queue: String, shared: Arc<Shared>) -> an
 }
 
 /// Consumes `queue`; in `reject` mode rejects every delivery (requeue=false), else records and acks.
-async fn consumer(args: Args, queue: String, reject: bool, shared: Arc<Shared>, stop: Arc<tokio::sync::Notify>) -> anyhow::Result<()> {
+async fn consumer(
+    args: Args,
+    queue: String,
+    reject: bool,
+    shared: Arc<Shared>,
+    stop: Arc<tokio::sync::Notify>,
+) -> anyhow::Result<()> {
     let conn = connect(&args.uri).await?;
     let ch = conn.create_channel().await?;
     if args.prefetch > 0 {
-        ch.basic_qos(args.prefetch, BasicQosOptions::default()).await?;
+        ch.basic_qos(args.prefetch, BasicQosOptions::default())
+            .await?;
     }
-    let mut c = ch.basic_consume(queue.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+    let mut c = ch
+        .basic_consume(
+            queue.as_str().into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
     loop {
         let d = tokio::select! {
             _ = stop.notified() => break,
@@ -232,7 +282,10 @@ async fn main() -> anyhow::Result<()> {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let mut user_args = FieldTable::default();
-    user_args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    user_args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
     for (k, v) in &args.queue_args {
         user_args.insert(k.as_str().into(), arg_value(v));
     }
@@ -247,10 +300,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let dlq = format!("{}-dlq-{n}", args.queue_prefix);
             declare(&ach, &dlq, user_args.clone()).await?;
             let mut a = user_args.clone();
-            a.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
-            a.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(dlq.as_str().into()));
-            a.insert("x-dead-letter-strategy".into(), AMQPValue::LongString("at-least-once".into()));
-            a.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+            a.insert(
+                "x-dead-letter-exchange".into(),
+                AMQPValue::LongString("".into()),
+            );
+            a.insert(
+                "x-dead-letter-routing-key".into(),
+                AMQPValue::LongString(dlq.as_str().into()),
+            );
+            a.insert(
+                "x-dead-letter-strategy".into(),
+                AMQPValue::LongString("at-least-once".into()),
+            );
+            a.insert(
+                "x-overflow".into(),
+                AMQPValue::LongString("reject-publish".into()),
+            );
             declare(&ach, &src, a).await?;
             publish_queues.push(src.clone());
             measure_queues.push(dlq.clone());
@@ -278,15 +343,32 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let stop = Arc::new(tokio::sync::Notify::new());
     let mut consumers = Vec::new();
     for i in 0..args.consumers {
-        consumers.push(tokio::spawn(consumer(args.clone(), measure_queues[i % args.queues].clone(), false, shared.clone(), stop.clone())));
+        consumers.push(tokio::spawn(consumer(
+            args.clone(),
+            measure_queues[i % args.queues].clone(),
+            false,
+            shared.clone(),
+            stop.clone(),
+        )));
         if args.dead_letter {
-            consumers.push(tokio::spawn(consumer(args.clone(), publish_queues[i % args.queues].clone(), true, shared.clone(), stop.clone())));
+            consumers.push(tokio::spawn(consumer(
+                args.clone(),
+                publish_queues[i % args.queues].clone(),
+                true,
+                shared.clone(),
+                stop.clone(),
+            )));
         }
     }
     let start = Instant::now();
     let mut producers = Vec::new();
     for i in 0..args.producers {
-        producers.push(tokio::spawn(producer(args.clone(), i as u32, publish_queues[i % args.queues].clone(), shared.clone())));
+        producers.push(tokio::spawn(producer(
+            args.clone(),
+            i as u32,
+            publish_queues[i % args.queues].clone(),
+            shared.clone(),
+        )));
     }
     let mut publish_time = Duration::ZERO;
     for p in producers {
@@ -294,7 +376,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let publish_elapsed = start.elapsed();
     let confirms = args.confirm > 0;
-    let expected = if confirms { shared.confirmed.lock().unwrap().len() as u64 } else { shared.published.load(Ordering::Relaxed) };
+    let expected = if confirms {
+        shared.confirmed.lock().unwrap().len() as u64
+    } else {
+        shared.published.load(Ordering::Relaxed)
+    };
     // Wait until everything expected arrived, or nothing new arrived for --idle-timeout.
     let idle = Duration::from_secs(args.idle_timeout);
     let mut last_count = 0;
@@ -328,32 +414,54 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let published = shared.published.load(Ordering::Relaxed);
     let received = shared.received.lock().unwrap().clone();
     let lost = if confirms {
-        shared.confirmed.lock().unwrap().difference(&received).count() as u64
+        shared
+            .confirmed
+            .lock()
+            .unwrap()
+            .difference(&received)
+            .count() as u64
     } else {
         published.saturating_sub(received.len() as u64)
     };
     let first = shared.first_receive.lock().unwrap().unwrap_or(start);
     let last = shared.last_receive.lock().unwrap().unwrap_or(start);
-    let consume_span = last.saturating_duration_since(start).max(Duration::from_millis(1));
+    let consume_span = last
+        .saturating_duration_since(start)
+        .max(Duration::from_millis(1));
     let h = shared.latency_us.lock().unwrap();
-    let mode = if args.dead_letter { "dead-letter" } else { "plain" };
+    let mode = if args.dead_letter {
+        "dead-letter"
+    } else {
+        "plain"
+    };
     println!(
         "quorumq-perf mode={mode} uri={} producers={} consumers={} queues={} size={}B confirm={} prefetch={} rate={} messages/producer={} queue-args={:?}",
         args.uri, args.producers, args.consumers, args.queues, args.size, args.confirm, args.prefetch, args.rate, args.messages, args.queue_args
     );
     println!(
         "publish: {published} sent, {} confirmed, {} nacked in {:.2} s = {:.0} msg/s",
-        if confirms { shared.confirmed.lock().unwrap().len().to_string() } else { "n/a".into() },
+        if confirms {
+            shared.confirmed.lock().unwrap().len().to_string()
+        } else {
+            "n/a".into()
+        },
         shared.nacked.load(Ordering::Relaxed),
         publish_elapsed.as_secs_f64(),
         published as f64 / publish_elapsed.as_secs_f64()
     );
     if args.dead_letter {
-        println!("rejected (requeue=false) at source: {}", shared.rejected.load(Ordering::Relaxed));
+        println!(
+            "rejected (requeue=false) at source: {}",
+            shared.rejected.load(Ordering::Relaxed)
+        );
     }
     println!(
         "consume{}: {} received in {:.2} s from start (first after {:.3} s) = {:.0} msg/s",
-        if args.dead_letter { " (dead-letter target)" } else { "" },
+        if args.dead_letter {
+            " (dead-letter target)"
+        } else {
+            ""
+        },
         received.len(),
         consume_span.as_secs_f64(),
         first.saturating_duration_since(start).as_secs_f64(),
@@ -366,11 +474,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         h.max() as f64 / 1000.0,
         h.len()
     );
-    println!("lost: {lost}  duplicates: {}", shared.duplicates.load(Ordering::Relaxed));
+    println!(
+        "lost: {lost}  duplicates: {}",
+        shared.duplicates.load(Ordering::Relaxed)
+    );
     let _ = publish_time;
     if !args.keep_queues {
         for q in &all_queues {
-            let _ = ach.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
+            let _ = ach
+                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                .await;
         }
     }
     let _ = admin.close(200, "OK".into()).await;

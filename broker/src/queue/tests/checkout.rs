@@ -9,7 +9,10 @@ fn checkout_delivers_ready_messages_in_fifo_order() {
     let mut q = QueueMachine::default();
     enqueue_n(&mut q, 0, 3);
     let e = checkout(&mut q, 1, cid(1), 0);
-    assert_eq!(delivered(&e), vec![(cid(1), 0, 0), (cid(1), 1, 0), (cid(1), 2, 0)]);
+    assert_eq!(
+        delivered(&e),
+        vec![(cid(1), 0, 0), (cid(1), 1, 0), (cid(1), 2, 0)]
+    );
     assert_eq!(q.consumer_count(), 1);
     assert_eq!(q.unacked_count(), 3);
     assert_eq!(q.checked_out(cid(1)).collect::<Vec<_>>(), vec![0, 1, 2]);
@@ -61,7 +64,10 @@ fn round_robin_skips_consumers_without_spare_prefetch() {
     checkout(&mut q, 0, cid(1), 1);
     checkout(&mut q, 0, cid(2), 3);
     let e = enqueue_n(&mut q, 1, 5);
-    let to: Vec<(u32, MsgId)> = delivered(&e).iter().map(|(c, id, _)| (c.seq, *id)).collect();
+    let to: Vec<(u32, MsgId)> = delivered(&e)
+        .iter()
+        .map(|(c, id, _)| (c.seq, *id))
+        .collect();
     assert_eq!(to, vec![(1, 0), (2, 1), (2, 2), (2, 3)]);
     assert_eq!(q.ready_count(), 1);
 }
@@ -70,13 +76,36 @@ fn round_robin_skips_consumers_without_spare_prefetch() {
 fn no_ack_consumer_settles_on_delivery() {
     let mut q = QueueMachine::default();
     enqueue_n(&mut q, 0, 2);
-    let e = run(&mut q, QueueCommand::Checkout { now_ms: 1, consumer: cid(1), prefetch: 1, no_ack: true }).1;
+    let e = run(
+        &mut q,
+        QueueCommand::Checkout {
+            now_ms: 1,
+            consumer: cid(1),
+            prefetch: 1,
+            no_ack: true,
+        },
+    )
+    .1;
     assert_eq!(
         e,
         vec![
-            Effect::Deliver { consumer: cid(1), delivery: Delivery { id: 0, delivery_count: 0, payload: None } },
+            Effect::Deliver {
+                consumer: cid(1),
+                delivery: Delivery {
+                    id: 0,
+                    delivery_count: 0,
+                    payload: None
+                }
+            },
             Effect::DropBody { id: 0 },
-            Effect::Deliver { consumer: cid(1), delivery: Delivery { id: 1, delivery_count: 0, payload: None } },
+            Effect::Deliver {
+                consumer: cid(1),
+                delivery: Delivery {
+                    id: 1,
+                    delivery_count: 0,
+                    payload: None
+                }
+            },
             Effect::DropBody { id: 1 },
         ]
     );
@@ -100,7 +129,13 @@ fn checkout_reactivates_a_cancelled_consumer_keeping_its_messages() {
     let mut q = QueueMachine::default();
     enqueue_n(&mut q, 0, 3);
     checkout(&mut q, 1, cid(1), 1);
-    run(&mut q, QueueCommand::Cancel { now_ms: 2, consumer: cid(1) });
+    run(
+        &mut q,
+        QueueCommand::Cancel {
+            now_ms: 2,
+            consumer: cid(1),
+        },
+    );
     assert_eq!(q.consumer_count(), 0);
     let e = checkout(&mut q, 3, cid(1), 2);
     assert_eq!(delivered_ids(&e), vec![1]);
@@ -110,14 +145,25 @@ fn checkout_reactivates_a_cancelled_consumer_keeping_its_messages() {
 #[test]
 fn checkout_with_nothing_ready_delivers_nothing() {
     let mut q = QueueMachine::default();
-    let (r, e) = run(&mut q, QueueCommand::Checkout { now_ms: 1, consumer: cid(1), prefetch: 10, no_ack: false });
+    let (r, e) = run(
+        &mut q,
+        QueueCommand::Checkout {
+            now_ms: 1,
+            consumer: cid(1),
+            prefetch: 10,
+            no_ack: false,
+        },
+    );
     assert_eq!(r, QueueReply::Ok);
     assert!(e.is_empty());
 }
 
 #[test]
 fn delivery_carries_the_delivery_count_of_returned_messages() {
-    let mut q = QueueMachine::new(QueueConfig { delivery_limit: Some(10), ..QueueConfig::default() });
+    let mut q = QueueMachine::new(QueueConfig {
+        delivery_limit: Some(10),
+        ..QueueConfig::default()
+    });
     enqueue_n(&mut q, 0, 1);
     checkout(&mut q, 1, cid(1), 1);
     let e = ret(&mut q, 2, cid(1), &[0]);
@@ -128,12 +174,18 @@ fn delivery_carries_the_delivery_count_of_returned_messages() {
 
 #[test]
 fn returns_are_delivered_before_the_main_queue() {
-    let mut q = QueueMachine::new(QueueConfig { delivery_limit: Some(5), ..QueueConfig::default() });
+    let mut q = QueueMachine::new(QueueConfig {
+        delivery_limit: Some(5),
+        ..QueueConfig::default()
+    });
     enqueue_n(&mut q, 0, 2);
     let (_, _) = get(&mut q, 1, cid(9), false);
     ret(&mut q, 2, cid(9), &[0]);
     enqueue_n(&mut q, 3, 1);
     assert_eq!(q.ready_ids(), vec![0, 1, 2]);
     let e = checkout(&mut q, 4, cid(1), 0);
-    assert_eq!(delivered(&e), vec![(cid(1), 0, 1), (cid(1), 1, 0), (cid(1), 2, 0)]);
+    assert_eq!(
+        delivered(&e),
+        vec![(cid(1), 0, 1), (cid(1), 1, 0), (cid(1), 2, 0)]
+    );
 }

@@ -8,7 +8,14 @@ use super::helpers::*;
 fn lowering_max_length_drops_the_excess_from_the_head() {
     let mut q = QueueMachine::new(amo());
     enqueue_n(&mut q, 0, 5);
-    let e = update(&mut q, 1, QueueConfig { max_length: Some(2), ..amo() });
+    let e = update(
+        &mut q,
+        1,
+        QueueConfig {
+            max_length: Some(2),
+            ..amo()
+        },
+    );
     let m = DeadLetterReason::Maxlen;
     assert_eq!(dead_lettered(&e), vec![(0, m), (1, m), (2, m)]);
     assert_eq!(q.ready_ids(), vec![3, 4]);
@@ -20,7 +27,14 @@ fn new_message_ttl_applies_to_later_messages_only() {
     // message_ttl_policy.
     let mut q = QueueMachine::new(amo());
     enqueue_n(&mut q, 0, 1);
-    update(&mut q, 1, QueueConfig { message_ttl_ms: Some(10), ..amo() });
+    update(
+        &mut q,
+        1,
+        QueueConfig {
+            message_ttl_ms: Some(10),
+            ..amo()
+        },
+    );
     enqueue_n(&mut q, 2, 1);
     let e = tick(&mut q, 100);
     assert!(dead_lettered(&e).is_empty());
@@ -40,7 +54,10 @@ fn leaving_at_least_once_deletes_held_messages() {
     discard(&mut q, 2, cid(1), &[1, 0]);
     assert_eq!(q.held_count(), 2);
     let e = update(&mut q, 3, amo());
-    assert_eq!(e, vec![Effect::DropBody { id: 1 }, Effect::DropBody { id: 0 }]);
+    assert_eq!(
+        e,
+        vec![Effect::DropBody { id: 1 }, Effect::DropBody { id: 0 }]
+    );
     assert_eq!((q.held_count(), q.held_bytes()), (0, 0));
     assert_eq!(q.ready_count(), 1);
 }
@@ -51,7 +68,14 @@ fn changing_overflow_to_drop_head_also_leaves_at_least_once() {
     enqueue_n(&mut q, 0, 1);
     get(&mut q, 1, cid(1), false);
     discard(&mut q, 2, cid(1), &[0]);
-    let e = update(&mut q, 3, QueueConfig { overflow: Overflow::DropHead, ..alo() });
+    let e = update(
+        &mut q,
+        3,
+        QueueConfig {
+            overflow: Overflow::DropHead,
+            ..alo()
+        },
+    );
     assert_eq!(dropped(&e), vec![0]);
     assert_eq!(q.held_count(), 0);
 }
@@ -62,8 +86,18 @@ fn at_least_once_to_at_least_once_keeps_held_messages() {
     enqueue_n(&mut q, 0, 1);
     get(&mut q, 1, cid(1), false);
     discard(&mut q, 2, cid(1), &[0]);
-    let new_target = DeadLetterTarget { exchange: "other".into(), routing_key: None };
-    let e = update(&mut q, 3, QueueConfig { dead_letter: Some(new_target), ..alo() });
+    let new_target = DeadLetterTarget {
+        exchange: "other".into(),
+        routing_key: None,
+    };
+    let e = update(
+        &mut q,
+        3,
+        QueueConfig {
+            dead_letter: Some(new_target),
+            ..alo()
+        },
+    );
     assert!(e.is_empty());
     assert_eq!(held_list(&q), vec![(0, DeadLetterReason::Rejected)]);
 }
@@ -83,30 +117,63 @@ fn switching_to_at_least_once_leaves_earlier_dead_letters_alone() {
 
 #[test]
 fn removing_the_limit_unblocks_publishers() {
-    let cfg = QueueConfig { max_length: Some(1), overflow: Overflow::RejectPublish, ..QueueConfig::default() };
+    let cfg = QueueConfig {
+        max_length: Some(1),
+        overflow: Overflow::RejectPublish,
+        ..QueueConfig::default()
+    };
     let mut q = QueueMachine::new(cfg.clone());
     enqueue_n(&mut q, 0, 2);
     assert!(q.publishers_blocked());
-    let e = update(&mut q, 1, QueueConfig { max_length: None, ..cfg });
+    let e = update(
+        &mut q,
+        1,
+        QueueConfig {
+            max_length: None,
+            ..cfg
+        },
+    );
     assert_eq!(blocked(&e), vec![false]);
     assert!(!q.publishers_blocked());
 }
 
 #[test]
 fn switching_to_drop_head_unblocks_and_drops() {
-    let cfg = QueueConfig { max_length: Some(1), overflow: Overflow::RejectPublish, ..amo() };
+    let cfg = QueueConfig {
+        max_length: Some(1),
+        overflow: Overflow::RejectPublish,
+        ..amo()
+    };
     let mut q = QueueMachine::new(cfg.clone());
     enqueue_n(&mut q, 0, 2);
-    let e = update(&mut q, 1, QueueConfig { overflow: Overflow::DropHead, ..cfg });
+    let e = update(
+        &mut q,
+        1,
+        QueueConfig {
+            overflow: Overflow::DropHead,
+            ..cfg
+        },
+    );
     assert_eq!(dead_lettered(&e), vec![(0, DeadLetterReason::Maxlen)]);
     assert_eq!(blocked(&e), vec![false]);
 }
 
 #[test]
 fn lowering_the_limit_with_reject_publish_blocks_without_dropping() {
-    let mut q = QueueMachine::new(QueueConfig { overflow: Overflow::RejectPublish, ..amo() });
+    let mut q = QueueMachine::new(QueueConfig {
+        overflow: Overflow::RejectPublish,
+        ..amo()
+    });
     enqueue_n(&mut q, 0, 3);
-    let e = update(&mut q, 1, QueueConfig { overflow: Overflow::RejectPublish, max_length: Some(1), ..amo() });
+    let e = update(
+        &mut q,
+        1,
+        QueueConfig {
+            overflow: Overflow::RejectPublish,
+            max_length: Some(1),
+            ..amo()
+        },
+    );
     assert_eq!(e, vec![Effect::PublishersBlocked(true)]);
     assert_eq!(q.ready_count(), 3);
 }
@@ -114,7 +181,10 @@ fn lowering_the_limit_with_reject_publish_blocks_without_dropping() {
 #[test]
 fn update_config_renews_the_x_expires_lease() {
     // 3.10 quirk (spec §1.6).
-    let cfg = QueueConfig { expires_ms: Some(100), ..QueueConfig::default() };
+    let cfg = QueueConfig {
+        expires_ms: Some(100),
+        ..QueueConfig::default()
+    };
     let mut q = QueueMachine::new(cfg.clone());
     tick(&mut q, 0);
     update(&mut q, 90, cfg);
@@ -130,5 +200,8 @@ fn removing_the_dead_letter_exchange_drops_later_dead_letters() {
     checkout(&mut q, 1, cid(1), 0);
     assert_eq!(dead_lettered(&discard(&mut q, 2, cid(1), &[0])).len(), 1);
     update(&mut q, 3, QueueConfig::default());
-    assert_eq!(discard(&mut q, 4, cid(1), &[1]), vec![Effect::DropBody { id: 1 }]);
+    assert_eq!(
+        discard(&mut q, 4, cid(1), &[1]),
+        vec![Effect::DropBody { id: 1 }]
+    );
 }

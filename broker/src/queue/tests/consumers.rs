@@ -5,11 +5,25 @@ use super::super::types::*;
 use super::helpers::*;
 
 fn cancel(q: &mut QueueMachine, now_ms: u64, c: ConsumerId) -> Vec<Effect> {
-    run(q, QueueCommand::Cancel { now_ms, consumer: c }).1
+    run(
+        q,
+        QueueCommand::Cancel {
+            now_ms,
+            consumer: c,
+        },
+    )
+    .1
 }
 
 fn down(q: &mut QueueMachine, now_ms: u64, c: ConsumerId) -> Vec<Effect> {
-    run(q, QueueCommand::ConsumerDown { now_ms, consumer: c }).1
+    run(
+        q,
+        QueueCommand::ConsumerDown {
+            now_ms,
+            consumer: c,
+        },
+    )
+    .1
 }
 
 #[test]
@@ -31,7 +45,10 @@ fn cancel_stops_deliveries_and_keeps_unacked_checked_out() {
 
 #[test]
 fn cancelled_consumer_can_still_return_and_discard() {
-    let mut q = QueueMachine::new(QueueConfig { delivery_limit: Some(5), ..amo() });
+    let mut q = QueueMachine::new(QueueConfig {
+        delivery_limit: Some(5),
+        ..amo()
+    });
     enqueue_n(&mut q, 0, 2);
     checkout(&mut q, 1, cid(1), 0);
     cancel(&mut q, 2, cid(1));
@@ -66,7 +83,10 @@ fn consumer_down_returns_everything_in_id_order_to_the_front_counted() {
     assert_eq!(q.unacked_count(), 0);
     assert_eq!(q.ready_ids(), vec![0, 2, 3]);
     let e = checkout(&mut q, 4, cid(2), 0);
-    assert_eq!(delivered(&e), vec![(cid(2), 0, 1), (cid(2), 2, 1), (cid(2), 3, 1)]);
+    assert_eq!(
+        delivered(&e),
+        vec![(cid(2), 0, 1), (cid(2), 2, 1), (cid(2), 3, 1)]
+    );
 }
 
 #[test]
@@ -81,7 +101,10 @@ fn consumer_down_goes_to_the_front_even_without_a_delivery_limit() {
 #[test]
 fn consumer_down_over_the_delivery_limit_dead_letters_in_order() {
     // at_most_once_dead_letter_order_delivery_limit_channel_closed.
-    let mut q = QueueMachine::new(QueueConfig { delivery_limit: Some(0), ..amo() });
+    let mut q = QueueMachine::new(QueueConfig {
+        delivery_limit: Some(0),
+        ..amo()
+    });
     enqueue_n(&mut q, 0, 2);
     checkout(&mut q, 1, cid(1), 0);
     let e = down(&mut q, 2, cid(1));
@@ -93,7 +116,10 @@ fn consumer_down_over_the_delivery_limit_dead_letters_in_order() {
 #[test]
 fn crashing_consumers_drain_a_poison_batch() {
     // subscribe_redelivery_limit_many: limit 1, 5 messages, prefetch 2.
-    let mut q = QueueMachine::new(QueueConfig { delivery_limit: Some(1), ..QueueConfig::default() });
+    let mut q = QueueMachine::new(QueueConfig {
+        delivery_limit: Some(1),
+        ..QueueConfig::default()
+    });
     enqueue_n(&mut q, 0, 5);
     let mut totals = Vec::new();
     for n in 0..6 {
@@ -138,14 +164,33 @@ fn consumer_down_of_unknown_consumer_is_ignored() {
 #[test]
 fn node_restarted_downs_consumers_of_older_epochs_only() {
     let mut q = QueueMachine::default();
-    let old = ConsumerId { node: 7, epoch: 1, seq: 1 };
-    let current = ConsumerId { node: 7, epoch: 2, seq: 1 };
-    let other = ConsumerId { node: 8, epoch: 1, seq: 1 };
+    let old = ConsumerId {
+        node: 7,
+        epoch: 1,
+        seq: 1,
+    };
+    let current = ConsumerId {
+        node: 7,
+        epoch: 2,
+        seq: 1,
+    };
+    let other = ConsumerId {
+        node: 8,
+        epoch: 1,
+        seq: 1,
+    };
     enqueue_n(&mut q, 0, 3);
     for c in [old, current, other] {
         checkout(&mut q, 1, c, 1);
     }
-    let (_, e) = run(&mut q, QueueCommand::NodeRestarted { now_ms: 2, node: 7, epoch: 2 });
+    let (_, e) = run(
+        &mut q,
+        QueueCommand::NodeRestarted {
+            now_ms: 2,
+            node: 7,
+            epoch: 2,
+        },
+    );
     assert!(e.is_empty());
     assert_eq!(q.consumer_count(), 2);
     assert_eq!(q.checked_out(old).count(), 0);
@@ -156,11 +201,28 @@ fn node_restarted_downs_consumers_of_older_epochs_only() {
 
 #[test]
 fn node_restarted_counts_returns_toward_the_delivery_limit() {
-    let mut q = QueueMachine::new(QueueConfig { delivery_limit: Some(0), ..amo() });
-    let c = ConsumerId { node: 3, epoch: 4, seq: 0 };
+    let mut q = QueueMachine::new(QueueConfig {
+        delivery_limit: Some(0),
+        ..amo()
+    });
+    let c = ConsumerId {
+        node: 3,
+        epoch: 4,
+        seq: 0,
+    };
     enqueue_n(&mut q, 0, 1);
     checkout(&mut q, 1, c, 0);
-    let (_, e) = run(&mut q, QueueCommand::NodeRestarted { now_ms: 2, node: 3, epoch: 5 });
-    assert_eq!(dead_lettered(&e), vec![(0, DeadLetterReason::DeliveryLimit)]);
+    let (_, e) = run(
+        &mut q,
+        QueueCommand::NodeRestarted {
+            now_ms: 2,
+            node: 3,
+            epoch: 5,
+        },
+    );
+    assert_eq!(
+        dead_lettered(&e),
+        vec![(0, DeadLetterReason::DeliveryLimit)]
+    );
     assert_eq!(q.consumer_count(), 0);
 }

@@ -13,12 +13,21 @@ fn at_least_once_holds_the_message_instead_of_dropping_it() {
     assert_eq!(
         e,
         vec![
-            Effect::DeadLetterHeld { id: 1, reason: DeadLetterReason::Rejected },
-            Effect::DeadLetterHeld { id: 0, reason: DeadLetterReason::Rejected },
+            Effect::DeadLetterHeld {
+                id: 1,
+                reason: DeadLetterReason::Rejected
+            },
+            Effect::DeadLetterHeld {
+                id: 0,
+                reason: DeadLetterReason::Rejected
+            },
         ]
     );
     // messages=2 total, ready=0, unacked=0 (dead_lettering_SUITE at-least-once).
-    assert_eq!((q.ready_count(), q.unacked_count(), q.held_count()), (0, 0, 2));
+    assert_eq!(
+        (q.ready_count(), q.unacked_count(), q.held_count()),
+        (0, 0, 2)
+    );
     assert_eq!(q.held_bytes(), 4);
     let r = DeadLetterReason::Rejected;
     assert_eq!(held_list(&q), vec![(1, r), (0, r)]);
@@ -30,14 +39,26 @@ fn dead_letter_settled_removes_held_messages() {
     enqueue_n(&mut q, 0, 3);
     checkout(&mut q, 1, cid(1), 0);
     discard(&mut q, 2, cid(1), &[0, 1, 2]);
-    let (r, e) = run(&mut q, QueueCommand::DeadLetterSettled { now_ms: 3, ids: vec![1, 99] });
+    let (r, e) = run(
+        &mut q,
+        QueueCommand::DeadLetterSettled {
+            now_ms: 3,
+            ids: vec![1, 99],
+        },
+    );
     assert_eq!(r, QueueReply::Ok);
     assert_eq!(e, vec![Effect::DropBody { id: 1 }]);
     let x = DeadLetterReason::Rejected;
     assert_eq!(held_list(&q), vec![(0, x), (2, x)]);
     assert_eq!(q.held_bytes(), 4);
     // Settling again is ignored.
-    let (_, e) = run(&mut q, QueueCommand::DeadLetterSettled { now_ms: 4, ids: vec![1] });
+    let (_, e) = run(
+        &mut q,
+        QueueCommand::DeadLetterSettled {
+            now_ms: 4,
+            ids: vec![1],
+        },
+    );
     assert!(e.is_empty());
 }
 
@@ -45,27 +66,45 @@ fn dead_letter_settled_removes_held_messages() {
 fn dead_letter_settled_without_at_least_once_is_ignored() {
     let mut q = QueueMachine::new(amo());
     enqueue_n(&mut q, 0, 1);
-    let (_, e) = run(&mut q, QueueCommand::DeadLetterSettled { now_ms: 1, ids: vec![0] });
+    let (_, e) = run(
+        &mut q,
+        QueueCommand::DeadLetterSettled {
+            now_ms: 1,
+            ids: vec![0],
+        },
+    );
     assert!(e.is_empty());
     assert_eq!(q.ready_count(), 1);
 }
 
 #[test]
 fn at_least_once_holds_expired_and_delivery_limit_messages() {
-    let mut q = QueueMachine::new(QueueConfig { delivery_limit: Some(0), ..alo() });
+    let mut q = QueueMachine::new(QueueConfig {
+        delivery_limit: Some(0),
+        ..alo()
+    });
     enqueue(&mut q, 0, vec![msg("a"), msg_ttl("b", 5)]);
     get(&mut q, 1, cid(1), false);
     let e = ret(&mut q, 2, cid(1), &[0]);
     assert_eq!(held(&e), vec![(0, DeadLetterReason::DeliveryLimit)]);
     let e = tick(&mut q, 5);
     assert_eq!(held(&e), vec![(1, DeadLetterReason::Expired)]);
-    assert_eq!(held_list(&q), vec![(0, DeadLetterReason::DeliveryLimit), (1, DeadLetterReason::Expired)]);
+    assert_eq!(
+        held_list(&q),
+        vec![
+            (0, DeadLetterReason::DeliveryLimit),
+            (1, DeadLetterReason::Expired)
+        ]
+    );
 }
 
 #[test]
 fn at_least_once_with_drop_head_falls_back_to_at_most_once() {
     // drop_head_falls_back_to_at_most_once (spec §5.1).
-    let cfg = QueueConfig { overflow: Overflow::DropHead, ..alo() };
+    let cfg = QueueConfig {
+        overflow: Overflow::DropHead,
+        ..alo()
+    };
     let mut q = QueueMachine::new(cfg);
     enqueue_n(&mut q, 0, 1);
     get(&mut q, 1, cid(1), false);
@@ -76,18 +115,28 @@ fn at_least_once_with_drop_head_falls_back_to_at_most_once() {
 
 #[test]
 fn at_least_once_without_target_is_disabled() {
-    let cfg = QueueConfig { dead_letter: None, ..alo() };
+    let cfg = QueueConfig {
+        dead_letter: None,
+        ..alo()
+    };
     let mut q = QueueMachine::new(cfg);
     enqueue_n(&mut q, 0, 1);
     get(&mut q, 1, cid(1), false);
-    assert_eq!(discard(&mut q, 2, cid(1), &[0]), vec![Effect::DropBody { id: 0 }]);
+    assert_eq!(
+        discard(&mut q, 2, cid(1), &[0]),
+        vec![Effect::DropBody { id: 0 }]
+    );
 }
 
 #[test]
 fn held_messages_count_toward_max_length() {
     // reject_publish_source_queue_max_length: x-max-length 1, two expired
     // and held messages, the 3rd publish is refused.
-    let mut q = QueueMachine::new(QueueConfig { max_length: Some(1), message_ttl_ms: Some(10), ..alo() });
+    let mut q = QueueMachine::new(QueueConfig {
+        max_length: Some(1),
+        message_ttl_ms: Some(10),
+        ..alo()
+    });
     let (o, _) = enqueue(&mut q, 0, vec![msg("a")]);
     assert_eq!(o, vec![EnqueueOutcome::Accepted]);
     tick(&mut q, 10);
@@ -100,14 +149,26 @@ fn held_messages_count_toward_max_length() {
     let (o, _) = enqueue(&mut q, 22, vec![msg("c")]);
     assert_eq!(o, vec![EnqueueOutcome::Rejected]);
     // Settling the held messages unblocks.
-    let (_, e) = run(&mut q, QueueCommand::DeadLetterSettled { now_ms: 23, ids: vec![0, 1] });
+    let (_, e) = run(
+        &mut q,
+        QueueCommand::DeadLetterSettled {
+            now_ms: 23,
+            ids: vec![0, 1],
+        },
+    );
     assert_eq!(blocked(&e), vec![false]);
-    assert_eq!(enqueue(&mut q, 24, vec![msg("d")]).0, vec![EnqueueOutcome::Accepted]);
+    assert_eq!(
+        enqueue(&mut q, 24, vec![msg("d")]).0,
+        vec![EnqueueOutcome::Accepted]
+    );
 }
 
 #[test]
 fn held_bytes_count_toward_max_length_bytes() {
-    let mut q = QueueMachine::new(QueueConfig { max_length_bytes: Some(4), ..alo() });
+    let mut q = QueueMachine::new(QueueConfig {
+        max_length_bytes: Some(4),
+        ..alo()
+    });
     enqueue(&mut q, 0, vec![sized(3)]);
     get(&mut q, 1, cid(1), false);
     discard(&mut q, 2, cid(1), &[0]);
@@ -119,7 +180,10 @@ fn held_bytes_count_toward_max_length_bytes() {
 #[test]
 fn at_most_once_order_of_expired_messages_is_queue_order() {
     // at_most_once_dead_letter_order_expired.
-    let mut q = QueueMachine::new(QueueConfig { message_ttl_ms: Some(5), ..amo() });
+    let mut q = QueueMachine::new(QueueConfig {
+        message_ttl_ms: Some(5),
+        ..amo()
+    });
     enqueue_n(&mut q, 0, 3);
     let e = tick(&mut q, 5);
     let x = DeadLetterReason::Expired;
@@ -127,5 +191,12 @@ fn at_most_once_order_of_expired_messages_is_queue_order() {
     assert_eq!(dropped(&e), vec![0, 1, 2]);
     // DeadLetter always precedes the DropBody of the same message.
     let pos = |want: &Effect| e.iter().position(|x| x == want);
-    assert!(pos(&Effect::DropBody { id: 0 }) > pos(&Effect::DeadLetter { id: 0, reason: x, target: target() }));
+    assert!(
+        pos(&Effect::DropBody { id: 0 })
+            > pos(&Effect::DeadLetter {
+                id: 0,
+                reason: x,
+                target: target()
+            })
+    );
 }

@@ -12,8 +12,14 @@ fn enqueue_assigns_increasing_ids_and_stores_each_body() {
     assert_eq!(
         e,
         vec![
-            Effect::StoreBody { id: 0, payload: bytes::Bytes::from_static(b"a") },
-            Effect::StoreBody { id: 1, payload: bytes::Bytes::from_static(b"bb") },
+            Effect::StoreBody {
+                id: 0,
+                payload: bytes::Bytes::from_static(b"a")
+            },
+            Effect::StoreBody {
+                id: 1,
+                payload: bytes::Bytes::from_static(b"bb")
+            },
         ]
     );
     let (_, e) = enqueue(&mut q, 11, vec![msg("c")]);
@@ -41,7 +47,10 @@ fn enqueue_of_nothing_replies_empty() {
 
 #[test]
 fn expiry_is_now_plus_queue_ttl() {
-    let mut q = QueueMachine::new(QueueConfig { message_ttl_ms: Some(1000), ..QueueConfig::default() });
+    let mut q = QueueMachine::new(QueueConfig {
+        message_ttl_ms: Some(1000),
+        ..QueueConfig::default()
+    });
     let (_, e) = enqueue(&mut q, 5000, vec![msg("a")]);
     assert_eq!(q.next_expiry_ms(), Some(6000));
     assert_eq!(timers(&e), vec![6000]);
@@ -56,10 +65,16 @@ fn expiry_is_now_plus_message_ttl() {
 
 #[test]
 fn expiry_uses_the_smaller_of_queue_and_message_ttl() {
-    let mut q = QueueMachine::new(QueueConfig { message_ttl_ms: Some(1000), ..QueueConfig::default() });
+    let mut q = QueueMachine::new(QueueConfig {
+        message_ttl_ms: Some(1000),
+        ..QueueConfig::default()
+    });
     enqueue(&mut q, 0, vec![msg_ttl("a", 300)]);
     assert_eq!(q.next_expiry_ms(), Some(300));
-    let mut q = QueueMachine::new(QueueConfig { message_ttl_ms: Some(100), ..QueueConfig::default() });
+    let mut q = QueueMachine::new(QueueConfig {
+        message_ttl_ms: Some(100),
+        ..QueueConfig::default()
+    });
     enqueue(&mut q, 0, vec![msg_ttl("a", 300)]);
     assert_eq!(q.next_expiry_ms(), Some(100));
 }
@@ -102,8 +117,18 @@ fn enqueue_delivers_to_a_waiting_consumer_in_the_same_command() {
     assert_eq!(
         e,
         vec![
-            Effect::StoreBody { id: 0, payload: bytes::Bytes::from_static(b"a") },
-            Effect::Deliver { consumer: cid(1), delivery: Delivery { id: 0, delivery_count: 0, payload: None } },
+            Effect::StoreBody {
+                id: 0,
+                payload: bytes::Bytes::from_static(b"a")
+            },
+            Effect::Deliver {
+                consumer: cid(1),
+                delivery: Delivery {
+                    id: 0,
+                    delivery_count: 0,
+                    payload: None
+                }
+            },
         ]
     );
     assert_eq!(q.unacked_count(), 1);

@@ -5,7 +5,10 @@ use super::super::types::*;
 use super::helpers::*;
 
 fn ttl(ms: u64) -> QueueConfig {
-    QueueConfig { message_ttl_ms: Some(ms), ..amo() }
+    QueueConfig {
+        message_ttl_ms: Some(ms),
+        ..amo()
+    }
 }
 
 #[test]
@@ -22,7 +25,11 @@ fn tick_expires_the_head_at_its_expiry() {
 fn message_behind_an_unexpired_head_waits() {
     // per_message_ttl_mixed_expiry / §10.4: 200 ms behind 1200 ms dies at 1.2 s.
     let mut q = QueueMachine::new(amo());
-    enqueue(&mut q, 0, vec![msg_ttl("long", 1200), msg_ttl("short", 200)]);
+    enqueue(
+        &mut q,
+        0,
+        vec![msg_ttl("long", 1200), msg_ttl("short", 200)],
+    );
     assert!(dead_lettered(&tick(&mut q, 500)).is_empty());
     assert_eq!(q.ready_count(), 2);
     let e = tick(&mut q, 1200);
@@ -66,7 +73,10 @@ fn unacked_messages_never_expire() {
     checkout(&mut q, 1, cid(1), 0);
     assert!(dead_lettered(&tick(&mut q, 1_000_000)).is_empty());
     assert_eq!(q.unacked_count(), 1);
-    assert_eq!(settle(&mut q, 1_000_001, cid(1), &[0]), vec![Effect::DropBody { id: 0 }]);
+    assert_eq!(
+        settle(&mut q, 1_000_001, cid(1), &[0]),
+        vec![Effect::DropBody { id: 0 }]
+    );
 }
 
 #[test]
@@ -114,7 +124,10 @@ fn head_without_ttl_hides_later_expiries() {
 }
 
 fn expires(ms: u64) -> QueueConfig {
-    QueueConfig { expires_ms: Some(ms), ..QueueConfig::default() }
+    QueueConfig {
+        expires_ms: Some(ms),
+        ..QueueConfig::default()
+    }
 }
 
 #[test]
@@ -131,7 +144,10 @@ fn queue_expires_after_the_lease_with_no_consumers() {
 
 #[test]
 fn queue_expiry_does_not_dead_letter_messages() {
-    let mut q = QueueMachine::new(QueueConfig { expires_ms: Some(10), ..amo() });
+    let mut q = QueueMachine::new(QueueConfig {
+        expires_ms: Some(10),
+        ..amo()
+    });
     enqueue_n(&mut q, 0, 2);
     let e = tick(&mut q, 11);
     assert_eq!(e, vec![Effect::QueueExpired]);
@@ -157,12 +173,24 @@ fn an_active_consumer_prevents_expiry() {
 fn consumer_leaving_renews_the_lease() {
     let mut q = QueueMachine::new(expires(100));
     checkout(&mut q, 0, cid(1), 0);
-    run(&mut q, QueueCommand::Cancel { now_ms: 500, consumer: cid(1) });
+    run(
+        &mut q,
+        QueueCommand::Cancel {
+            now_ms: 500,
+            consumer: cid(1),
+        },
+    );
     assert!(!queue_expired(&tick(&mut q, 600)));
     assert!(queue_expired(&tick(&mut q, 601)));
     let mut q = QueueMachine::new(expires(100));
     checkout(&mut q, 0, cid(1), 0);
-    run(&mut q, QueueCommand::ConsumerDown { now_ms: 500, consumer: cid(1) });
+    run(
+        &mut q,
+        QueueCommand::ConsumerDown {
+            now_ms: 500,
+            consumer: cid(1),
+        },
+    );
     assert!(!queue_expired(&tick(&mut q, 600)));
     assert!(queue_expired(&tick(&mut q, 601)));
 }

@@ -7,32 +7,53 @@ use super::super::types::*;
 
 /// Consumer `seq` on node 1, epoch 1.
 pub fn cid(seq: u32) -> ConsumerId {
-    ConsumerId { node: 1, epoch: 1, seq }
+    ConsumerId {
+        node: 1,
+        epoch: 1,
+        seq,
+    }
 }
 
 /// A message whose payload is `body` (body_size = its length), no TTL.
 pub fn msg(body: &str) -> EnqueueMsg {
-    EnqueueMsg { payload: Bytes::copy_from_slice(body.as_bytes()), body_size: body.len() as u32, ttl_ms: None }
+    EnqueueMsg {
+        payload: Bytes::copy_from_slice(body.as_bytes()),
+        body_size: body.len() as u32,
+        ttl_ms: None,
+    }
 }
 
 /// A message with a per-message TTL in ms.
 pub fn msg_ttl(body: &str, ttl_ms: u64) -> EnqueueMsg {
-    EnqueueMsg { ttl_ms: Some(ttl_ms), ..msg(body) }
+    EnqueueMsg {
+        ttl_ms: Some(ttl_ms),
+        ..msg(body)
+    }
 }
 
 /// A message of `size` body bytes.
 pub fn sized(size: u32) -> EnqueueMsg {
-    EnqueueMsg { payload: Bytes::from(vec![b'x'; size as usize]), body_size: size, ttl_ms: None }
+    EnqueueMsg {
+        payload: Bytes::from(vec![b'x'; size as usize]),
+        body_size: size,
+        ttl_ms: None,
+    }
 }
 
 /// The dead-letter target used by the tests.
 pub fn target() -> DeadLetterTarget {
-    DeadLetterTarget { exchange: "dlx".into(), routing_key: Some("dead".into()) }
+    DeadLetterTarget {
+        exchange: "dlx".into(),
+        routing_key: Some("dead".into()),
+    }
 }
 
 /// At-most-once dead-lettering to `target()`.
 pub fn amo() -> QueueConfig {
-    QueueConfig { dead_letter: Some(target()), ..QueueConfig::default() }
+    QueueConfig {
+        dead_letter: Some(target()),
+        ..QueueConfig::default()
+    }
 }
 
 /// At-least-once dead-lettering (needs reject-publish).
@@ -55,7 +76,11 @@ pub fn run(q: &mut QueueMachine, cmd: QueueCommand) -> (QueueReply, Vec<Effect>)
 }
 
 /// Enqueue messages at `now`; returns the outcomes and the effects.
-pub fn enqueue(q: &mut QueueMachine, now_ms: u64, msgs: Vec<EnqueueMsg>) -> (Vec<EnqueueOutcome>, Vec<Effect>) {
+pub fn enqueue(
+    q: &mut QueueMachine,
+    now_ms: u64,
+    msgs: Vec<EnqueueMsg>,
+) -> (Vec<EnqueueOutcome>, Vec<Effect>) {
     match run(q, QueueCommand::Enqueue { now_ms, msgs }) {
         (QueueReply::Enqueued(o), e) => (o, e),
         (other, _) => panic!("unexpected reply {other:?}"),
@@ -71,27 +96,72 @@ pub fn enqueue_n(q: &mut QueueMachine, now_ms: u64, n: usize) -> Vec<Effect> {
 
 /// Attach a consumer.
 pub fn checkout(q: &mut QueueMachine, now_ms: u64, c: ConsumerId, prefetch: u32) -> Vec<Effect> {
-    run(q, QueueCommand::Checkout { now_ms, consumer: c, prefetch, no_ack: false }).1
+    run(
+        q,
+        QueueCommand::Checkout {
+            now_ms,
+            consumer: c,
+            prefetch,
+            no_ack: false,
+        },
+    )
+    .1
 }
 
 /// Settle ids for a consumer.
 pub fn settle(q: &mut QueueMachine, now_ms: u64, c: ConsumerId, ids: &[MsgId]) -> Vec<Effect> {
-    run(q, QueueCommand::Settle { now_ms, consumer: c, ids: ids.to_vec() }).1
+    run(
+        q,
+        QueueCommand::Settle {
+            now_ms,
+            consumer: c,
+            ids: ids.to_vec(),
+        },
+    )
+    .1
 }
 
 /// Return ids for a consumer.
 pub fn ret(q: &mut QueueMachine, now_ms: u64, c: ConsumerId, ids: &[MsgId]) -> Vec<Effect> {
-    run(q, QueueCommand::Return { now_ms, consumer: c, ids: ids.to_vec() }).1
+    run(
+        q,
+        QueueCommand::Return {
+            now_ms,
+            consumer: c,
+            ids: ids.to_vec(),
+        },
+    )
+    .1
 }
 
 /// Discard ids for a consumer.
 pub fn discard(q: &mut QueueMachine, now_ms: u64, c: ConsumerId, ids: &[MsgId]) -> Vec<Effect> {
-    run(q, QueueCommand::Discard { now_ms, consumer: c, ids: ids.to_vec() }).1
+    run(
+        q,
+        QueueCommand::Discard {
+            now_ms,
+            consumer: c,
+            ids: ids.to_vec(),
+        },
+    )
+    .1
 }
 
 /// basic.get; returns the reply payload and the effects.
-pub fn get(q: &mut QueueMachine, now_ms: u64, c: ConsumerId, no_ack: bool) -> (Option<(Delivery, u64)>, Vec<Effect>) {
-    match run(q, QueueCommand::Dequeue { now_ms, consumer: c, no_ack }) {
+pub fn get(
+    q: &mut QueueMachine,
+    now_ms: u64,
+    c: ConsumerId,
+    no_ack: bool,
+) -> (Option<(Delivery, u64)>, Vec<Effect>) {
+    match run(
+        q,
+        QueueCommand::Dequeue {
+            now_ms,
+            consumer: c,
+            no_ack,
+        },
+    ) {
         (QueueReply::Dequeued(d), e) => (d, e),
         (other, _) => panic!("unexpected reply {other:?}"),
     }
@@ -112,7 +182,9 @@ pub fn delivered(effects: &[Effect]) -> Vec<(ConsumerId, MsgId, u32)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Deliver { consumer, delivery } => Some((*consumer, delivery.id, delivery.delivery_count)),
+            Effect::Deliver { consumer, delivery } => {
+                Some((*consumer, delivery.id, delivery.delivery_count))
+            }
             _ => None,
         })
         .collect()
@@ -120,17 +192,38 @@ pub fn delivered(effects: &[Effect]) -> Vec<(ConsumerId, MsgId, u32)> {
 
 /// Ids of every Deliver, in order.
 pub fn delivered_ids(effects: &[Effect]) -> Vec<MsgId> {
-    delivered(effects).into_iter().map(|(_, id, _)| id).collect()
+    delivered(effects)
+        .into_iter()
+        .map(|(_, id, _)| id)
+        .collect()
 }
 
 /// Ids of every DropBody, in order.
 pub fn dropped(effects: &[Effect]) -> Vec<MsgId> {
-    effects.iter().filter_map(|e| if let Effect::DropBody { id } = e { Some(*id) } else { None }).collect()
+    effects
+        .iter()
+        .filter_map(|e| {
+            if let Effect::DropBody { id } = e {
+                Some(*id)
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 /// Ids of every StoreBody, in order.
 pub fn stored(effects: &[Effect]) -> Vec<MsgId> {
-    effects.iter().filter_map(|e| if let Effect::StoreBody { id, .. } = e { Some(*id) } else { None }).collect()
+    effects
+        .iter()
+        .filter_map(|e| {
+            if let Effect::StoreBody { id, .. } = e {
+                Some(*id)
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 /// `(id, reason)` of every at-most-once DeadLetter, in order (target checked = `target()`).
@@ -138,7 +231,11 @@ pub fn dead_lettered(effects: &[Effect]) -> Vec<(MsgId, DeadLetterReason)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::DeadLetter { id, reason, target: t } => {
+            Effect::DeadLetter {
+                id,
+                reason,
+                target: t,
+            } => {
                 assert_eq!(*t, target());
                 Some((*id, *reason))
             }
@@ -151,18 +248,42 @@ pub fn dead_lettered(effects: &[Effect]) -> Vec<(MsgId, DeadLetterReason)> {
 pub fn held(effects: &[Effect]) -> Vec<(MsgId, DeadLetterReason)> {
     effects
         .iter()
-        .filter_map(|e| if let Effect::DeadLetterHeld { id, reason } = e { Some((*id, *reason)) } else { None })
+        .filter_map(|e| {
+            if let Effect::DeadLetterHeld { id, reason } = e {
+                Some((*id, *reason))
+            } else {
+                None
+            }
+        })
         .collect()
 }
 
 /// Every PublishersBlocked value, in order.
 pub fn blocked(effects: &[Effect]) -> Vec<bool> {
-    effects.iter().filter_map(|e| if let Effect::PublishersBlocked(b) = e { Some(*b) } else { None }).collect()
+    effects
+        .iter()
+        .filter_map(|e| {
+            if let Effect::PublishersBlocked(b) = e {
+                Some(*b)
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 /// Every ExpiryTimer, in order.
 pub fn timers(effects: &[Effect]) -> Vec<u64> {
-    effects.iter().filter_map(|e| if let Effect::ExpiryTimer { at_ms } = e { Some(*at_ms) } else { None }).collect()
+    effects
+        .iter()
+        .filter_map(|e| {
+            if let Effect::ExpiryTimer { at_ms } = e {
+                Some(*at_ms)
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 /// True if the effects contain QueueExpired.

@@ -47,10 +47,15 @@ impl QueueMachine {
             return Err("drop-head queue over its limit".into());
         }
         if self.timer_at != self.next_expiry_ms() {
-            return Err(format!("timer {:?} != head expiry {:?}", self.timer_at, self.next_expiry_ms()));
+            return Err(format!(
+                "timer {:?} != head expiry {:?}",
+                self.timer_at,
+                self.next_expiry_ms()
+            ));
         }
         for (id, c) in self.consumers.iter() {
-            if c.active && !c.no_ack && c.prefetch > 0 && c.checked_out.len() > c.prefetch as usize {
+            if c.active && !c.no_ack && c.prefetch > 0 && c.checked_out.len() > c.prefetch as usize
+            {
                 // Only possible if a basic.get used a consumer's own id or
                 // prefetch was lowered; tests never do either.
                 return Err(format!("consumer {id:?} over prefetch"));

@@ -5,11 +5,20 @@ use super::super::types::*;
 use super::helpers::*;
 
 fn drop_head(max_length: Option<u64>, max_length_bytes: Option<u64>) -> QueueConfig {
-    QueueConfig { max_length, max_length_bytes, ..amo() }
+    QueueConfig {
+        max_length,
+        max_length_bytes,
+        ..amo()
+    }
 }
 
 fn reject(max_length: Option<u64>, max_length_bytes: Option<u64>) -> QueueConfig {
-    QueueConfig { max_length, max_length_bytes, overflow: Overflow::RejectPublish, ..QueueConfig::default() }
+    QueueConfig {
+        max_length,
+        max_length_bytes,
+        overflow: Overflow::RejectPublish,
+        ..QueueConfig::default()
+    }
 }
 
 #[test]
@@ -45,7 +54,10 @@ fn drop_head_limit_is_strictly_greater() {
 
 #[test]
 fn drop_head_takes_returned_messages_first() {
-    let mut q = QueueMachine::new(QueueConfig { delivery_limit: Some(9), ..drop_head(Some(2), None) });
+    let mut q = QueueMachine::new(QueueConfig {
+        delivery_limit: Some(9),
+        ..drop_head(Some(2), None)
+    });
     enqueue_n(&mut q, 0, 2);
     get(&mut q, 1, cid(1), false);
     ret(&mut q, 2, cid(1), &[0]);
@@ -55,7 +67,11 @@ fn drop_head_takes_returned_messages_first() {
     assert_eq!(q.ready_ids(), vec![1, 2]);
 }
 
-fn enqueue_n_outcomes(q: &mut QueueMachine, now: u64, n: usize) -> (Vec<EnqueueOutcome>, Vec<Effect>) {
+fn enqueue_n_outcomes(
+    q: &mut QueueMachine,
+    now: u64,
+    n: usize,
+) -> (Vec<EnqueueOutcome>, Vec<Effect>) {
     enqueue(q, now, (0..n).map(|i| msg(&format!("x{i}"))).collect())
 }
 
@@ -70,7 +86,10 @@ fn checked_out_messages_do_not_count() {
 
 #[test]
 fn drop_head_without_dead_letter_exchange_drops() {
-    let mut q = QueueMachine::new(QueueConfig { max_length: Some(0), ..QueueConfig::default() });
+    let mut q = QueueMachine::new(QueueConfig {
+        max_length: Some(0),
+        ..QueueConfig::default()
+    });
     let (_, e) = enqueue(&mut q, 0, vec![msg("a")]);
     assert_eq!(dropped(&e), vec![0]);
     assert_eq!(q.ready_count(), 0);
@@ -92,19 +111,31 @@ fn reject_publish_accepts_one_over_the_limit_then_rejects() {
     let (o, e) = enqueue(&mut q, 0, vec![msg("a")]);
     assert_eq!((o, blocked(&e)), (vec![EnqueueOutcome::Accepted], vec![]));
     let (o, e) = enqueue(&mut q, 1, vec![msg("b")]);
-    assert_eq!((o, blocked(&e)), (vec![EnqueueOutcome::Accepted], vec![true]));
+    assert_eq!(
+        (o, blocked(&e)),
+        (vec![EnqueueOutcome::Accepted], vec![true])
+    );
     assert!(q.publishers_blocked());
     let (o, e) = enqueue(&mut q, 2, vec![msg("c")]);
     assert_eq!(o, vec![EnqueueOutcome::Rejected]);
-    assert!(e.is_empty(), "a rejected message gets no id and no StoreBody");
+    assert!(
+        e.is_empty(),
+        "a rejected message gets no id and no StoreBody"
+    );
     assert_eq!(q.next_msg_id(), 2);
     let (_, e) = get(&mut q, 3, cid(1), true);
     assert!(blocked(&e).is_empty());
-    assert_eq!(enqueue(&mut q, 4, vec![msg("d")]).0, vec![EnqueueOutcome::Rejected]);
+    assert_eq!(
+        enqueue(&mut q, 4, vec![msg("d")]).0,
+        vec![EnqueueOutcome::Rejected]
+    );
     let (_, e) = get(&mut q, 5, cid(1), true);
     assert_eq!(blocked(&e), vec![false]);
     assert!(!q.publishers_blocked());
-    assert_eq!(enqueue(&mut q, 6, vec![msg("e")]).0, vec![EnqueueOutcome::Accepted]);
+    assert_eq!(
+        enqueue(&mut q, 6, vec![msg("e")]).0,
+        vec![EnqueueOutcome::Accepted]
+    );
 }
 
 #[test]
@@ -121,7 +152,10 @@ fn reject_publish_inside_one_enqueue_batch() {
 fn reject_publish_unblocks_at_eighty_percent() {
     let mut q = QueueMachine::new(reject(Some(10), None));
     let (o, _) = enqueue_n_outcomes(&mut q, 0, 12);
-    assert_eq!(o.iter().filter(|x| **x == EnqueueOutcome::Accepted).count(), 11);
+    assert_eq!(
+        o.iter().filter(|x| **x == EnqueueOutcome::Accepted).count(),
+        11
+    );
     let mut unblocked_at = None;
     for left in (0..11).rev() {
         let (_, e) = get(&mut q, 1, cid(1), true);
@@ -155,7 +189,10 @@ fn reject_publish_with_a_waiting_consumer_never_blocks() {
 
 #[test]
 fn reject_publish_never_drops() {
-    let mut q = QueueMachine::new(QueueConfig { dead_letter: Some(target()), ..reject(Some(1), None) });
+    let mut q = QueueMachine::new(QueueConfig {
+        dead_letter: Some(target()),
+        ..reject(Some(1), None)
+    });
     let (_, e) = enqueue_n_outcomes(&mut q, 0, 5);
     assert!(dropped(&e).is_empty());
     assert_eq!(q.ready_count(), 2);
@@ -201,7 +238,10 @@ fn blocked_is_announced_once() {
 
 #[test]
 fn expiry_makes_room_under_reject_publish_at_most_once() {
-    let mut q = QueueMachine::new(QueueConfig { message_ttl_ms: Some(10), ..reject(Some(1), None) });
+    let mut q = QueueMachine::new(QueueConfig {
+        message_ttl_ms: Some(10),
+        ..reject(Some(1), None)
+    });
     enqueue_n_outcomes(&mut q, 0, 3);
     assert!(q.publishers_blocked());
     let e = tick(&mut q, 10);

@@ -25,7 +25,10 @@ struct MCons {
 
 impl MCons {
     fn spare(&self) -> bool {
-        self.active && (self.no_ack || self.prefetch == 0 || (self.out.len() as u64) < u64::from(self.prefetch))
+        self.active
+            && (self.no_ack
+                || self.prefetch == 0
+                || (self.out.len() as u64) < u64::from(self.prefetch))
     }
 }
 
@@ -55,17 +58,27 @@ pub struct Model {
 impl Model {
     /// Empty queue.
     pub fn new(cfg: QueueConfig) -> Self {
-        Model { cfg, ..Model::default() }
+        Model {
+            cfg,
+            ..Model::default()
+        }
     }
 
     /// Ready ids in delivery order.
     pub fn ready_ids(&self) -> Vec<MsgId> {
-        self.returns.iter().chain(self.main.iter()).map(|m| m.id).collect()
+        self.returns
+            .iter()
+            .chain(self.main.iter())
+            .map(|m| m.id)
+            .collect()
     }
 
     /// Checked-out ids of a consumer.
     pub fn out_ids(&self, c: ConsumerId) -> Vec<MsgId> {
-        self.cons.get(&c).map(|r| r.out.keys().copied().collect()).unwrap_or_default()
+        self.cons
+            .get(&c)
+            .map(|r| r.out.keys().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Held ids and reasons.
@@ -87,7 +100,9 @@ impl Model {
         match &self.cfg.dead_letter {
             None => Dl::Drop,
             Some(t) => {
-                if self.cfg.strategy == DeadLetterStrategy::AtLeastOnce && self.cfg.overflow == Overflow::RejectPublish {
+                if self.cfg.strategy == DeadLetterStrategy::AtLeastOnce
+                    && self.cfg.overflow == Overflow::RejectPublish
+                {
                     Dl::Hold
                 } else {
                     Dl::Publish(t.clone())
@@ -100,7 +115,11 @@ impl Model {
         match self.dl_mode() {
             Dl::Drop => fx.push(Effect::DropBody { id: m.id }),
             Dl::Publish(target) => {
-                fx.push(Effect::DeadLetter { id: m.id, reason, target });
+                fx.push(Effect::DeadLetter {
+                    id: m.id,
+                    reason,
+                    target,
+                });
                 fx.push(Effect::DropBody { id: m.id });
             }
             Dl::Hold => {
@@ -137,7 +156,11 @@ impl Model {
     }
 
     fn forget_if_idle(&mut self, c: ConsumerId) {
-        if self.cons.get(&c).is_some_and(|r| !r.active && r.out.is_empty()) {
+        if self
+            .cons
+            .get(&c)
+            .is_some_and(|r| !r.active && r.out.is_empty())
+        {
             self.cons.remove(&c);
         }
     }
@@ -161,7 +184,14 @@ impl Model {
             }
             let c = self.waiting.remove(0);
             let Some(m) = self.pop() else { return };
-            fx.push(Effect::Deliver { consumer: c, delivery: Delivery { id: m.id, delivery_count: m.count, payload: None } });
+            fx.push(Effect::Deliver {
+                consumer: c,
+                delivery: Delivery {
+                    id: m.id,
+                    delivery_count: m.count,
+                    payload: None,
+                },
+            });
             let no_ack = self.cons.get(&c).is_some_and(|r| r.no_ack);
             if no_ack {
                 fx.push(Effect::DropBody { id: m.id });
@@ -174,14 +204,20 @@ impl Model {
 
     fn counted(&self) -> (u64, u64) {
         let n = self.returns.len() + self.main.len() + self.held.len();
-        let b: u64 = self.returns.iter().chain(self.main.iter()).map(|m| u64::from(m.size)).sum::<u64>()
+        let b: u64 = self
+            .returns
+            .iter()
+            .chain(self.main.iter())
+            .map(|m| u64::from(m.size))
+            .sum::<u64>()
             + self.held.iter().map(|h| u64::from(h.1)).sum::<u64>();
         (n as u64, b)
     }
 
     fn over(&self) -> bool {
         let (n, b) = self.counted();
-        self.cfg.max_length.is_some_and(|l| n > l) || self.cfg.max_length_bytes.is_some_and(|l| b > l)
+        self.cfg.max_length.is_some_and(|l| n > l)
+            || self.cfg.max_length_bytes.is_some_and(|l| b > l)
     }
 
     fn limits(&mut self, fx: &mut Vec<Effect>) {
@@ -211,7 +247,9 @@ impl Model {
         m.count += 1;
         let limit = self.cfg.delivery_limit.filter(|l| *l >= 0);
         match limit {
-            Some(l) if i64::from(m.count) > l => self.dead_letter(m, DeadLetterReason::DeliveryLimit, fx),
+            Some(l) if i64::from(m.count) > l => {
+                self.dead_letter(m, DeadLetterReason::DeliveryLimit, fx)
+            }
             None if explicit => self.main.push(m),
             _ => self.returns.push(m),
         }
@@ -253,7 +291,12 @@ impl Model {
         use QueueCommand as C;
         let now = match &cmd {
             C::Batch(cmds) => {
-                return QueueReply::Batch(cmds.clone().into_iter().map(|c| self.one(c, fx, ticked)).collect());
+                return QueueReply::Batch(
+                    cmds.clone()
+                        .into_iter()
+                        .map(|c| self.one(c, fx, ticked))
+                        .collect(),
+                );
             }
             C::Enqueue { now_ms, .. }
             | C::Checkout { now_ms, .. }
@@ -289,16 +332,32 @@ impl Model {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
                     };
-                    let expiry = ttl.map(|t| now.saturating_add(if t == 0 { 1 } else { t }).min(u64::MAX - 1));
-                    fx.push(Effect::StoreBody { id, payload: m.payload });
-                    self.main.push(MMsg { id, expiry, size: m.body_size, count: 0 });
+                    let expiry = ttl.map(|t| {
+                        now.saturating_add(if t == 0 { 1 } else { t })
+                            .min(u64::MAX - 1)
+                    });
+                    fx.push(Effect::StoreBody {
+                        id,
+                        payload: m.payload,
+                    });
+                    self.main.push(MMsg {
+                        id,
+                        expiry,
+                        size: m.body_size,
+                        count: 0,
+                    });
                     out.push(EnqueueOutcome::Accepted);
                     self.deliver(now, fx);
                     self.limits(fx);
                 }
                 reply = QueueReply::Enqueued(out);
             }
-            C::Checkout { consumer, prefetch, no_ack, .. } => {
+            C::Checkout {
+                consumer,
+                prefetch,
+                no_ack,
+                ..
+            } => {
                 let r = self.cons.entry(consumer).or_default();
                 r.prefetch = prefetch;
                 r.no_ack = no_ack;
@@ -318,7 +377,12 @@ impl Model {
             }
             C::ConsumerDown { consumer, .. } => self.down(now, consumer, fx),
             C::NodeRestarted { node, epoch, .. } => {
-                let gone: Vec<ConsumerId> = self.cons.keys().filter(|c| c.node == node && c.epoch < epoch).copied().collect();
+                let gone: Vec<ConsumerId> = self
+                    .cons
+                    .keys()
+                    .filter(|c| c.node == node && c.epoch < epoch)
+                    .copied()
+                    .collect();
                 for c in gone {
                     self.down(now, c, fx);
                 }
@@ -347,7 +411,9 @@ impl Model {
                 }
                 self.forget_if_idle(consumer);
             }
-            C::Dequeue { consumer, no_ack, .. } => {
+            C::Dequeue {
+                consumer, no_ack, ..
+            } => {
                 self.lease = Some(now);
                 self.expired_sent = false;
                 self.expire(now, fx);
@@ -358,7 +424,14 @@ impl Model {
                         self.cons.entry(consumer).or_default().out.insert(m.id, m);
                         self.sync(consumer);
                     }
-                    (Delivery { id: m.id, delivery_count: m.count, payload: None }, (self.returns.len() + self.main.len()) as u64)
+                    (
+                        Delivery {
+                            id: m.id,
+                            delivery_count: m.count,
+                            payload: None,
+                        },
+                        (self.returns.len() + self.main.len()) as u64,
+                    )
                 });
                 reply = QueueReply::Dequeued(got);
             }

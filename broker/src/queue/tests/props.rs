@@ -17,12 +17,20 @@ fn push_consumer(i: usize) -> (ConsumerId, u32, bool) {
     let node = 1 + (i % 2) as u64;
     let epoch = 1 + ((i / 2) % 2) as u32;
     let seq = ((i / 4) % 3) as u32;
-    (ConsumerId { node, epoch, seq }, seq, node == 2 && epoch == 2 && seq == 1)
+    (
+        ConsumerId { node, epoch, seq },
+        seq,
+        node == 2 && epoch == 2 && seq == 1,
+    )
 }
 
 /// basic.get slots, never used for Checkout (so prefetch is never mixed with gets).
 fn get_slot(i: usize) -> ConsumerId {
-    ConsumerId { node: 1 + (i % 2) as u64, epoch: 1, seq: 10 + (i % 2) as u32 }
+    ConsumerId {
+        node: 1 + (i % 2) as u64,
+        epoch: 1,
+        seq: 10 + (i % 2) as u32,
+    }
 }
 
 /// Any consumer id, push or get slot.
@@ -56,8 +64,17 @@ enum Op {
 
 fn config_strategy() -> impl Strategy<Value = QueueConfig> {
     (
-        prop_oneof![Just(None), Just(Some(DeadLetterTarget { exchange: "dlx".into(), routing_key: None }))],
-        prop_oneof![Just(DeadLetterStrategy::AtMostOnce), Just(DeadLetterStrategy::AtLeastOnce)],
+        prop_oneof![
+            Just(None),
+            Just(Some(DeadLetterTarget {
+                exchange: "dlx".into(),
+                routing_key: None
+            }))
+        ],
+        prop_oneof![
+            Just(DeadLetterStrategy::AtMostOnce),
+            Just(DeadLetterStrategy::AtLeastOnce)
+        ],
         prop_oneof![Just(Overflow::DropHead), Just(Overflow::RejectPublish)],
         prop::option::of(0u64..6),
         prop::option::of(0u64..60),
@@ -65,9 +82,29 @@ fn config_strategy() -> impl Strategy<Value = QueueConfig> {
         prop::option::of(-1i64..3),
         prop::option::of(1u64..60),
     )
-        .prop_map(|(dead_letter, strategy, overflow, max_length, max_length_bytes, message_ttl_ms, delivery_limit, expires_ms)| {
-            QueueConfig { dead_letter, strategy, overflow, max_length, max_length_bytes, message_ttl_ms, delivery_limit, expires_ms }
-        })
+        .prop_map(
+            |(
+                dead_letter,
+                strategy,
+                overflow,
+                max_length,
+                max_length_bytes,
+                message_ttl_ms,
+                delivery_limit,
+                expires_ms,
+            )| {
+                QueueConfig {
+                    dead_letter,
+                    strategy,
+                    overflow,
+                    max_length,
+                    max_length_bytes,
+                    message_ttl_ms,
+                    delivery_limit,
+                    expires_ms,
+                }
+            },
+        )
 }
 
 fn msgs_strategy() -> impl Strategy<Value = Vec<(u32, Option<u64>)>> {
@@ -101,7 +138,11 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 
 fn to_msgs(spec: &[(u32, Option<u64>)]) -> Vec<EnqueueMsg> {
     spec.iter()
-        .map(|(size, ttl)| EnqueueMsg { payload: Bytes::from(vec![7u8; *size as usize]), body_size: *size, ttl_ms: *ttl })
+        .map(|(size, ttl)| EnqueueMsg {
+            payload: Bytes::from(vec![7u8; *size as usize]),
+            body_size: *size,
+            ttl_ms: *ttl,
+        })
         .collect()
 }
 
@@ -109,7 +150,13 @@ fn to_msgs(spec: &[(u32, Option<u64>)]) -> Vec<EnqueueMsg> {
 fn resolve(pool: &[MsgId], picks: &[usize]) -> Vec<MsgId> {
     picks
         .iter()
-        .map(|p| if *p >= 90 || pool.is_empty() { 10_000 + *p as u64 } else { pool[*p % pool.len()] })
+        .map(|p| {
+            if *p >= 90 || pool.is_empty() {
+                10_000 + *p as u64
+            } else {
+                pool[*p % pool.len()]
+            }
+        })
         .collect()
 }
 
@@ -121,39 +168,91 @@ fn concretize(op: &Op, now: &mut u64, q: &QueueMachine) -> Option<QueueCommand> 
             *now += d;
             return None;
         }
-        Op::Enqueue(m) => QueueCommand::Enqueue { now_ms, msgs: to_msgs(m) },
+        Op::Enqueue(m) => QueueCommand::Enqueue {
+            now_ms,
+            msgs: to_msgs(m),
+        },
         Op::Checkout(i) => {
             let (consumer, prefetch, no_ack) = push_consumer(*i);
-            QueueCommand::Checkout { now_ms, consumer, prefetch, no_ack }
+            QueueCommand::Checkout {
+                now_ms,
+                consumer,
+                prefetch,
+                no_ack,
+            }
         }
-        Op::Cancel(i) => QueueCommand::Cancel { now_ms, consumer: push_consumer(*i).0 },
-        Op::Down(i) => QueueCommand::ConsumerDown { now_ms, consumer: any_consumer(*i) },
-        Op::NodeRestarted(node, epoch) => QueueCommand::NodeRestarted { now_ms, node: *node, epoch: *epoch },
+        Op::Cancel(i) => QueueCommand::Cancel {
+            now_ms,
+            consumer: push_consumer(*i).0,
+        },
+        Op::Down(i) => QueueCommand::ConsumerDown {
+            now_ms,
+            consumer: any_consumer(*i),
+        },
+        Op::NodeRestarted(node, epoch) => QueueCommand::NodeRestarted {
+            now_ms,
+            node: *node,
+            epoch: *epoch,
+        },
         Op::Settle(c, p) | Op::Return(c, p) | Op::Discard(c, p) => {
             let consumer = any_consumer(*c);
             let pool: Vec<MsgId> = q.checked_out(consumer).collect();
             let ids = resolve(&pool, p);
             match op {
-                Op::Settle(..) => QueueCommand::Settle { now_ms, consumer, ids },
-                Op::Return(..) => QueueCommand::Return { now_ms, consumer, ids },
-                _ => QueueCommand::Discard { now_ms, consumer, ids },
+                Op::Settle(..) => QueueCommand::Settle {
+                    now_ms,
+                    consumer,
+                    ids,
+                },
+                Op::Return(..) => QueueCommand::Return {
+                    now_ms,
+                    consumer,
+                    ids,
+                },
+                _ => QueueCommand::Discard {
+                    now_ms,
+                    consumer,
+                    ids,
+                },
             }
         }
-        Op::Dequeue(c, no_ack) => QueueCommand::Dequeue { now_ms, consumer: get_slot(*c), no_ack: *no_ack },
+        Op::Dequeue(c, no_ack) => QueueCommand::Dequeue {
+            now_ms,
+            consumer: get_slot(*c),
+            no_ack: *no_ack,
+        },
         Op::Purge => QueueCommand::Purge { now_ms },
         Op::Tick => QueueCommand::Tick { now_ms },
-        Op::Config(c) => QueueCommand::UpdateConfig { now_ms, config: c.clone() },
+        Op::Config(c) => QueueCommand::UpdateConfig {
+            now_ms,
+            config: c.clone(),
+        },
         Op::DlSettled(p) => {
             let pool: Vec<MsgId> = q.held_dead_letters().map(|(id, _)| id).collect();
-            QueueCommand::DeadLetterSettled { now_ms, ids: resolve(&pool, p) }
+            QueueCommand::DeadLetterSettled {
+                now_ms,
+                ids: resolve(&pool, p),
+            }
         }
         // The Dequeue comes first so that its delivery (in the reply) is
         // also the first in time, before any Deliver effect of the batch.
         Op::Batch(m, c, no_ack) => QueueCommand::Batch(vec![
-            QueueCommand::Dequeue { now_ms, consumer: get_slot(*c), no_ack: *no_ack },
-            QueueCommand::Enqueue { now_ms, msgs: to_msgs(m) },
+            QueueCommand::Dequeue {
+                now_ms,
+                consumer: get_slot(*c),
+                no_ack: *no_ack,
+            },
+            QueueCommand::Enqueue {
+                now_ms,
+                msgs: to_msgs(m),
+            },
             QueueCommand::Tick { now_ms: now_ms + 1 },
-            QueueCommand::Checkout { now_ms: now_ms + 2, consumer: push_consumer(*c).0, prefetch: push_consumer(*c).1, no_ack: push_consumer(*c).2 },
+            QueueCommand::Checkout {
+                now_ms: now_ms + 2,
+                consumer: push_consumer(*c).0,
+                prefetch: push_consumer(*c).1,
+                no_ack: push_consumer(*c).2,
+            },
         ]),
     })
 }
@@ -188,7 +287,12 @@ fn counted_returns(cmd: &QueueCommand, q: &QueueMachine) -> Vec<MsgId> {
     match cmd {
         QueueCommand::Return { consumer, ids, .. } => {
             let out: BTreeSet<MsgId> = q.checked_out(*consumer).collect();
-            ids.iter().filter(|id| out.contains(id)).copied().collect::<BTreeSet<_>>().into_iter().collect()
+            ids.iter()
+                .filter(|id| out.contains(id))
+                .copied()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect()
         }
         QueueCommand::ConsumerDown { consumer, .. } => q.checked_out(*consumer).collect(),
         QueueCommand::NodeRestarted { node, epoch, .. } => q
@@ -202,9 +306,11 @@ fn counted_returns(cmd: &QueueCommand, q: &QueueMachine) -> Vec<MsgId> {
 }
 
 fn snapshot(q: &QueueMachine) -> QueueMachine {
-    let bytes = bincode::serde::encode_to_vec(q, bincode::config::standard()).unwrap_or_else(|e| panic!("encode: {e}"));
-    let (back, _) = bincode::serde::decode_from_slice::<QueueMachine, _>(&bytes, bincode::config::standard())
-        .unwrap_or_else(|e| panic!("decode: {e}"));
+    let bytes = bincode::serde::encode_to_vec(q, bincode::config::standard())
+        .unwrap_or_else(|e| panic!("encode: {e}"));
+    let (back, _) =
+        bincode::serde::decode_from_slice::<QueueMachine, _>(&bytes, bincode::config::standard())
+            .unwrap_or_else(|e| panic!("decode: {e}"));
     back
 }
 
@@ -224,14 +330,26 @@ fn run_ops(cfg: QueueConfig, ops: Vec<Op>, split: usize) -> Result<(), TestCaseE
             restored = Some((snapshot(&q), log.len()));
             prop_assert_eq!(&restored.as_ref().map(|r| r.0.clone()), &Some(q.clone()));
         }
-        let Some(cmd) = concretize(op, &mut now, &q) else { continue };
+        let Some(cmd) = concretize(op, &mut now, &q) else {
+            continue;
+        };
         for id in counted_returns(&cmd, &q) {
             *returns.entry(id).or_default() += 1;
         }
         let (reply, effects) = q.apply(cmd.clone());
         let (m_reply, m_effects) = model.apply(cmd.clone());
-        prop_assert_eq!(&reply, &m_reply, "reply differs from the model for {:?}", cmd);
-        prop_assert_eq!(&effects, &m_effects, "effects differ from the model for {:?}", cmd);
+        prop_assert_eq!(
+            &reply,
+            &m_reply,
+            "reply differs from the model for {:?}",
+            cmd
+        );
+        prop_assert_eq!(
+            &effects,
+            &m_effects,
+            "effects differ from the model for {:?}",
+            cmd
+        );
         if let Err(e) = q.check_invariants() {
             return Err(TestCaseError::fail(format!("invariant: {e} after {cmd:?}")));
         }
@@ -249,10 +367,17 @@ fn run_ops(cfg: QueueConfig, ops: Vec<Op>, split: usize) -> Result<(), TestCaseE
                     prop_assert!(stored.contains(id), "drop of unknown {}", id);
                     prop_assert!(dropped.insert(*id), "id {} dropped twice", id);
                 }
-                Effect::Deliver { delivery: Delivery { id, .. }, .. }
+                Effect::Deliver {
+                    delivery: Delivery { id, .. },
+                    ..
+                }
                 | Effect::DeadLetter { id, .. }
                 | Effect::DeadLetterHeld { id, .. } => {
-                    prop_assert!(stored.contains(id) && !dropped.contains(id), "use of gone message {}", id);
+                    prop_assert!(
+                        stored.contains(id) && !dropped.contains(id),
+                        "use of gone message {}",
+                        id
+                    );
                 }
                 _ => {}
             }
@@ -264,16 +389,29 @@ fn run_ops(cfg: QueueConfig, ops: Vec<Op>, split: usize) -> Result<(), TestCaseE
         prop_assert!(live_set.is_disjoint(&dropped));
         let all: BTreeSet<MsgId> = live_set.union(&dropped).copied().collect();
         prop_assert_eq!(&all, &stored, "a message was lost or invented");
-        prop_assert_eq!(q.ready_count() + q.unacked_count() + q.held_count(), live.len() as u64);
+        prop_assert_eq!(
+            q.ready_count() + q.unacked_count() + q.held_count(),
+            live.len() as u64
+        );
 
         // Delivery counts = counted returns so far; fresh messages in FIFO order.
         let mut ds = Vec::new();
         deliveries(&reply, &effects, &mut ds);
         for d in ds {
-            prop_assert_eq!(d.delivery_count, returns.get(&d.id).copied().unwrap_or(0), "delivery_count of {}", d.id);
+            prop_assert_eq!(
+                d.delivery_count,
+                returns.get(&d.id).copied().unwrap_or(0),
+                "delivery_count of {}",
+                d.id
+            );
             prop_assert!(d.payload.is_none());
             if d.delivery_count == 0 {
-                prop_assert!(last_fresh.is_none_or(|l| d.id > l), "first deliveries out of order: {} after {:?}", d.id, last_fresh);
+                prop_assert!(
+                    last_fresh.is_none_or(|l| d.id > l),
+                    "first deliveries out of order: {} after {:?}",
+                    d.id,
+                    last_fresh
+                );
                 last_fresh = Some(d.id);
             }
         }
@@ -349,7 +487,10 @@ fn generators_cover_every_effect() {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
     let mut runner = TestRunner::deterministic();
-    let strategy = (config_strategy(), prop::collection::vec(op_strategy(), 0..80));
+    let strategy = (
+        config_strategy(),
+        prop::collection::vec(op_strategy(), 0..80),
+    );
     let mut seen: BTreeSet<String> = BTreeSet::new();
     for _ in 0..400 {
         let (cfg, ops) = match strategy.new_tree(&mut runner) {
@@ -359,7 +500,9 @@ fn generators_cover_every_effect() {
         let mut q = QueueMachine::new(cfg);
         let mut now = 0;
         for op in &ops {
-            let Some(cmd) = concretize(op, &mut now, &q) else { continue };
+            let Some(cmd) = concretize(op, &mut now, &q) else {
+                continue;
+            };
             let (reply, effects) = q.apply(cmd);
             if let QueueReply::Enqueued(o) = &reply {
                 o.iter().for_each(|x| {
@@ -373,7 +516,9 @@ fn generators_cover_every_effect() {
                 let key = match e {
                     Effect::StoreBody { .. } => "StoreBody".to_string(),
                     Effect::DropBody { .. } => "DropBody".to_string(),
-                    Effect::Deliver { delivery, .. } => format!("Deliver redelivered={}", delivery.delivery_count > 0),
+                    Effect::Deliver { delivery, .. } => {
+                        format!("Deliver redelivered={}", delivery.delivery_count > 0)
+                    }
                     Effect::DeadLetter { reason, .. } => format!("DeadLetter {}", reason.as_str()),
                     Effect::DeadLetterHeld { reason, .. } => format!("Held {}", reason.as_str()),
                     Effect::PublishersBlocked(b) => format!("Blocked {b}"),
@@ -384,10 +529,22 @@ fn generators_cover_every_effect() {
             }
         }
     }
-    let mut want: Vec<String> = ["StoreBody", "DropBody", "Deliver redelivered=false", "Deliver redelivered=true", "Blocked true", "Blocked false", "QueueExpired", "ExpiryTimer", "Accepted", "Rejected", "Dequeued"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut want: Vec<String> = [
+        "StoreBody",
+        "DropBody",
+        "Deliver redelivered=false",
+        "Deliver redelivered=true",
+        "Blocked true",
+        "Blocked false",
+        "QueueExpired",
+        "ExpiryTimer",
+        "Accepted",
+        "Rejected",
+        "Dequeued",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     for r in ["rejected", "expired", "maxlen", "delivery_limit"] {
         want.push(format!("DeadLetter {r}"));
         // maxlen is never held: at-least-once requires reject-publish.

@@ -6,7 +6,10 @@ use super::super::types::*;
 use super::helpers::*;
 
 fn limit(n: i64) -> QueueConfig {
-    QueueConfig { delivery_limit: Some(n), ..amo() }
+    QueueConfig {
+        delivery_limit: Some(n),
+        ..amo()
+    }
 }
 
 #[test]
@@ -52,7 +55,11 @@ fn delivery_limit_zero_dead_letters_on_the_first_return() {
     assert_eq!(
         e,
         vec![
-            Effect::DeadLetter { id: 0, reason: DeadLetterReason::DeliveryLimit, target: target() },
+            Effect::DeadLetter {
+                id: 0,
+                reason: DeadLetterReason::DeliveryLimit,
+                target: target()
+            },
             Effect::DropBody { id: 0 },
         ]
     );
@@ -72,16 +79,28 @@ fn delivery_limit_n_allows_n_plus_one_deliveries() {
             break;
         }
     }
-    assert_eq!(deliveries, vec![(cid(1), 0, 0), (cid(1), 0, 1), (cid(1), 0, 2)]);
-    assert_eq!(dead_lettered(&last), vec![(0, DeadLetterReason::DeliveryLimit)]);
+    assert_eq!(
+        deliveries,
+        vec![(cid(1), 0, 0), (cid(1), 0, 1), (cid(1), 0, 2)]
+    );
+    assert_eq!(
+        dead_lettered(&last),
+        vec![(0, DeadLetterReason::DeliveryLimit)]
+    );
 }
 
 #[test]
 fn delivery_limit_without_dead_letter_exchange_drops() {
-    let mut q = QueueMachine::new(QueueConfig { delivery_limit: Some(0), ..QueueConfig::default() });
+    let mut q = QueueMachine::new(QueueConfig {
+        delivery_limit: Some(0),
+        ..QueueConfig::default()
+    });
     enqueue_n(&mut q, 0, 1);
     checkout(&mut q, 1, cid(1), 0);
-    assert_eq!(ret(&mut q, 2, cid(1), &[0]), vec![Effect::DropBody { id: 0 }]);
+    assert_eq!(
+        ret(&mut q, 2, cid(1), &[0]),
+        vec![Effect::DropBody { id: 0 }]
+    );
 }
 
 #[test]
@@ -121,18 +140,31 @@ fn lowering_the_delivery_limit_does_not_sweep_ready_messages() {
     // Checked again at its next return: count 4 > 1.
     get(&mut q, 6, cid(9), false);
     let e = ret(&mut q, 7, cid(9), &[0]);
-    assert_eq!(dead_lettered(&e), vec![(0, DeadLetterReason::DeliveryLimit)]);
+    assert_eq!(
+        dead_lettered(&e),
+        vec![(0, DeadLetterReason::DeliveryLimit)]
+    );
 }
 
 #[test]
 fn returned_message_keeps_its_expiry() {
-    let mut q = QueueMachine::new(QueueConfig { delivery_limit: Some(5), message_ttl_ms: Some(100), ..amo() });
+    let mut q = QueueMachine::new(QueueConfig {
+        delivery_limit: Some(5),
+        message_ttl_ms: Some(100),
+        ..amo()
+    });
     enqueue_n(&mut q, 0, 1);
     checkout(&mut q, 1, cid(1), 0);
     // Unacked messages never expire.
     tick(&mut q, 500);
     assert_eq!(q.unacked_count(), 1);
-    run(&mut q, QueueCommand::Cancel { now_ms: 501, consumer: cid(1) });
+    run(
+        &mut q,
+        QueueCommand::Cancel {
+            now_ms: 501,
+            consumer: cid(1),
+        },
+    );
     let e = ret(&mut q, 502, cid(1), &[0]);
     assert_eq!(dead_lettered(&e), vec![(0, DeadLetterReason::Expired)]);
 }

@@ -10,7 +10,10 @@ fn settle_drops_the_body_and_forgets_the_message() {
     enqueue_n(&mut q, 0, 2);
     checkout(&mut q, 1, cid(1), 0);
     let e = settle(&mut q, 2, cid(1), &[1, 0]);
-    assert_eq!(e, vec![Effect::DropBody { id: 1 }, Effect::DropBody { id: 0 }]);
+    assert_eq!(
+        e,
+        vec![Effect::DropBody { id: 1 }, Effect::DropBody { id: 0 }]
+    );
     assert_eq!(q.unacked_count(), 0);
     assert!(q.live_ids().is_empty());
 }
@@ -51,7 +54,10 @@ fn discard_without_dead_letter_exchange_drops() {
     enqueue_n(&mut q, 0, 2);
     checkout(&mut q, 1, cid(1), 0);
     let e = discard(&mut q, 2, cid(1), &[0, 1]);
-    assert_eq!(e, vec![Effect::DropBody { id: 0 }, Effect::DropBody { id: 1 }]);
+    assert_eq!(
+        e,
+        vec![Effect::DropBody { id: 0 }, Effect::DropBody { id: 1 }]
+    );
     assert_eq!(q.unacked_count(), 0);
 }
 
@@ -64,7 +70,11 @@ fn discard_at_most_once_dead_letters_rejected_then_drops() {
     assert_eq!(
         e,
         vec![
-            Effect::DeadLetter { id: 0, reason: DeadLetterReason::Rejected, target: target() },
+            Effect::DeadLetter {
+                id: 0,
+                reason: DeadLetterReason::Rejected,
+                target: target()
+            },
             Effect::DropBody { id: 0 },
         ]
     );
@@ -103,7 +113,10 @@ fn discard_frees_prefetch() {
 fn discard_does_not_count_as_a_return() {
     // delivery_count is about returns only (3.10); a discard dead-letters
     // with reason rejected even with delivery limit 0.
-    let mut q = QueueMachine::new(QueueConfig { delivery_limit: Some(0), ..amo() });
+    let mut q = QueueMachine::new(QueueConfig {
+        delivery_limit: Some(0),
+        ..amo()
+    });
     enqueue_n(&mut q, 0, 1);
     checkout(&mut q, 1, cid(1), 0);
     let e = discard(&mut q, 2, cid(1), &[0]);
