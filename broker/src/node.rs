@@ -21,7 +21,7 @@ use crate::consumers::ConsumerRegistry;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::host::MetaHost;
 use crate::meta::{QueueKind, QueueRecord};
-use crate::queue::bodies::{MemBodies, SledBodies};
+use crate::queue::bodies::{MemBodies, TieredBodies, MEMORY_BUDGET};
 use crate::queue::handle::QueueHandle;
 use crate::queue::host::{QueueContext, QueueHost};
 use crate::queue::runtime;
@@ -277,7 +277,7 @@ impl Broker {
         let machine = QueueMachine::new(config.clone());
         let handle = match rec.kind {
             QueueKind::Quorum => {
-                let bodies = SledBodies::open(self.store.db(), rec.group_id)?;
+                let bodies = TieredBodies::open(self.store.db(), rec.group_id, MEMORY_BUDGET)?;
                 let host = QueueHost::new(machine, Box::new(bodies), ctx.clone());
                 let sm = self
                     .store

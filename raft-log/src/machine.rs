@@ -31,7 +31,7 @@ pub trait Machine<C: RaftTypeConfig>: Send + Sync + 'static {
     ///
     /// Errors: any [`StoreError`] (use [`StoreError::machine`] for your own); it becomes a fatal
     /// openraft `StorageError` for the group.
-    fn snapshot(&self) -> Result<Vec<u8>, StoreError>;
+    fn snapshot(&mut self) -> Result<Vec<u8>, StoreError>;
 
     /// Replace the machine's whole state with what `snapshot` produced (possibly on another node).
     ///

@@ -116,7 +116,7 @@ impl<C: GroupTypeConfig, M: Machine<C>> Shared<C, M> {
     /// Serialize machine + applied position under both locks, then persist durably.
     async fn build(&self) -> Result<Snapshot<C>, StoreError> {
         let payload = {
-            let machine = lock(&self.machine)?;
+            let mut machine = lock(&self.machine)?;
             let applied = lock(&self.applied)?;
             SnapshotPayload::<C::NodeId, C::Node> {
                 last_applied: applied.last_applied.clone(),

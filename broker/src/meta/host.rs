@@ -112,7 +112,7 @@ impl raft_log::Machine<TypeConfig> for MetaHost {
         }
     }
 
-    fn snapshot(&self) -> Result<Vec<u8>, raft_log::StoreError> {
+    fn snapshot(&mut self) -> Result<Vec<u8>, raft_log::StoreError> {
         raft_log::codec::encode(&self.topology)
     }
 

@@ -199,7 +199,14 @@ async fn run_proposer(raft: Raft, mut rx: mpsc::Receiver<Proposal>, origin: Orig
         } else {
             QueueCommand::Batch(cmds)
         };
+        let started = std::time::Instant::now();
+        let n = replies.len();
         let result = raft.client_write(GroupCommand::Queue { origin, cmd }).await;
+        tracing::trace!(
+            commands = n,
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "raft write"
+        );
         match result {
             Ok(resp) => {
                 let reply = match resp.data {

@@ -170,7 +170,7 @@ impl raft_log::Machine<crate::cluster::types::TypeConfig> for QueueHost {
         }
     }
 
-    fn snapshot(&self) -> Result<Vec<u8>, raft_log::StoreError> {
+    fn snapshot(&mut self) -> Result<Vec<u8>, raft_log::StoreError> {
         QueueHost::snapshot(self)
     }
 

@@ -43,7 +43,7 @@ impl Machine<Tc> for VecMachine {
         self.items.push(cmd);
         self.items.len() as u64
     }
-    fn snapshot(&self) -> Result<Vec<u8>, StoreError> {
+    fn snapshot(&mut self) -> Result<Vec<u8>, StoreError> {
         codec::encode(&self.items)
     }
     fn restore(&mut self, data: &[u8]) -> Result<(), StoreError> {
