@@ -19,23 +19,33 @@ pub struct QueueDelivery {
     pub delivery: Delivery,
 }
 
+/// What a connection's mailbox receives.
+#[derive(Debug)]
+pub enum ConnEvent {
+    /// A message for one of its consumers.
+    Delivery(QueueDelivery),
+    /// The consumer's queue is gone: send basic.cancel to the client
+    /// (RabbitMQ's consumer_cancel_notify).
+    Cancelled(ConsumerId),
+}
+
+struct Entry {
+    mailbox: UnboundedSender<ConnEvent>,
+    group: u64,
+}
+
 /// Consumers attached on this node.
 pub struct ConsumerRegistry {
     node: u64,
     epoch: u32,
     next_seq: AtomicU32,
-    mailboxes: RwLock<HashMap<ConsumerId, UnboundedSender<QueueDelivery>>>,
+    mailboxes: RwLock<HashMap<ConsumerId, Entry>>,
 }
 
 impl ConsumerRegistry {
     /// Registry of node `node` in boot `epoch`.
     pub fn new(node: u64, epoch: u32) -> Arc<Self> {
-        Arc::new(ConsumerRegistry {
-            node,
-            epoch,
-            next_seq: AtomicU32::new(1),
-            mailboxes: RwLock::new(HashMap::new()),
-        })
+        Arc::new(ConsumerRegistry { node, epoch, next_seq: AtomicU32::new(1), mailboxes: RwLock::new(HashMap::new()) })
     }
 
     /// This node's boot epoch.
@@ -43,15 +53,11 @@ impl ConsumerRegistry {
         self.epoch
     }
 
-    /// A fresh consumer id delivering into `mailbox`.
-    pub fn register(&self, mailbox: UnboundedSender<QueueDelivery>) -> ConsumerId {
-        let id = ConsumerId {
-            node: self.node,
-            epoch: self.epoch,
-            seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
-        };
+    /// A fresh consumer id of queue group `group`, delivering into `mailbox`.
+    pub fn register(&self, mailbox: UnboundedSender<ConnEvent>, group: u64) -> ConsumerId {
+        let id = ConsumerId { node: self.node, epoch: self.epoch, seq: self.next_seq.fetch_add(1, Ordering::Relaxed) };
         if let Ok(mut m) = self.mailboxes.write() {
-            m.insert(id, mailbox);
+            m.insert(id, Entry { mailbox, group });
         }
         id
     }
@@ -66,12 +72,21 @@ impl ConsumerRegistry {
 
     /// Hands a delivery to its consumer's connection; false if it is gone.
     pub fn deliver(&self, d: QueueDelivery) -> bool {
-        let Ok(m) = self.mailboxes.read() else {
-            return false;
-        };
+        let Ok(m) = self.mailboxes.read() else { return false };
         match m.get(&d.consumer) {
-            Some(tx) => tx.send(d).is_ok(),
+            Some(e) => e.mailbox.send(ConnEvent::Delivery(d)).is_ok(),
             None => false,
+        }
+    }
+
+    /// The queue of `group` was deleted: tell every consumer of it.
+    pub fn cancel_group(&self, group: u64) {
+        let Ok(mut m) = self.mailboxes.write() else { return };
+        let ids: Vec<ConsumerId> = m.iter().filter(|(_, e)| e.group == group).map(|(id, _)| *id).collect();
+        for id in ids {
+            if let Some(e) = m.remove(&id) {
+                let _ = e.mailbox.send(ConnEvent::Cancelled(id));
+            }
         }
     }
 }

@@ -367,6 +367,7 @@ impl Broker {
         let _guard = self.groups_lock.lock().await;
         let handle = self.queues.write().ok().and_then(|mut q| q.remove(&group));
         if let Some(h) = handle {
+            self.consumers.cancel_group(group);
             h.shutdown().await;
             if h.is_quorum() {
                 if let Err(e) = self.store.drop_group(group) {

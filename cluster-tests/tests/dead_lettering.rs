@@ -27,6 +27,18 @@
 //!   routing key (the DLRK), spec §3.1; `dead_letter_headers_BCC` uses the main-branch
 //!   variant (CC `[cc 1, cc 2]`, BCC `[DLQ, bcc 2]`, x-death routing-keys = source + CC
 //!   keys), a superset of the 3.10.8 assertions;
+//! * `dead_letter_routing_key_cycle_ttl` at-least-once: the 3.10.8 suite waits for the
+//!   source to show `[0,0,0]`, but 3.10.8 actually holds both cycling dead letters
+//!   (`[2,0,0]`); the suite only passes because `rabbitmqctl list_queues` reports QQ
+//!   counters from the last stats tick (`quorum_tick_interval`, 5 s by default). The
+//!   mirror expects `[2,0,0]` held (main moved this case to integration test `cycle`).
+//!   Run RabbitMQ with `{quorum_tick_interval, 256}` too, as `rabbit_fifo_dlx_integration_SUITE`
+//!   does, or the counters lag by seconds;
+//! * known RabbitMQ 3.10.8 bugs the strict expectation is relaxed for, against an
+//!   external broker only: the at-least-once self-cycle of `dead_letter_headers_cycle` /
+//!   `dead_letter_routing_key_cycle_with_reject` (3.10.8 keeps a stuck held copy, PR
+//!   #8799; see `Ctx::wait_self_requeued`), and the second round of
+//!   `dead_letter_reject_expire_expire` (3.10.8 drops it);
 //! * four cases exist only in the main-branch suite and are mirrored here because the
 //!   3.10.8 reference passes them: `dead_letter_reject_expire_expire`,
 //!   `dead_letter_nack_requeue_nack_norequeue_basic_get`,
@@ -176,6 +188,30 @@ impl Ctx {
 
     async fn wait(&self, q: &str, want: [u64; 3]) -> anyhow::Result<()> {
         wait_for_messages(&self.broker, q, want).await
+    }
+
+    /// After a rejection that dead-letters a message back into its own source queue
+    /// (DLX "" without DLRK): the source holds it as one ready message, `[1,1,0]`.
+    /// Known RabbitMQ 3.10 bug (rabbitmq-server PR #8799, fixed in 3.11/3.12 only): an
+    /// at-least-once worker whose target is its own source queue never gets the
+    /// confirm, so 3.10.8 keeps a stuck held copy and lists `[2,1,0]` forever. Against an
+    /// external broker in at-least-once mode only ready=1/unacked=0 is checked; against
+    /// quorumq the full `[1,1,0]` is required.
+    async fn wait_self_requeued(&self, q: &str) -> anyhow::Result<()> {
+        if self.s == Strategy::AtLeastOnce && self.broker.is_external() {
+            let deadline = tokio::time::Instant::now() + WAIT;
+            loop {
+                let got = queue_counts(&self.broker, q).await?;
+                if matches!(got, Some([_, 1, 0])) {
+                    return Ok(());
+                }
+                if tokio::time::Instant::now() > deadline {
+                    anyhow::bail!("queue {q}: expected ready=1 unacked=0, got {got:?}");
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        }
+        self.wait(q, [1, 1, 0]).await
     }
 
     async fn nack(&self, tag: u64, multiple: bool, requeue: bool) -> anyhow::Result<()> {
@@ -528,6 +564,13 @@ async fn dead_letter_reject_expire_expire(s: Strategy) -> anyhow::Result<()> {
     let t1 = tags(&consume(&c.ch, &q1, &["msg"]).await?)[0];
     c.reject(t1, false).await?;
     c.wait(&q1, [1, 1, 0]).await?;
+    if c.broker.is_external() {
+        // RabbitMQ 3.10.8 drops the message on the second round: it reorders the older
+        // x-death entries on every death (spec §10.1), so the cycle check at Q2 -> Q3 sees
+        // the Q3 entry before the Q1 `rejected` one and drops it (the #11159 symptom; the
+        // test exists in the main-branch suite only). The first round is still checked.
+        return c.cleanup().await;
+    }
     let d2 = consume(&c.ch, &q1, &["msg"]).await?.remove(0);
     c.reject(d2.delivery_tag, false).await?;
     c.wait(&q1, [1, 1, 0]).await?;
@@ -728,7 +771,16 @@ async fn dead_letter_routing_key_cycle_ttl(s: Strategy) -> anyhow::Result<()> {
     )
     .await?;
     publish(&c.ch, &c.q, &["msg1", "msg2"]).await?;
-    c.wait(&c.q, [0, 0, 0]).await?;
+    match s {
+        Strategy::AtMostOnce => c.wait(&c.q, [0, 0, 0]).await?,
+        // at-least-once never drops a cycling dead letter: both stay held (spec §4, as in
+        // the integration case `cycle`). The 3.10.8 suite expects [0,0,0] here, which only
+        // passes because `messages` is read before the queue's stats tick (see file doc).
+        Strategy::AtLeastOnce => {
+            c.wait(&c.q, [2, 0, 0]).await?;
+            consistently_messages(&c.broker, &c.q, [2, 0, 0], Duration::from_secs(2)).await?;
+        }
+    }
     consume_empty(&c.ch, &c.q).await?;
     c.cleanup().await
 }
@@ -742,10 +794,10 @@ async fn dead_letter_routing_key_cycle_with_reject(s: Strategy) -> anyhow::Resul
     c.wait(&c.q, [1, 1, 0]).await?;
     let t = tags(&consume(&c.ch, &c.q, &["msg1"]).await?)[0];
     c.nack(t, false, false).await?;
-    c.wait(&c.q, [1, 1, 0]).await?;
+    c.wait_self_requeued(&c.q).await?;
     let t = tags(&consume(&c.ch, &c.q, &["msg1"]).await?)[0];
     c.nack(t, false, false).await?;
-    c.wait(&c.q, [1, 1, 0]).await?;
+    c.wait_self_requeued(&c.q).await?;
     consume(&c.ch, &c.q, &["msg1"]).await?;
     c.cleanup().await
 }
@@ -935,13 +987,13 @@ async fn dead_letter_headers_cycle(s: Strategy) -> anyhow::Result<()> {
     c.wait(&c.q, [1, 1, 0]).await?;
     let t = tags(&consume(&c.ch, &c.q, &["msg1"]).await?)[0];
     c.nack(t, false, false).await?;
-    c.wait(&c.q, [1, 1, 0]).await?;
+    c.wait_self_requeued(&c.q).await?;
     let d1 = consume(&c.ch, &c.q, &["msg1"]).await?.remove(0);
     let deaths = x_death(&d1);
     assert_eq!(deaths.len(), 1, "x-death after 1st nack: {deaths:?}");
     assert_field(&deaths[0], "count", long(1));
     c.nack(d1.delivery_tag, false, false).await?;
-    c.wait(&c.q, [1, 1, 0]).await?;
+    c.wait_self_requeued(&c.q).await?;
     let d2 = consume(&c.ch, &c.q, &["msg1"]).await?.remove(0);
     let deaths = x_death(&d2);
     assert_eq!(deaths.len(), 1, "x-death after 2nd nack: {deaths:?}");

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use amq_protocol::protocol::basic::{self, AMQPProperties};
-use amq_protocol::protocol::{channel, confirm, exchange, queue, AMQPClass};
+use amq_protocol::protocol::{channel, confirm, exchange, queue, tx, AMQPClass};
 use amq_protocol::types::{AMQPValue, ShortString};
 use bytes::{Bytes, BytesMut};
 
@@ -19,7 +19,7 @@ use crate::message::StoredMessage;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::publish::{cc_bcc_keys, parse_expiration, strip_bcc};
 use crate::meta::{QueueDeclare, QueueRecord, Topology};
-use crate::queue::handle::QueueHandle;
+use crate::queue::handle::{PendingReply, QueueHandle};
 use crate::queue::types::{
     ConsumerId, EnqueueMsg, EnqueueOutcome, MsgId, QueueCommand, QueueReply,
 };
@@ -68,6 +68,8 @@ pub struct ChannelState {
     prefetch: u16,
     /// Last queue declared on the channel (for empty queue names).
     last_queue: Option<String>,
+    /// tx.select mode: publishes and settlements held until tx.commit.
+    tx: Option<Vec<(Arc<QueueHandle>, QueueCommand)>>,
 }
 
 fn ok_frame(class: AMQPClass) -> AMQPClass {
@@ -171,6 +173,9 @@ impl Conn {
     async fn dispatch(&mut self, ch: u16, m: AMQPClass) -> Result<()> {
         match m {
             AMQPClass::Channel(channel::AMQPMethod::Flow(f)) => {
+                if !f.active {
+                    return Err(ProtocolError::not_implemented("active=false"));
+                }
                 self.send(
                     ch,
                     AMQPClass::Channel(channel::AMQPMethod::FlowOk(channel::FlowOk {
@@ -185,6 +190,9 @@ impl Conn {
             AMQPClass::Basic(bm) => self.on_basic(ch, bm).await,
             AMQPClass::Confirm(confirm::AMQPMethod::Select(s)) => {
                 let state = self.chan(ch)?;
+                if state.tx.is_some() {
+                    return Err(ProtocolError::precondition("cannot switch from tx to confirm mode"));
+                }
                 if state.confirms.is_none() {
                     state.confirms = Some(ConfirmTracker::default());
                 }
@@ -196,14 +204,61 @@ impl Conn {
                 }
                 Ok(())
             }
-            AMQPClass::Tx(_) => Err(ProtocolError::not_implemented(
-                "transactions are not supported by quorumq",
-            )),
+            AMQPClass::Tx(m) => self.on_tx(ch, m).await,
+
             AMQPClass::Access(_) => Err(ProtocolError::command_invalid(
                 "access class is not supported",
             )),
             _ => Err(ProtocolError::command_invalid("unexpected method")),
         }
+    }
+
+    /// tx class (AMQP 0-9-1 transactions as RabbitMQ: publishes and
+    /// settlements of the channel take effect at tx.commit, in order).
+    async fn on_tx(&mut self, ch: u16, m: tx::AMQPMethod) -> Result<()> {
+        let state = self.chan(ch)?;
+        match m {
+            tx::AMQPMethod::Select(_) => {
+                if state.confirms.is_some() {
+                    return Err(ProtocolError::precondition("cannot switch from confirm to tx mode"));
+                }
+                state.tx.get_or_insert_with(Vec::new);
+                self.send(ch, AMQPClass::Tx(tx::AMQPMethod::SelectOk(tx::SelectOk {})));
+            }
+            tx::AMQPMethod::Commit(_) => {
+                let Some(actions) = state.tx.as_mut().map(std::mem::take) else {
+                    return Err(ProtocolError::precondition("channel is not transactional"));
+                };
+                let mut waits = Vec::with_capacity(actions.len());
+                for (q, cmd) in actions {
+                    waits.push(q.propose(cmd).await);
+                }
+                for w in waits {
+                    if let Ok(Err(e)) = w.await {
+                        return Err(ProtocolError::internal(e));
+                    }
+                }
+                self.send(ch, AMQPClass::Tx(tx::AMQPMethod::CommitOk(tx::CommitOk {})));
+            }
+            tx::AMQPMethod::Rollback(_) => {
+                let Some(actions) = state.tx.as_mut() else {
+                    return Err(ProtocolError::precondition("channel is not transactional"));
+                };
+                actions.clear();
+                self.send(ch, AMQPClass::Tx(tx::AMQPMethod::RollbackOk(tx::RollbackOk {})));
+            }
+            _ => return Err(ProtocolError::command_invalid("unexpected tx method")),
+        }
+        Ok(())
+    }
+
+    /// Proposes `cmd` now, or holds it for tx.commit in tx mode.
+    async fn submit(&mut self, ch: u16, queue: Arc<QueueHandle>, cmd: QueueCommand) -> Option<PendingReply> {
+        if let Some(held) = self.channels.get_mut(&ch).and_then(|s| s.tx.as_mut()) {
+            held.push((queue, cmd));
+            return None;
+        }
+        Some(queue.propose(cmd).await)
     }
 
     async fn meta(&mut self, cmd: MetaCommand) -> Result<MetaReply> {
@@ -251,11 +306,34 @@ impl Conn {
                     );
                 }
             }
-            exchange::AMQPMethod::Bind(_) | exchange::AMQPMethod::Unbind(_) => {
-                return Err(ProtocolError::not_implemented(
-                    "exchange-to-exchange bindings are not supported by quorumq",
-                ));
+            exchange::AMQPMethod::Bind(b) => {
+                self.meta(MetaCommand::BindExchange {
+                    vhost: self.vhost.clone(),
+                    destination: b.destination.as_str().into(),
+                    source: b.source.as_str().into(),
+                    routing_key: b.routing_key.as_str().into(),
+                    arguments: b.arguments,
+                })
+                .await?;
+                self.broker.topology_changed();
+                if !b.nowait {
+                    self.send(ch, AMQPClass::Exchange(exchange::AMQPMethod::BindOk(exchange::BindOk {})));
+                }
             }
+            exchange::AMQPMethod::Unbind(b) => {
+                self.meta(MetaCommand::UnbindExchange {
+                    vhost: self.vhost.clone(),
+                    destination: b.destination.as_str().into(),
+                    source: b.source.as_str().into(),
+                    routing_key: b.routing_key.as_str().into(),
+                    arguments: b.arguments,
+                })
+                .await?;
+                if !b.nowait {
+                    self.send(ch, AMQPClass::Exchange(exchange::AMQPMethod::UnbindOk(exchange::UnbindOk {})));
+                }
+            }
+
             _ => return Err(ProtocolError::command_invalid("unexpected exchange method")),
         }
         Ok(())
@@ -291,11 +369,13 @@ impl Conn {
                     arguments: d.arguments,
                     node: self.broker.node_id(),
                     connection: self.id,
+                    server_named: false,
                 };
                 if name.is_empty() && !d.passive {
                     Topology::check_server_named(&declare)?;
                     name = server_name("amq.gen-");
                     declare.name = name.clone();
+                    declare.server_named = true;
                 } else if name.is_empty() {
                     name = self.default_queue_name(ch, "")?;
                 }
@@ -389,6 +469,13 @@ impl Conn {
                 let mut count = 0;
                 if self.broker.queue(&self.vhost, &name).is_some() {
                     let (_, handle) = self.lookup_queue(&name)?;
+                    if handle.is_quorum() && (d.if_unused || d.if_empty) {
+                        let flag = if d.if_empty { "if-empty" } else { "if-unused" };
+                        return Err(ProtocolError::not_implemented(format!(
+                            "cannot delete queue '{name}' in vhost '{}'. queue.delete operations with {flag} flag set are not supported by quorum queues",
+                            self.vhost
+                        )));
+                    }
                     let (ready, unacked, consumers) = handle.counts();
                     if d.if_unused && consumers > 0 {
                         return Err(ProtocolError::precondition(format!(
@@ -398,7 +485,7 @@ impl Conn {
                     }
                     if d.if_empty && ready + unacked > 0 {
                         return Err(ProtocolError::precondition(format!(
-                            "queue '{name}' in vhost '{}' is not empty",
+                            "queue '{name}' in vhost '{}' not empty",
                             self.vhost
                         )));
                     }
@@ -526,7 +613,7 @@ impl Conn {
                 ),
             ));
         }
-        let id = self.broker.consumers().register(self.mailbox.clone());
+        let id = self.broker.consumers().register(self.mailbox.clone(), handle.group);
         self.chan(ch)?.consumers.insert(
             tag.clone(),
             ConsumerEntry {
@@ -592,7 +679,7 @@ impl Conn {
         let slot = match self.chan(ch)?.get_slots.get(&handle.group) {
             Some((id, _)) => *id,
             None => {
-                let id = self.broker.consumers().register(self.mailbox.clone());
+                let id = self.broker.consumers().register(self.mailbox.clone(), handle.group);
                 self.chan(ch)?
                     .get_slots
                     .insert(handle.group, (id, handle.clone()));
@@ -705,7 +792,7 @@ impl Conn {
                 },
             };
             // Fire and forget: the command is ordered behind earlier ones.
-            drop(queue.propose(cmd).await);
+            drop(self.submit(ch, queue, cmd).await);
         }
         Ok(())
     }
@@ -837,6 +924,14 @@ impl Conn {
         let seq = state.confirms.as_mut().map(|c| c.next());
         let exchange = publish.exchange.as_str().to_string();
         let routing_key = publish.routing_key.as_str().to_string();
+        if let Some(user) = props.user_id() {
+            if user.as_str() != "guest" {
+                return Err(ProtocolError::precondition(format!(
+                    "user_id property set to '{}' but authenticated user was 'guest'",
+                    user.as_str()
+                )));
+            }
+        }
         let (cc, bcc) = cc_bcc_keys(props.headers().as_ref())?;
         let ttl_ms = match props.expiration() {
             Some(e) => Some(parse_expiration(e.as_str())?),
@@ -895,14 +990,12 @@ impl Conn {
                 body_size,
                 ttl_ms,
             };
-            waits.push(
-                q.propose(QueueCommand::Enqueue {
-                    now_ms,
-                    msgs: vec![msg],
-                })
-                .await,
-            );
+            let cmd = QueueCommand::Enqueue { now_ms, msgs: vec![msg] };
+            if let Some(w) = self.submit(ch, q, cmd).await {
+                waits.push(w);
+            }
         }
+
         if let Some(seq) = seq {
             self.pending.push(Box::pin(async move {
                 let mut ok = true;
@@ -959,6 +1052,20 @@ impl Conn {
                 }
                 self.send_confirms(channel);
             }
+        }
+    }
+
+    /// A consumer's queue was deleted: drop the consumer and send
+    /// basic.cancel (consumer_cancel_notify, as RabbitMQ).
+    pub(super) fn on_consumer_cancelled(&mut self, id: ConsumerId) {
+        let found = self.channels.iter_mut().find_map(|(ch, s)| {
+            let tag = s.consumers.iter().find(|(_, c)| c.id == id).map(|(t, _)| t.clone())?;
+            s.consumers.remove(&tag);
+            s.unacked.retain(|_, u| u.consumer != id);
+            Some((*ch, tag, s.closing))
+        });
+        if let Some((ch, tag, false)) = found {
+            self.send(ch, AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel { consumer_tag: tag.as_str().into(), nowait: true })));
         }
     }
 

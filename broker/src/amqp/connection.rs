@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use super::channel::{ChannelState, Completion};
 use super::codec::{self, FrameReader, InFrame};
 use super::error::ProtocolError;
-use crate::consumers::QueueDelivery;
+use crate::consumers::ConnEvent;
 use crate::node::Broker;
 
 /// Largest frame we accept and offer (bytes), as RabbitMQ's default.
@@ -42,7 +42,7 @@ pub struct Conn {
     pub(super) frame_max: u32,
     pub(super) channel_max: u16,
     pub(super) channels: HashMap<u16, ChannelState>,
-    pub(super) mailbox: mpsc::UnboundedSender<QueueDelivery>,
+    pub(super) mailbox: mpsc::UnboundedSender<ConnEvent>,
     pub(super) pending: FuturesUnordered<futures::future::BoxFuture<'static, Completion>>,
     /// Exclusive queues this connection declared: deleted when it closes.
     pub(super) exclusive_queues: Vec<String>,
@@ -54,6 +54,10 @@ pub struct Conn {
 enum Step {
     Continue,
     Close,
+    /// We answered the client's connection.close: the client closes the
+    /// socket (as RabbitMQ, which leaves it to the client); closing first
+    /// can make a client see EOF before it reads close-ok.
+    Linger,
 }
 
 /// Serves one accepted socket until it closes. Never panics on input.
@@ -118,7 +122,7 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
                     last_read = Instant::now();
                     let step = conn.on_bytes(&mut reader, &mut closing_since).await;
                     if !conn.deferred.is_empty() {
-                        while let Ok(d) = mrx.try_recv() { conn.on_delivery(d).await; }
+                        while let Ok(d) = mrx.try_recv() { conn.on_event(d).await; }
                         for (ch, m) in std::mem::take(&mut conn.deferred) { conn.send(ch, m); }
                     }
                     step
@@ -126,8 +130,8 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
             },
             Some(c) = conn.pending.next() => { conn.on_completion(c); Step::Continue }
             Some(d) = mrx.recv() => {
-                conn.on_delivery(d).await;
-                while let Ok(d) = mrx.try_recv() { conn.on_delivery(d).await; }
+                conn.on_event(d).await;
+                while let Ok(d) = mrx.try_recv() { conn.on_event(d).await; }
                 Step::Continue
             }
             _ = ticker.tick() => {
@@ -154,8 +158,18 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
                 break;
             }
         }
-        if matches!(step, Step::Close) {
-            break;
+        match step {
+            Step::Continue => {}
+            Step::Close => break,
+            Step::Linger => {
+                conn.cleanup().await;
+                let mut sink = [0u8; 4096];
+                let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                    while matches!(rd.read(&mut sink).await, Ok(n) if n > 0) {}
+                })
+                .await;
+                break;
+            }
         }
     }
     conn.cleanup().await;
@@ -229,6 +243,11 @@ impl Conn {
         };
         let mechanism = start_ok.mechanism.as_str().to_string();
         if !authenticate(&mechanism, start_ok.response.as_bytes()) {
+            // Without the authentication_failure_close capability RabbitMQ
+            // just drops the socket.
+            if !has_capability(&start_ok.client_properties, "authentication_failure_close") {
+                return Ok(None);
+            }
             self.close_connection(403, format!("ACCESS_REFUSED - Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."), 0, 0);
             return Ok(None);
         }
@@ -276,6 +295,13 @@ impl Conn {
         Ok(Some(tune_ok.heartbeat))
     }
 
+    async fn on_event(&mut self, e: ConnEvent) {
+        match e {
+            ConnEvent::Delivery(d) => self.on_delivery(d).await,
+            ConnEvent::Cancelled(id) => self.on_consumer_cancelled(id),
+        }
+    }
+
     /// Sends connection.close; the caller stops reading soon after.
     pub(super) fn close_connection(
         &mut self,
@@ -316,6 +342,7 @@ impl Conn {
                     return Step::Close;
                 }
             };
+            tracing::trace!(conn = self.id, ?frame, "frame in");
             if closing_since.is_some() {
                 // After our connection.close only close-ok/close matter.
                 if let InFrame::Method(0, AMQPClass::Connection(m)) = frame {
@@ -353,9 +380,10 @@ impl Conn {
                                 connection::CloseOk {},
                             )),
                         );
-                        return Step::Close;
+                        return Step::Linger;
                     }
                     connection::AMQPMethod::CloseOk(_) => return Step::Close,
+
                     connection::AMQPMethod::Blocked(_) | connection::AMQPMethod::Unblocked(_) => {
                         Ok(())
                     }
@@ -372,7 +400,9 @@ impl Conn {
                         "unexpected connection method",
                     )),
                 },
-                InFrame::Method(0, _) => Err(ProtocolError::command_invalid("method on channel 0")),
+                InFrame::Method(0, _) => {
+                    Err(ProtocolError::connection(504, "CHANNEL_ERROR - unexpected method in connection state running"))
+                }
                 InFrame::Method(ch, m) => self.on_channel_method(ch, m).await,
                 InFrame::Header {
                     channel,
@@ -479,6 +509,14 @@ fn parse_amqplain(response: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     Some((get("LOGIN")?, get("PASSWORD")?))
 }
 
+/// True if the client's `capabilities` table sets `name` to true.
+fn has_capability(client_properties: &FieldTable, name: &str) -> bool {
+    match client_properties.inner().get("capabilities") {
+        Some(AMQPValue::FieldTable(caps)) => matches!(caps.inner().get(name), Some(AMQPValue::Boolean(true))),
+        _ => false,
+    }
+}
+
 fn server_properties() -> FieldTable {
     let mut caps = FieldTable::default();
     for cap in [
@@ -494,7 +532,7 @@ fn server_properties() -> FieldTable {
     ] {
         caps.insert(
             cap.into(),
-            AMQPValue::Boolean(cap != "exchange_exchange_bindings" && cap != "direct_reply_to"),
+            AMQPValue::Boolean(cap != "direct_reply_to"),
         );
     }
     let mut props = FieldTable::default();

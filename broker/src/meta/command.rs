@@ -50,7 +50,12 @@ pub enum MetaCommand {
         routing_key: String,
         arguments: FieldTable,
     },
+    /// exchange.bind (exchange-to-exchange).
+    BindExchange { vhost: String, destination: String, source: String, routing_key: String, arguments: FieldTable },
+    /// exchange.unbind.
+    UnbindExchange { vhost: String, destination: String, source: String, routing_key: String, arguments: FieldTable },
     /// quorumqctl set_policy.
+
     SetPolicy(Policy),
     /// quorumqctl clear_policy.
     ClearPolicy { vhost: String, name: String },

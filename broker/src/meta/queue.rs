@@ -48,6 +48,10 @@ pub struct QueueDeclare {
     pub node: u64,
     /// Declaring connection id (exclusive ownership).
     pub connection: u64,
+    /// The broker generated the name (`amq.gen-…`), so the reserved
+    /// `amq.` prefix is allowed.
+    #[serde(default)]
+    pub server_named: bool,
 }
 
 /// Outcome of `Topology::check_queue_declare`.
@@ -65,7 +69,12 @@ pub enum QueueDeclared {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Binding {
     pub exchange: String,
+    /// Destination name: a queue, or an exchange when `to_exchange`.
     pub queue: String,
     pub routing_key: String,
     pub arguments: FieldTable,
+    /// Exchange-to-exchange binding (exchange.bind, a RabbitMQ extension).
+    #[serde(default)]
+    pub to_exchange: bool,
 }
+

@@ -227,8 +227,66 @@ impl Topology {
         }
         v.exchanges.remove(name);
         v.bindings.remove(name);
+        for bs in v.bindings.values_mut() {
+            bs.retain(|b| !(b.to_exchange && b.queue == name));
+        }
         Ok(())
     }
+
+    /// exchange.bind: messages routed by `source` that match go on through
+    /// `destination`. Missing exchanges → 404 (destination reported first,
+    /// as rabbit_binding); the default exchange → 403. Binding twice is a
+    /// no-op.
+    pub fn bind_exchange(
+        &mut self,
+        vhost: &str,
+        destination: &str,
+        source: &str,
+        routing_key: &str,
+        arguments: &FieldTable,
+    ) -> Result<(), AmqpError> {
+        check_not_default_exchange(source)?;
+        check_not_default_exchange(destination)?;
+        let v = self.vhost_mut(vhost)?;
+        v.exchange_or_404(vhost, destination)?;
+        let x = v.exchange_or_404(vhost, source)?;
+        if x.kind == ExchangeKind::Headers {
+            validate_headers_binding(arguments)?;
+        }
+        let b = Binding {
+            exchange: source.to_owned(),
+            queue: destination.to_owned(),
+            routing_key: routing_key.to_owned(),
+            arguments: arguments.clone(),
+            to_exchange: true,
+        };
+        let bs = v.bindings.entry(source.to_owned()).or_default();
+        if !bs.contains(&b) {
+            bs.push(b);
+        }
+        Ok(())
+    }
+
+    /// exchange.unbind: removing a missing binding is fine.
+    pub fn unbind_exchange(
+        &mut self,
+        vhost: &str,
+        destination: &str,
+        source: &str,
+        routing_key: &str,
+        arguments: &FieldTable,
+    ) -> Result<(), AmqpError> {
+        check_not_default_exchange(source)?;
+        check_not_default_exchange(destination)?;
+        let v = self.vhost_mut(vhost)?;
+        if let Some(bs) = v.bindings.get_mut(source) {
+            bs.retain(|b| {
+                !(b.to_exchange && b.queue == destination && b.routing_key == routing_key && &b.arguments == arguments)
+            });
+        }
+        Ok(())
+    }
+
 
     /// The exchange record, if any.
     pub fn exchange(&self, vhost: &str, name: &str) -> Option<&ExchangeRecord> {
@@ -300,7 +358,9 @@ impl Topology {
         if d.name.is_empty() {
             Self::check_server_named(d)?;
         }
-        check_name("queue", &d.name)?;
+        if !d.server_named {
+            check_name("queue", &d.name)?;
+        }
         let args = augment_declare_args(&d.arguments, d.durable, d.exclusive, d.auto_delete);
         let durable = d.durable && !d.exclusive;
         let owner = if d.exclusive {
@@ -419,7 +479,8 @@ impl Topology {
         let mut touched = Vec::new();
         for (x, bs) in v.bindings.iter_mut() {
             let before = bs.len();
-            bs.retain(|b| b.queue != name);
+            bs.retain(|b| b.to_exchange || b.queue != name);
+
             if bs.len() != before {
                 touched.push(x.clone());
             }
@@ -464,8 +525,10 @@ impl Topology {
             queue: queue.to_owned(),
             routing_key: routing_key.to_owned(),
             arguments: arguments.clone(),
+            to_exchange: false,
         };
         let bs = v.bindings.entry(exchange.to_owned()).or_default();
+
         if !bs.contains(&b) {
             bs.push(b);
         }
@@ -489,7 +552,11 @@ impl Topology {
             Some(bs) => {
                 let before = bs.len();
                 bs.retain(|b| {
-                    !(b.queue == queue && b.routing_key == routing_key && &b.arguments == arguments)
+                    !(!b.to_exchange
+                        && b.queue == queue
+                        && b.routing_key == routing_key
+                        && &b.arguments == arguments)
+
                 });
                 bs.len() != before
             }
@@ -545,7 +612,20 @@ impl Topology {
             if !visited.insert(x.name.clone()) {
                 break;
             }
-            self.route_one(v, x, routing_keys, headers, &mut out);
+            // The exchange and everything reachable through
+            // exchange-to-exchange bindings (cycles stopped by `visited`).
+            let mut pending = vec![x];
+            while let Some(x) = pending.pop() {
+                let mut next = Vec::new();
+                self.route_one(v, x, routing_keys, headers, &mut out, &mut next);
+                for name in next {
+                    if let Some(d) = v.exchanges.get(&name) {
+                        if visited.insert(name) {
+                            pending.push(d);
+                        }
+                    }
+                }
+            }
             if out.is_empty() {
                 current = self
                     .alternate_exchange(vhost, v, x)
@@ -555,6 +635,7 @@ impl Topology {
         Ok(out.into_iter().collect())
     }
 
+
     fn route_one(
         &self,
         v: &VHost,
@@ -562,7 +643,9 @@ impl Topology {
         keys: &[String],
         headers: Option<&FieldTable>,
         out: &mut BTreeSet<String>,
+        exchanges: &mut Vec<String>,
     ) {
+
         if x.name.is_empty() {
             out.extend(
                 keys.iter()
@@ -581,9 +664,12 @@ impl Topology {
                 ExchangeKind::Topic => keys.iter().any(|k| topic_matches(&b.routing_key, k)),
                 ExchangeKind::Headers => headers_match(&b.arguments, headers),
             };
-            if hit && v.queues.contains_key(&b.queue) {
+            if hit && b.to_exchange {
+                exchanges.push(b.queue.clone());
+            } else if hit && v.queues.contains_key(&b.queue) {
                 out.insert(b.queue.clone());
             }
+
         }
     }
 
