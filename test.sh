@@ -6,6 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")"
 # The cluster tests must exercise quorumq here, not an external broker.
 unset QUORUMQ_TEST_URI QUORUMQ_BIN
-cargo build --bin quorumq
+cargo build --bin quorumq --bin quorumqctl
 cargo test --workspace
 timeout 900 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/pika

@@ -45,7 +45,12 @@ pub struct ConsumerRegistry {
 impl ConsumerRegistry {
     /// Registry of node `node` in boot `epoch`.
     pub fn new(node: u64, epoch: u32) -> Arc<Self> {
-        Arc::new(ConsumerRegistry { node, epoch, next_seq: AtomicU32::new(1), mailboxes: RwLock::new(HashMap::new()) })
+        Arc::new(ConsumerRegistry {
+            node,
+            epoch,
+            next_seq: AtomicU32::new(1),
+            mailboxes: RwLock::new(HashMap::new()),
+        })
     }
 
     /// This node's boot epoch.
@@ -55,7 +60,11 @@ impl ConsumerRegistry {
 
     /// A fresh consumer id of queue group `group`, delivering into `mailbox`.
     pub fn register(&self, mailbox: UnboundedSender<ConnEvent>, group: u64) -> ConsumerId {
-        let id = ConsumerId { node: self.node, epoch: self.epoch, seq: self.next_seq.fetch_add(1, Ordering::Relaxed) };
+        let id = ConsumerId {
+            node: self.node,
+            epoch: self.epoch,
+            seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
+        };
         if let Ok(mut m) = self.mailboxes.write() {
             m.insert(id, Entry { mailbox, group });
         }
@@ -72,7 +81,9 @@ impl ConsumerRegistry {
 
     /// Hands a delivery to its consumer's connection; false if it is gone.
     pub fn deliver(&self, d: QueueDelivery) -> bool {
-        let Ok(m) = self.mailboxes.read() else { return false };
+        let Ok(m) = self.mailboxes.read() else {
+            return false;
+        };
         match m.get(&d.consumer) {
             Some(e) => e.mailbox.send(ConnEvent::Delivery(d)).is_ok(),
             None => false,
@@ -81,8 +92,14 @@ impl ConsumerRegistry {
 
     /// The queue of `group` was deleted: tell every consumer of it.
     pub fn cancel_group(&self, group: u64) {
-        let Ok(mut m) = self.mailboxes.write() else { return };
-        let ids: Vec<ConsumerId> = m.iter().filter(|(_, e)| e.group == group).map(|(id, _)| *id).collect();
+        let Ok(mut m) = self.mailboxes.write() else {
+            return;
+        };
+        let ids: Vec<ConsumerId> = m
+            .iter()
+            .filter(|(_, e)| e.group == group)
+            .map(|(id, _)| *id)
+            .collect();
         for id in ids {
             if let Some(e) = m.remove(&id) {
                 let _ = e.mailbox.send(ConnEvent::Cancelled(id));

@@ -12,7 +12,7 @@ bin="${QUORUMQ_BIN:-$root/target/debug/quorumq}"
 port="${QUORUMQ_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}"
 work="$(mktemp -d -t quorumq-compat-XXXXXX)"
 log="$work/quorumq.stderr.log"
-"$bin" --amqp-listen "127.0.0.1:$port" --data-dir "$work/data" 2>"$log" >&2 &
+"$bin" --amqp-listen "127.0.0.1:$port" --data-dir "$work/data" --cluster-listen 127.0.0.1:0 2>"$log" >&2 &
 pid=$!
 stop() {
   if kill -0 "$pid" 2>/dev/null; then

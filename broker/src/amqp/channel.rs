@@ -52,6 +52,8 @@ struct ConsumerEntry {
     queue: Arc<QueueHandle>,
     no_ack: bool,
     exclusive: bool,
+    /// basic.cancel seen; the entry goes once queued deliveries are written.
+    cancelled: bool,
 }
 
 /// State of one open channel.
@@ -70,6 +72,9 @@ pub struct ChannelState {
     last_queue: Option<String>,
     /// tx.select mode: publishes and settlements held until tx.commit.
     tx: Option<Vec<(Arc<QueueHandle>, QueueCommand)>>,
+    /// Cancelled consumers: their unacked messages stay checked out to
+    /// them until acked or until the channel closes (spec §2.3).
+    cancelled: Vec<(ConsumerId, Arc<QueueHandle>)>,
 }
 
 fn ok_frame(class: AMQPClass) -> AMQPClass {
@@ -191,7 +196,9 @@ impl Conn {
             AMQPClass::Confirm(confirm::AMQPMethod::Select(s)) => {
                 let state = self.chan(ch)?;
                 if state.tx.is_some() {
-                    return Err(ProtocolError::precondition("cannot switch from tx to confirm mode"));
+                    return Err(ProtocolError::precondition(
+                        "cannot switch from tx to confirm mode",
+                    ));
                 }
                 if state.confirms.is_none() {
                     state.confirms = Some(ConfirmTracker::default());
@@ -220,7 +227,9 @@ impl Conn {
         match m {
             tx::AMQPMethod::Select(_) => {
                 if state.confirms.is_some() {
-                    return Err(ProtocolError::precondition("cannot switch from confirm to tx mode"));
+                    return Err(ProtocolError::precondition(
+                        "cannot switch from confirm to tx mode",
+                    ));
                 }
                 state.tx.get_or_insert_with(Vec::new);
                 self.send(ch, AMQPClass::Tx(tx::AMQPMethod::SelectOk(tx::SelectOk {})));
@@ -245,7 +254,10 @@ impl Conn {
                     return Err(ProtocolError::precondition("channel is not transactional"));
                 };
                 actions.clear();
-                self.send(ch, AMQPClass::Tx(tx::AMQPMethod::RollbackOk(tx::RollbackOk {})));
+                self.send(
+                    ch,
+                    AMQPClass::Tx(tx::AMQPMethod::RollbackOk(tx::RollbackOk {})),
+                );
             }
             _ => return Err(ProtocolError::command_invalid("unexpected tx method")),
         }
@@ -253,7 +265,12 @@ impl Conn {
     }
 
     /// Proposes `cmd` now, or holds it for tx.commit in tx mode.
-    async fn submit(&mut self, ch: u16, queue: Arc<QueueHandle>, cmd: QueueCommand) -> Option<PendingReply> {
+    async fn submit(
+        &mut self,
+        ch: u16,
+        queue: Arc<QueueHandle>,
+        cmd: QueueCommand,
+    ) -> Option<PendingReply> {
         if let Some(held) = self.channels.get_mut(&ch).and_then(|s| s.tx.as_mut()) {
             held.push((queue, cmd));
             return None;
@@ -317,7 +334,10 @@ impl Conn {
                 .await?;
                 self.broker.topology_changed();
                 if !b.nowait {
-                    self.send(ch, AMQPClass::Exchange(exchange::AMQPMethod::BindOk(exchange::BindOk {})));
+                    self.send(
+                        ch,
+                        AMQPClass::Exchange(exchange::AMQPMethod::BindOk(exchange::BindOk {})),
+                    );
                 }
             }
             exchange::AMQPMethod::Unbind(b) => {
@@ -330,7 +350,10 @@ impl Conn {
                 })
                 .await?;
                 if !b.nowait {
-                    self.send(ch, AMQPClass::Exchange(exchange::AMQPMethod::UnbindOk(exchange::UnbindOk {})));
+                    self.send(
+                        ch,
+                        AMQPClass::Exchange(exchange::AMQPMethod::UnbindOk(exchange::UnbindOk {})),
+                    );
                 }
             }
 
@@ -613,7 +636,10 @@ impl Conn {
                 ),
             ));
         }
-        let id = self.broker.consumers().register(self.mailbox.clone(), handle.group);
+        let id = self
+            .broker
+            .consumers()
+            .register(self.mailbox.clone(), handle.group);
         self.chan(ch)?.consumers.insert(
             tag.clone(),
             ConsumerEntry {
@@ -621,6 +647,7 @@ impl Conn {
                 queue: handle.clone(),
                 no_ack: c.no_ack,
                 exclusive: c.exclusive,
+                cancelled: false,
             },
         );
         if !c.nowait {
@@ -660,6 +687,10 @@ impl Conn {
                 })
                 .await;
             handle.remove_consumer(exclusive);
+            self.broker.consumers().unregister(id);
+            if let Some(e) = self.chan(ch)?.consumers.get_mut(&tag) {
+                e.cancelled = true;
+            }
             self.broker.maybe_auto_delete(&handle).await;
         }
         if !c.nowait {
@@ -679,7 +710,10 @@ impl Conn {
         let slot = match self.chan(ch)?.get_slots.get(&handle.group) {
             Some((id, _)) => *id,
             None => {
-                let id = self.broker.consumers().register(self.mailbox.clone(), handle.group);
+                let id = self
+                    .broker
+                    .consumers()
+                    .register(self.mailbox.clone(), handle.group);
                 self.chan(ch)?
                     .get_slots
                     .insert(handle.group, (id, handle.clone()));
@@ -815,9 +849,21 @@ impl Conn {
                     })
                     .await,
             );
-            c.queue.remove_consumer(c.exclusive);
-            self.broker.maybe_auto_delete(&c.queue).await;
+            if !c.cancelled {
+                c.queue.remove_consumer(c.exclusive);
+                self.broker.maybe_auto_delete(&c.queue).await;
+            }
         }
+        for (id, q) in state.cancelled {
+            waits.push(
+                q.propose(QueueCommand::ConsumerDown {
+                    now_ms,
+                    consumer: id,
+                })
+                .await,
+            );
+        }
+
         for (_, (id, q)) in state.get_slots {
             self.broker.consumers().unregister(id);
             waits.push(
@@ -990,7 +1036,10 @@ impl Conn {
                 body_size,
                 ttl_ms,
             };
-            let cmd = QueueCommand::Enqueue { now_ms, msgs: vec![msg] };
+            let cmd = QueueCommand::Enqueue {
+                now_ms,
+                msgs: vec![msg],
+            };
             if let Some(w) = self.submit(ch, q, cmd).await {
                 waits.push(w);
             }
@@ -1055,17 +1104,46 @@ impl Conn {
         }
     }
 
+    /// Forgets consumers cancelled by the client once their queued
+    /// deliveries have been written (called after the mailbox is drained).
+    pub(super) fn purge_cancelled(&mut self) {
+        for s in self.channels.values_mut() {
+            let tags: Vec<String> = s
+                .consumers
+                .iter()
+                .filter(|(_, c)| c.cancelled)
+                .map(|(t, _)| t.clone())
+                .collect();
+            for t in tags {
+                if let Some(c) = s.consumers.remove(&t) {
+                    s.cancelled.push((c.id, c.queue));
+                }
+            }
+        }
+    }
+
     /// A consumer's queue was deleted: drop the consumer and send
+
     /// basic.cancel (consumer_cancel_notify, as RabbitMQ).
     pub(super) fn on_consumer_cancelled(&mut self, id: ConsumerId) {
         let found = self.channels.iter_mut().find_map(|(ch, s)| {
-            let tag = s.consumers.iter().find(|(_, c)| c.id == id).map(|(t, _)| t.clone())?;
+            let tag = s
+                .consumers
+                .iter()
+                .find(|(_, c)| c.id == id && !c.cancelled)
+                .map(|(t, _)| t.clone())?;
             s.consumers.remove(&tag);
             s.unacked.retain(|_, u| u.consumer != id);
             Some((*ch, tag, s.closing))
         });
         if let Some((ch, tag, false)) = found {
-            self.send(ch, AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel { consumer_tag: tag.as_str().into(), nowait: true })));
+            self.send(
+                ch,
+                AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
+                    consumer_tag: tag.as_str().into(),
+                    nowait: true,
+                })),
+            );
         }
     }
 

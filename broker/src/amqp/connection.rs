@@ -121,10 +121,12 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
                 Ok(_) => {
                     last_read = Instant::now();
                     let step = conn.on_bytes(&mut reader, &mut closing_since).await;
-                    if !conn.deferred.is_empty() {
-                        while let Ok(d) = mrx.try_recv() { conn.on_event(d).await; }
-                        for (ch, m) in std::mem::take(&mut conn.deferred) { conn.send(ch, m); }
-                    }
+                    // Deliveries already queued go out before any
+                    // cancel-ok, and cancelled consumers are forgotten after.
+                    while let Ok(d) = mrx.try_recv() { conn.on_event(d).await; }
+                    for (ch, m) in std::mem::take(&mut conn.deferred) { conn.send(ch, m); }
+                    conn.purge_cancelled();
+
                     step
                 }
             },
@@ -400,9 +402,10 @@ impl Conn {
                         "unexpected connection method",
                     )),
                 },
-                InFrame::Method(0, _) => {
-                    Err(ProtocolError::connection(504, "CHANNEL_ERROR - unexpected method in connection state running"))
-                }
+                InFrame::Method(0, _) => Err(ProtocolError::connection(
+                    504,
+                    "CHANNEL_ERROR - unexpected method in connection state running",
+                )),
                 InFrame::Method(ch, m) => self.on_channel_method(ch, m).await,
                 InFrame::Header {
                     channel,
@@ -512,7 +515,9 @@ fn parse_amqplain(response: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
 /// True if the client's `capabilities` table sets `name` to true.
 fn has_capability(client_properties: &FieldTable, name: &str) -> bool {
     match client_properties.inner().get("capabilities") {
-        Some(AMQPValue::FieldTable(caps)) => matches!(caps.inner().get(name), Some(AMQPValue::Boolean(true))),
+        Some(AMQPValue::FieldTable(caps)) => {
+            matches!(caps.inner().get(name), Some(AMQPValue::Boolean(true)))
+        }
         _ => false,
     }
 }
@@ -530,10 +535,7 @@ fn server_properties() -> FieldTable {
         "per_consumer_qos",
         "direct_reply_to",
     ] {
-        caps.insert(
-            cap.into(),
-            AMQPValue::Boolean(cap != "direct_reply_to"),
-        );
+        caps.insert(cap.into(), AMQPValue::Boolean(cap != "direct_reply_to"));
     }
     let mut props = FieldTable::default();
     props.insert("capabilities".into(), AMQPValue::FieldTable(caps));

@@ -51,11 +51,22 @@ pub enum MetaCommand {
         arguments: FieldTable,
     },
     /// exchange.bind (exchange-to-exchange).
-    BindExchange { vhost: String, destination: String, source: String, routing_key: String, arguments: FieldTable },
+    BindExchange {
+        vhost: String,
+        destination: String,
+        source: String,
+        routing_key: String,
+        arguments: FieldTable,
+    },
     /// exchange.unbind.
-    UnbindExchange { vhost: String, destination: String, source: String, routing_key: String, arguments: FieldTable },
+    UnbindExchange {
+        vhost: String,
+        destination: String,
+        source: String,
+        routing_key: String,
+        arguments: FieldTable,
+    },
     /// quorumqctl set_policy.
-
     SetPolicy(Policy),
     /// quorumqctl clear_policy.
     ClearPolicy { vhost: String, name: String },

@@ -95,14 +95,25 @@ impl MetaHost {
             } => t
                 .unbind(&vhost, &queue, &exchange, &routing_key, &arguments)
                 .map(|_| MetaReply::Ok),
-            MetaCommand::BindExchange { vhost, destination, source, routing_key, arguments } => t
+            MetaCommand::BindExchange {
+                vhost,
+                destination,
+                source,
+                routing_key,
+                arguments,
+            } => t
                 .bind_exchange(&vhost, &destination, &source, &routing_key, &arguments)
                 .map(|_| MetaReply::Ok),
-            MetaCommand::UnbindExchange { vhost, destination, source, routing_key, arguments } => t
+            MetaCommand::UnbindExchange {
+                vhost,
+                destination,
+                source,
+                routing_key,
+                arguments,
+            } => t
                 .unbind_exchange(&vhost, &destination, &source, &routing_key, &arguments)
                 .map(|_| MetaReply::Ok),
-            MetaCommand::SetPolicy(p) =>
- t.set_policy(p).map(|_| MetaReply::Ok),
+            MetaCommand::SetPolicy(p) => t.set_policy(p).map(|_| MetaReply::Ok),
             MetaCommand::ClearPolicy { vhost, name } => {
                 t.clear_policy(&vhost, &name).map(|_| MetaReply::Ok)
             }

@@ -77,4 +77,3 @@ pub struct Binding {
     #[serde(default)]
     pub to_exchange: bool,
 }
-

@@ -281,12 +281,14 @@ impl Topology {
         let v = self.vhost_mut(vhost)?;
         if let Some(bs) = v.bindings.get_mut(source) {
             bs.retain(|b| {
-                !(b.to_exchange && b.queue == destination && b.routing_key == routing_key && &b.arguments == arguments)
+                !(b.to_exchange
+                    && b.queue == destination
+                    && b.routing_key == routing_key
+                    && &b.arguments == arguments)
             });
         }
         Ok(())
     }
-
 
     /// The exchange record, if any.
     pub fn exchange(&self, vhost: &str, name: &str) -> Option<&ExchangeRecord> {
@@ -556,7 +558,6 @@ impl Topology {
                         && b.queue == queue
                         && b.routing_key == routing_key
                         && &b.arguments == arguments)
-
                 });
                 bs.len() != before
             }
@@ -635,7 +636,6 @@ impl Topology {
         Ok(out.into_iter().collect())
     }
 
-
     fn route_one(
         &self,
         v: &VHost,
@@ -645,7 +645,6 @@ impl Topology {
         out: &mut BTreeSet<String>,
         exchanges: &mut Vec<String>,
     ) {
-
         if x.name.is_empty() {
             out.extend(
                 keys.iter()
@@ -669,7 +668,6 @@ impl Topology {
             } else if hit && v.queues.contains_key(&b.queue) {
                 out.insert(b.queue.clone());
             }
-
         }
     }
 

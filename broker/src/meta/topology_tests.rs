@@ -38,6 +38,7 @@ fn decl(
         arguments: args,
         node: 7,
         connection: 100,
+        server_named: false,
     }
 }
 
@@ -730,4 +731,59 @@ fn serde_round_trip_bincode() {
     let js = serde_json::to_string(&topo).unwrap();
     let back: Topology = serde_json::from_str(&js).unwrap();
     assert_eq!(back.policies("/"), topo.policies("/"));
+}
+
+#[test]
+fn exchange_to_exchange_bindings_route_and_unbind() {
+    let mut t = Topology::new();
+    let none = FieldTable::default();
+    t.declare_exchange("/", "src", "topic", false, true, false, false, &none)
+        .expect("src");
+    t.declare_exchange("/", "dst", "fanout", false, true, false, false, &none)
+        .expect("dst");
+    create(
+        &mut t,
+        &decl("q1", true, false, false, FieldTable::default()),
+    );
+    t.bind("/", "q1", "dst", "", &none).expect("bind q");
+    t.bind_exchange("/", "dst", "src", "a.*", &none)
+        .expect("bind x");
+    // A cycle back to the source must not loop.
+    t.bind_exchange("/", "src", "dst", "", &none)
+        .expect("bind back");
+    assert_eq!(
+        t.route("/", "src", &["a.x".into()], None).expect("route"),
+        vec!["q1".to_string()]
+    );
+    assert!(t
+        .route("/", "src", &["b.x".into()], None)
+        .expect("route")
+        .is_empty());
+    t.unbind_exchange("/", "dst", "src", "a.*", &none)
+        .expect("unbind");
+    assert!(t
+        .route("/", "src", &["a.x".into()], None)
+        .expect("route")
+        .is_empty());
+    assert_eq!(
+        t.bind_exchange("/", "dst", "missing", "", &none)
+            .unwrap_err()
+            .code,
+        404
+    );
+    t.delete_exchange("/", "dst", false).expect("delete");
+    assert!(
+        t.bindings("/", "src").is_empty(),
+        "bindings to a deleted exchange go too"
+    );
+}
+
+#[test]
+fn server_named_queue_may_use_the_amq_prefix() {
+    let mut t = Topology::new();
+    let mut d = decl("amq.gen-abc", false, true, false, FieldTable::default());
+    assert_eq!(t.check_queue_declare(&d).unwrap_err().code, 403);
+    d.server_named = true;
+    create(&mut t, &d);
+    assert!(t.queue("/", "amq.gen-abc").is_some());
 }

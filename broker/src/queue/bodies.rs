@@ -132,6 +132,11 @@ impl BodyStore for TieredBodies {
     }
 
     fn persist_all(&mut self) {
+        tracing::debug!(
+            bodies = self.mem.len(),
+            bytes = self.mem_bytes,
+            "persisting bodies for a snapshot"
+        );
         self.spill(0);
     }
 }

@@ -141,14 +141,23 @@ impl QueueHost {
         }
     }
 
-    /// Serialized machine (snapshot; bodies stay in their own tree).
-    pub fn snapshot(&self) -> Result<Vec<u8>, raft_log::StoreError> {
+    /// Serialized machine. Bodies held only in memory are written to the
+    /// body tree first: the snapshot lets openraft purge the log entries
+    /// that carried them, and the snapshot save flushes before that.
+    pub fn snapshot(&mut self) -> Result<Vec<u8>, raft_log::StoreError> {
+        self.bodies.persist_all();
         raft_log::codec::encode(&self.machine)
     }
 
     /// Replaces the machine from a snapshot.
     pub fn restore(&mut self, data: &[u8]) -> Result<(), raft_log::StoreError> {
         self.machine = raft_log::codec::decode(data)?;
+        tracing::debug!(
+            group = self.ctx.group,
+            ready = self.machine.ready_count(),
+            "queue restored from snapshot"
+        );
+
         Ok(())
     }
 }

@@ -87,6 +87,10 @@ struct Args {
     /// Keep the queues after the run (they are deleted and re-declared at start either way).
     #[arg(long)]
     keep_queues: bool,
+    /// Backlog mode: consumers start only after every message is published
+    /// (measures a deep queue, e.g. RSS with 1M ready messages, then the drain).
+    #[arg(long)]
+    backlog: bool,
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -341,25 +345,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
         last_receive: Mutex::new(None),
     });
     let stop = Arc::new(tokio::sync::Notify::new());
-    let mut consumers = Vec::new();
-    for i in 0..args.consumers {
-        consumers.push(tokio::spawn(consumer(
-            args.clone(),
-            measure_queues[i % args.queues].clone(),
-            false,
-            shared.clone(),
-            stop.clone(),
-        )));
-        if args.dead_letter {
+    let spawn_consumers = || {
+        let mut consumers = Vec::new();
+        for i in 0..args.consumers {
             consumers.push(tokio::spawn(consumer(
                 args.clone(),
-                publish_queues[i % args.queues].clone(),
-                true,
+                measure_queues[i % args.queues].clone(),
+                false,
                 shared.clone(),
                 stop.clone(),
             )));
+            if args.dead_letter {
+                consumers.push(tokio::spawn(consumer(
+                    args.clone(),
+                    publish_queues[i % args.queues].clone(),
+                    true,
+                    shared.clone(),
+                    stop.clone(),
+                )));
+            }
         }
-    }
+        consumers
+    };
+    let mut consumers = if args.backlog {
+        Vec::new()
+    } else {
+        spawn_consumers()
+    };
     let start = Instant::now();
     let mut producers = Vec::new();
     for i in 0..args.producers {
@@ -375,6 +387,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         publish_time = publish_time.max(p.await??);
     }
     let publish_elapsed = start.elapsed();
+    if args.backlog {
+        println!(
+            "backlog published in {:.2} s; starting consumers",
+            publish_elapsed.as_secs_f64()
+        );
+        consumers = spawn_consumers();
+    }
     let confirms = args.confirm > 0;
     let expected = if confirms {
         shared.confirmed.lock().unwrap().len() as u64
