@@ -21,7 +21,7 @@ use crate::consumers::ConsumerRegistry;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::host::MetaHost;
 use crate::meta::{QueueKind, QueueRecord};
-use crate::queue::bodies::{MemBodies, TieredBodies, MEMORY_BUDGET};
+use crate::queue::bodies::{MemBodies, SegmentBodies, MEMORY_BUDGET};
 use crate::queue::handle::QueueHandle;
 use crate::queue::host::{QueueContext, QueueHost};
 use crate::queue::runtime;
@@ -31,7 +31,7 @@ use crate::queue::QueueMachine;
 /// sled page cache (bytes). Small on purpose: bodies are read once per
 /// delivery, and the RSS budget (1M ready 1 KiB messages ≤ 400 MiB) is
 /// mostly the machine's index.
-const CACHE_BYTES: u64 = 64 * 1024 * 1024;
+const CACHE_BYTES: u64 = 32 * 1024 * 1024;
 
 /// Errors starting a node.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +74,7 @@ impl Broker {
     pub async fn start(config: Config) -> Result<Arc<Broker>, NodeError> {
         let dir: PathBuf = config.data_dir.join(format!("node-{}", config.node_id));
         std::fs::create_dir_all(&dir)?;
-        let store = NodeStore::open(&dir, CACHE_BYTES)?;
+        let store = NodeStore::open(&dir.join("raft"), CACHE_BYTES)?;
         let epoch = next_epoch(store.db())?;
         let origin = Origin {
             node: config.node_id,
@@ -119,7 +119,17 @@ impl Broker {
         self.config.node_id
     }
 
+    /// Directory of a quorum queue's body segments.
+    fn bodies_dir(&self, group: u64) -> PathBuf {
+        self.config
+            .data_dir
+            .join(format!("node-{}", self.config.node_id))
+            .join("bodies")
+            .join(group.to_string())
+    }
+
     /// The node's configuration.
+
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -277,7 +287,7 @@ impl Broker {
         let machine = QueueMachine::new(config.clone());
         let handle = match rec.kind {
             QueueKind::Quorum => {
-                let bodies = TieredBodies::open(self.store.db(), rec.group_id, MEMORY_BUDGET)?;
+                let bodies = SegmentBodies::open(&self.bodies_dir(rec.group_id), MEMORY_BUDGET)?;
                 let host = QueueHost::new(machine, Box::new(bodies), ctx.clone());
                 let sm = self
                     .store
@@ -373,12 +383,8 @@ impl Broker {
                 if let Err(e) = self.store.drop_group(group) {
                     tracing::warn!(group, error = %e, "failed to drop group storage");
                 }
-                if let Err(e) = self
-                    .store
-                    .db()
-                    .drop_tree(crate::queue::bodies::tree_name(group))
-                {
-                    tracing::warn!(group, error = %e, "failed to drop body tree");
+                if let Err(e) = std::fs::remove_dir_all(self.bodies_dir(group)) {
+                    tracing::warn!(group, error = %e, "failed to remove body segments");
                 }
             }
         }

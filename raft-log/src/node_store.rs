@@ -33,10 +33,19 @@ impl NodeStore {
     /// Errors: [`StoreError::Sled`] if sled cannot open the directory (already open in this or
     /// another process, corrupt files, I/O); [`StoreError::Flush`] if the thread cannot spawn.
     pub fn open(dir: &Path, cache_capacity_bytes: u64) -> Result<NodeStore, StoreError> {
+        /// sled segment (and IO buffer) size in bytes; see below.
+        const SEGMENT_BYTES: usize = 8 * 1024 * 1024;
+
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(cache_capacity_bytes)
+            // sled writes any page over segment_size/4 as a separate blob
+            // file (open + write + close). Raft entries carry batches of
+            // message bodies, so with the 512 KiB default most log pages
+            // became blobs; 8 MiB segments keep pages up to 2 MiB inline.
+            .segment_size(SEGMENT_BYTES)
             .open()?;
+
         let flush_db = db.clone();
         let flusher = Flusher::start("raft-log-flusher", move || {
             flush_db.flush().map(|_| ()).map_err(std::io::Error::other)

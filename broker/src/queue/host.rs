@@ -141,17 +141,23 @@ impl QueueHost {
         }
     }
 
-    /// Serialized machine. Bodies held only in memory are written to the
-    /// body tree first: the snapshot lets openraft purge the log entries
-    /// that carried them, and the snapshot save flushes before that.
+    /// Serialized machine plus the location index of its spilled bodies.
+    /// Bodies held only in memory are written (and synced) to the body
+    /// segments first: the snapshot lets openraft purge the log entries
+    /// that carried them.
     pub fn snapshot(&mut self) -> Result<Vec<u8>, raft_log::StoreError> {
-        self.bodies.persist_all();
-        raft_log::codec::encode(&self.machine)
+        let index = self.bodies.persist_all();
+        raft_log::codec::encode(&(&self.machine, index))
     }
 
     /// Replaces the machine from a snapshot.
     pub fn restore(&mut self, data: &[u8]) -> Result<(), raft_log::StoreError> {
-        self.machine = raft_log::codec::decode(data)?;
+        let (machine, index): (QueueMachine, Vec<u8>) = raft_log::codec::decode(data)?;
+        self.bodies
+            .restore(&index)
+            .map_err(raft_log::StoreError::corrupt)?;
+        self.machine = machine;
+
         tracing::debug!(
             group = self.ctx.group,
             ready = self.machine.ready_count(),
