@@ -31,7 +31,7 @@ use crate::queue::QueueMachine;
 /// sled page cache (bytes). Small on purpose: bodies are read once per
 /// delivery, and the RSS budget (1M ready 1 KiB messages ≤ 400 MiB) is
 /// mostly the machine's index.
-const CACHE_BYTES: u64 = 32 * 1024 * 1024;
+const CACHE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Errors starting a node.
 #[derive(Debug, thiserror::Error)]

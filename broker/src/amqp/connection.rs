@@ -165,7 +165,13 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
             Step::Close => break,
             Step::Linger => {
                 conn.cleanup().await;
+                conn.send(
+                    0,
+                    AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})),
+                );
+                conn.flush(&wtx).await;
                 let mut sink = [0u8; 4096];
+
                 let _ = tokio::time::timeout(Duration::from_secs(5), async {
                     while matches!(rd.read(&mut sink).await, Ok(n) if n > 0) {}
                 })
@@ -376,12 +382,8 @@ impl Conn {
                 )),
                 InFrame::Method(0, AMQPClass::Connection(m)) => match m {
                     connection::AMQPMethod::Close(_) => {
-                        self.send(
-                            0,
-                            AMQPClass::Connection(connection::AMQPMethod::CloseOk(
-                                connection::CloseOk {},
-                            )),
-                        );
+                        // close-ok is sent by the loop once the connection's
+                        // resources (exclusive queues, consumers) are gone.
                         return Step::Linger;
                     }
                     connection::AMQPMethod::CloseOk(_) => return Step::Close,

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use super::types::MsgId;
 
 /// In-memory body budget per quorum queue (bytes) before spilling to disk.
-pub const MEMORY_BUDGET: usize = 32 * 1024 * 1024;
+pub const MEMORY_BUDGET: usize = 16 * 1024 * 1024;
 /// A segment file is closed for appends past this size (bytes).
 const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 
