@@ -293,7 +293,11 @@ impl Broker {
                     .store
                     .state_machine::<TypeConfig, QueueHost>(rec.group_id, host)?;
                 let host = sm.machine();
+                if let Ok(mut h) = host.lock() {
+                    h.finish_open();
+                }
                 let log = self.store.log_store::<TypeConfig>(rec.group_id)?;
+
                 let cfg = Arc::new(
                     raft_config(rec.group_id).map_err(|e| NodeError::Raft(e.to_string()))?,
                 );

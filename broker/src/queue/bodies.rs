@@ -42,6 +42,10 @@ pub trait BodyStore: Send + Sync + 'static {
     fn persist_all(&mut self) -> Vec<u8>;
     /// Adopts the index saved by `persist_all` (restore from a snapshot).
     fn restore(&mut self, index: &[u8]) -> Result<(), String>;
+    /// Called once the group is open: with no snapshot restored, bodies
+    /// left on disk by an earlier run are unreferenced (the whole log is
+    /// still there to replay them) and can go.
+    fn finish_open(&mut self) {}
 }
 
 /// Where a spilled body is: segment number, byte offset, length.
@@ -75,6 +79,9 @@ pub struct SegmentBodies {
     retired: Vec<u32>,
     /// Drained before the previous snapshot: safe to delete now.
     deletable: Vec<u32>,
+    /// Segments found on disk at open, before any restore.
+    found_at_open: Vec<u32>,
+    restored: bool,
 }
 
 impl SegmentBodies {
@@ -96,12 +103,11 @@ impl SegmentBodies {
             dirty: false,
             retired: Vec::new(),
             deletable: Vec::new(),
+            found_at_open: Vec::new(),
+            restored: false,
         };
-        store.active = store
-            .existing_segments()?
-            .into_iter()
-            .max()
-            .map_or(0, |m| m + 1);
+        store.found_at_open = store.existing_segments()?;
+        store.active = store.found_at_open.iter().max().map_or(0, |m| m + 1);
         Ok(store)
     }
 
@@ -267,6 +273,7 @@ impl BodyStore for SegmentBodies {
 
     fn restore(&mut self, index: &[u8]) -> Result<(), String> {
         let index: Vec<(MsgId, Loc)> = raft_log::codec::decode(index).map_err(|e| e.to_string())?;
+        self.restored = true;
         self.mem.clear();
         self.mem_bytes = 0;
         self.spilled = index.into_iter().collect();
@@ -306,6 +313,17 @@ impl BodyStore for SegmentBodies {
             .map_or(self.active, |m| m + 1)
             .max(self.active);
         Ok(())
+    }
+
+    fn finish_open(&mut self) {
+        if self.restored {
+            return;
+        }
+        for seg in std::mem::take(&mut self.found_at_open) {
+            if !self.segs.contains_key(&seg) {
+                let _ = fs::remove_file(self.seg_path(seg));
+            }
+        }
     }
 }
 
@@ -429,5 +447,19 @@ mod tests {
             c.existing_segments().expect("ls").is_empty(),
             "orphan segments removed"
         );
+    }
+
+    #[test]
+    fn segments_of_a_run_without_snapshot_are_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let mut b = SegmentBodies::open(dir.path(), 4).expect("open");
+            b.put(1, &Bytes::from_static(b"spilled"));
+            assert!(!b.spilled.is_empty());
+        }
+        let mut b = SegmentBodies::open(dir.path(), 4).expect("reopen");
+        assert_eq!(b.existing_segments().expect("ls").len(), 1);
+        b.finish_open();
+        assert!(b.existing_segments().expect("ls").is_empty());
     }
 }

@@ -71,7 +71,13 @@ impl QueueHost {
         &self.machine
     }
 
+    /// The group finished opening (snapshot restored or not).
+    pub fn finish_open(&mut self) {
+        self.bodies.finish_open();
+    }
+
     /// Reads a stored payload (used by the dead-letter worker).
+
     pub fn payload(&self, id: MsgId) -> Option<Bytes> {
         self.bodies.get(id)
     }
