@@ -282,7 +282,9 @@ impl Broker {
             live: AtomicBool::new(false),
             consumers: self.consumers.clone(),
             effects: tx,
+            closed: AtomicBool::new(false),
         });
+
         let config = self.effective_config(&rec.vhost, &rec.name);
         let machine = QueueMachine::new(config.clone());
         let handle = match rec.kind {

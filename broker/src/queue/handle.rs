@@ -172,6 +172,9 @@ impl QueueHandle {
 
     /// Stops the group (queue deleted or node stopping).
     pub async fn shutdown(&self) {
+        self.ctx
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
         if let Backend::Raft { raft, .. } = &self.backend {
             if let Err(e) = raft.shutdown().await {
                 tracing::warn!(group = self.group, error = %e, "raft shutdown failed");

@@ -47,6 +47,9 @@ pub struct QueueContext {
     pub consumers: Arc<ConsumerRegistry>,
     /// Leader-only effects other than deliveries.
     pub effects: UnboundedSender<LeaderEffect>,
+    /// Set when the queue's group is shut down (deleted or node stopping):
+    /// its runtime and dead-letter worker end.
+    pub closed: AtomicBool,
 }
 
 /// The queue state machine plus its body store.

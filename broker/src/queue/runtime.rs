@@ -76,7 +76,9 @@ async fn run(
                 if wants_tick {
                     drop(queue.propose(QueueCommand::Tick { now_ms: crate::now_ms() }).await);
                 }
-                if broker.upgrade().map(|b| b.is_stopping()).unwrap_or(true) { break; }
+                let closed = queue.context().closed.load(std::sync::atomic::Ordering::Acquire);
+                if closed || broker.upgrade().map(|b| b.is_stopping()).unwrap_or(true) { break; }
+
             }
         }
     }
