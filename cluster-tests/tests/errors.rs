@@ -387,3 +387,50 @@ async fn channel_error_leaves_other_channels_working() -> anyhow::Result<()> {
     })
     .await
 }
+
+#[tokio::test]
+async fn global_qos_consume_on_quorum_queue_is_540() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let conn = connect(broker.uri()).await?;
+        let q = unique("q.globalqos");
+        let setup = conn.create_channel().await?;
+        setup
+            .queue_declare(
+                q.as_str().into(),
+                lapin::options::QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                quorum_args(&[]),
+            )
+            .await?;
+        let ch = conn.create_channel().await?;
+        ch.basic_qos(10, lapin::options::BasicQosOptions { global: true })
+            .await?;
+        let err = expect_amqp_error(
+            ch.basic_consume(
+                q.as_str().into(),
+                "".into(),
+                Default::default(),
+                lapin::types::FieldTable::default(),
+            )
+            .await,
+        );
+        assert_eq!(
+            err,
+            (
+                540,
+                format!("NOT_IMPLEMENTED - queue '{q}' in vhost '/' does not support global qos")
+            )
+        );
+        let conn2 = connect(broker.uri()).await?;
+        conn2
+            .create_channel()
+            .await?
+            .queue_delete(q.as_str().into(), Default::default())
+            .await?;
+        Ok(())
+    })
+    .await
+}

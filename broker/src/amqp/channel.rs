@@ -70,6 +70,10 @@ pub struct ChannelState {
     prefetch: u16,
     /// Last queue declared on the channel (for empty queue names).
     last_queue: Option<String>,
+    /// basic.qos global=true with a limit: quorum queues refuse consumers
+    /// on such a channel (spec §1.4).
+    global_prefetch: bool,
+
     /// tx.select mode: publishes and settlements held until tx.commit.
     tx: Option<Vec<(Arc<QueueHandle>, QueueCommand)>>,
     /// Cancelled consumers: their unacked messages stay checked out to
@@ -546,7 +550,9 @@ impl Conn {
         match m {
             basic::AMQPMethod::Qos(q) => {
                 let state = self.chan(ch)?;
-                if !q.global {
+                if q.global {
+                    state.global_prefetch = q.prefetch_count > 0;
+                } else {
                     state.prefetch = q.prefetch_count;
                 }
                 self.send(
@@ -612,6 +618,12 @@ impl Conn {
     async fn on_consume(&mut self, ch: u16, c: basic::Consume) -> Result<()> {
         let name = self.default_queue_name(ch, c.queue.as_str())?;
         let (_, handle) = self.lookup_queue(&name)?;
+        if handle.is_quorum() && self.chan(ch)?.global_prefetch {
+            return Err(ProtocolError::not_implemented(format!(
+                "queue '{name}' in vhost '{}' does not support global qos",
+                self.vhost
+            )));
+        }
         let tag = if c.consumer_tag.as_str().is_empty() {
             server_name("amq.ctag-")
         } else {
