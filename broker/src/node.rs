@@ -129,7 +129,6 @@ impl Broker {
     }
 
     /// The node's configuration.
-
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -263,7 +262,7 @@ impl Broker {
         let handle = self
             .open_queue(rec)
             .await
-            .map_err(|e| ProtocolError::internal(e))?;
+            .map_err(ProtocolError::internal)?;
         if let Ok(mut q) = self.queues.write() {
             q.insert(rec.group_id, handle.clone());
         }

@@ -81,10 +81,6 @@ pub struct ChannelState {
     cancelled: Vec<(ConsumerId, Arc<QueueHandle>)>,
 }
 
-fn ok_frame(class: AMQPClass) -> AMQPClass {
-    class
-}
-
 impl Conn {
     fn chan(&mut self, ch: u16) -> Result<&mut ChannelState> {
         self.channels.get_mut(&ch).ok_or_else(|| {
@@ -165,9 +161,10 @@ impl Conn {
             return Ok(());
         }
         if state.content.is_some() {
-            return Err(ProtocolError::unexpected_frame(format!(
+            return Err(ProtocolError::unexpected_frame(
                 "expected content header for class 60, got non content header frame instead"
-            )));
+                    .to_string(),
+            ));
         }
         let r = self.dispatch(ch, m).await;
         match r {
@@ -406,7 +403,7 @@ impl Conn {
                 } else if name.is_empty() {
                     name = self.default_queue_name(ch, "")?;
                 }
-                let (rec, handle) = if d.passive {
+                let (_, handle) = if d.passive {
                     self.lookup_queue(&name)?
                 } else {
                     let reply = self.meta(MetaCommand::DeclareQueue(declare)).await?;
@@ -419,7 +416,6 @@ impl Conn {
                     }
                     (record, handle)
                 };
-                let _ = rec;
                 self.chan(ch)?.last_queue = Some(name.clone());
                 let (ready, _unacked, consumers) = handle.counts();
                 if !d.nowait {
@@ -477,7 +473,7 @@ impl Conn {
                         now_ms: crate::now_ms(),
                     })
                     .await
-                    .map_err(|e| ProtocolError::internal(e))?;
+                    .map_err(ProtocolError::internal)?;
                 let n = match reply {
                     QueueReply::Purged(n) => n,
                     _ => 0,
@@ -979,7 +975,7 @@ impl Conn {
         else {
             return Ok(());
         };
-        let seq = state.confirms.as_mut().map(|c| c.next());
+        let seq = state.confirms.as_mut().map(|c| c.allocate());
         let exchange = publish.exchange.as_str().to_string();
         let routing_key = publish.routing_key.as_str().to_string();
         if let Some(user) = props.user_id() {
@@ -1096,7 +1092,7 @@ impl Conn {
                     requeue: false,
                 })
             };
-            self.send(ch, ok_frame(AMQPClass::Basic(m)));
+            self.send(ch, AMQPClass::Basic(m));
         }
     }
 
@@ -1135,7 +1131,6 @@ impl Conn {
     }
 
     /// A consumer's queue was deleted: drop the consumer and send
-
     /// basic.cancel (consumer_cancel_notify, as RabbitMQ).
     pub(super) fn on_consumer_cancelled(&mut self, id: ConsumerId) {
         let found = self.channels.iter_mut().find_map(|(ch, s)| {

@@ -293,7 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn content_round_trip_keeps_raw_properties() {
+    fn content_round_trip_keeps_raw_properties() -> Result<(), FrameError> {
         let props = basic::AMQPProperties::default()
             .with_delivery_mode(2)
             .with_message_id("m1".into());
@@ -308,7 +308,7 @@ mod tests {
             properties,
             body_size,
             ..
-        }) = r.next_frame().expect("ok")
+        }) = r.next_frame()?
         else {
             panic!("expected header")
         };
@@ -316,11 +316,12 @@ mod tests {
         assert_eq!(body_size, 10_000);
         assert_eq!(properties.delivery_mode(), &Some(2));
         let mut total = 0;
-        while let Some(InFrame::Body(1, b)) = r.next_frame().expect("ok") {
+        while let Some(InFrame::Body(1, b)) = r.next_frame()? {
             assert!(b.len() <= 4088);
             total += b.len();
         }
         assert_eq!(total, 10_000);
+        Ok(())
     }
 
     #[test]

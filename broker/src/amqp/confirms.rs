@@ -17,7 +17,7 @@ pub struct ConfirmTracker {
 
 impl ConfirmTracker {
     /// Allocates the sequence number of the next publish (1-based).
-    pub fn next(&mut self) -> u64 {
+    pub fn allocate(&mut self) -> u64 {
         self.next_seq += 1;
         self.pending.insert(self.next_seq, None);
         self.next_seq
@@ -71,7 +71,7 @@ mod tests {
     #[test]
     fn in_order_acks_fold_into_multiple() {
         let mut t = ConfirmTracker::default();
-        let seqs: Vec<u64> = (0..5).map(|_| t.next()).collect();
+        let seqs: Vec<u64> = (0..5).map(|_| t.allocate()).collect();
         for s in &seqs {
             t.complete(*s, true);
         }
@@ -83,7 +83,7 @@ mod tests {
     fn out_of_order_and_nacks_are_individual() {
         let mut t = ConfirmTracker::default();
         for _ in 0..4 {
-            t.next();
+            t.allocate();
         }
         t.complete(3, true);
         t.complete(2, false);
@@ -97,7 +97,7 @@ mod tests {
     #[test]
     fn single_ack_is_not_multiple() {
         let mut t = ConfirmTracker::default();
-        let s = t.next();
+        let s = t.allocate();
         t.complete(s, true);
         assert_eq!(t.drain(), vec![(1, false, true)]);
     }

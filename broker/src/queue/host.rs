@@ -80,7 +80,6 @@ impl QueueHost {
     }
 
     /// Reads a stored payload (used by the dead-letter worker).
-
     pub fn payload(&self, id: MsgId) -> Option<Bytes> {
         self.bodies.get(id)
     }
