@@ -715,6 +715,19 @@ impl Conn {
     async fn on_get(&mut self, ch: u16, g: basic::Get) -> Result<()> {
         let name = self.default_queue_name(ch, g.queue.as_str())?;
         let (_, handle) = self.lookup_queue(&name)?;
+        let sac = handle.is_quorum()
+            && handle
+                .read(|h| h.machine().config().single_active_consumer)
+                .unwrap_or(false);
+        if sac {
+            return Err(ProtocolError::channel(
+                405,
+                format!(
+                    "RESOURCE_LOCKED - cannot obtain access to locked queue '{name}' in vhost '{}'. basic.get operations are not supported by quorum queues with single active consumer",
+                    self.vhost
+                ),
+            ));
+        }
         let slot = match self.chan(ch)?.get_slots.get(&handle.group) {
             Some((id, _)) => *id,
             None => {

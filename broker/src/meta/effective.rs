@@ -188,7 +188,12 @@ pub fn effective_config(
         message_ttl_ms: as_u64(lookup_key("message-ttl", Resolve::Min, args, policy)),
         delivery_limit,
         expires_ms: as_u64(lookup_key("expires", Resolve::Policy, args, policy)),
+        single_active_consumer: matches!(
+            lookup(args, "x-single-active-consumer"),
+            Some(AMQPValue::Boolean(true))
+        ),
     };
+
     (config, warnings)
 }
 

@@ -129,6 +129,13 @@ impl Consumers {
     /// The consumer the next push goes to, and whether it is no_ack. It
     /// leaves the service queue; [`Consumers::check_out`] or
     /// [`Consumers::pushed_no_ack`] puts it back at the end if it has room.
+    /// Single-active-consumer mode: the oldest active consumer (ids grow
+    /// with registration on a node) if it has spare prefetch.
+    pub fn single_active_for_push(&self) -> Option<(ConsumerId, bool)> {
+        let (id, rec) = self.records.iter().find(|(_, r)| r.active)?;
+        rec.has_spare().then_some((*id, rec.no_ack))
+    }
+
     pub fn next_for_push(&mut self) -> Option<(ConsumerId, bool)> {
         while let Some(id) = self.service.pop_front() {
             if let Some(rec) = self.records.get_mut(&id) {

@@ -15,7 +15,12 @@ impl QueueMachine {
             if self.ready.is_empty() {
                 return;
             }
-            let Some((consumer, no_ack)) = self.consumers.next_for_push() else {
+            let next = if self.config().single_active_consumer {
+                self.consumers.single_active_for_push()
+            } else {
+                self.consumers.next_for_push()
+            };
+            let Some((consumer, no_ack)) = next else {
                 return;
             };
             let Some(msg) = self.ready.pop_head() else {

@@ -77,6 +77,10 @@ pub struct QueueConfig {
     pub delivery_limit: Option<i64>,
     /// Queue TTL (ms), `x-expires`.
     pub expires_ms: Option<u64>,
+    /// `x-single-active-consumer`: only the oldest active consumer gets
+    /// deliveries; the next one takes over when it leaves.
+    #[serde(default)]
+    pub single_active_consumer: bool,
 }
 
 /// Why a message was dead-lettered (x-death `reason`, spec §2.1).

@@ -102,6 +102,8 @@ fn config_strategy() -> impl Strategy<Value = QueueConfig> {
                     message_ttl_ms,
                     delivery_limit,
                     expires_ms,
+                    // The naive model has no single-active-consumer mode.
+                    single_active_consumer: false,
                 }
             },
         )
