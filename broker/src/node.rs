@@ -64,10 +64,6 @@ pub struct Broker {
     stopping: AtomicBool,
 }
 
-fn now_ms_raw() -> u64 {
-    crate::now_ms()
-}
-
 impl Broker {
     /// Opens storage under `config.data_dir`, starts the meta group and
     /// every queue group found in the topology.
@@ -278,7 +274,6 @@ impl Broker {
         let ctx = Arc::new(QueueContext {
             group: rec.group_id,
             node: self.config.node_id,
-            live: AtomicBool::new(false),
             consumers: self.consumers.clone(),
             effects: tx,
             closed: AtomicBool::new(false),
@@ -315,7 +310,6 @@ impl Broker {
                 .map_err(|e| NodeError::Raft(e.to_string()))?;
                 initialize_single(&raft, self.config.node_id, &self.config.cluster_listen).await?;
                 self.wait_leader(&raft).await?;
-                ctx.live.store(true, Ordering::Release);
                 let h = Arc::new(QueueHandle::raft(
                     rec.vhost.clone(),
                     rec.name.clone(),
@@ -327,7 +321,7 @@ impl Broker {
                 // Consumers of this node's earlier boots are gone (spec §2.3).
                 let _ = h
                     .call(QueueCommand::NodeRestarted {
-                        now_ms: now_ms_raw(),
+                        now_ms: crate::now_ms(),
                         node: self.config.node_id,
                         epoch: self.origin.epoch,
                     })
@@ -335,7 +329,7 @@ impl Broker {
                 // Adopt policy changes made while the queue was down.
                 let _ = h
                     .call(QueueCommand::UpdateConfig {
-                        now_ms: now_ms_raw(),
+                        now_ms: crate::now_ms(),
                         config,
                     })
                     .await;
@@ -343,13 +337,11 @@ impl Broker {
             }
             QueueKind::Local { .. } => {
                 let host = QueueHost::new(machine, Box::new(MemBodies::default()), ctx.clone());
-                ctx.live.store(true, Ordering::Release);
                 Arc::new(QueueHandle::local(
                     rec.vhost.clone(),
                     rec.name.clone(),
                     Arc::new(Mutex::new(host)),
                     ctx,
-                    self.origin,
                 ))
             }
         };
@@ -446,7 +438,7 @@ impl Broker {
             if current.as_ref() != Some(&config) {
                 let _ = h
                     .call(QueueCommand::UpdateConfig {
-                        now_ms: now_ms_raw(),
+                        now_ms: crate::now_ms(),
                         config,
                     })
                     .await;

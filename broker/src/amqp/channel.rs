@@ -109,7 +109,7 @@ impl Conn {
             ch,
             AMQPClass::Channel(channel::AMQPMethod::Close(channel::Close {
                 reply_code: code,
-                reply_text: ShortString::from(text.chars().take(255).collect::<String>()),
+                reply_text: ShortString::from(super::connection::truncate(text)),
                 class_id,
                 method_id,
             })),
@@ -365,18 +365,15 @@ impl Conn {
 
     /// Looks a queue up and checks exclusive ownership (405 RESOURCE_LOCKED).
     fn lookup_queue(&self, name: &str) -> Result<(QueueRecord, Arc<QueueHandle>)> {
-        let (rec, handle) = self.broker.queue(&self.vhost, name).ok_or_else(|| {
-            ProtocolError::not_found(format!("no queue '{name}' in vhost '{}'", self.vhost))
-        })?;
-        if let Some(owner) = rec.exclusive_owner {
-            if owner != self.id {
-                return Err(ProtocolError::channel(
-                    405,
-                    format!("RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '{name}' in vhost '{}'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration.", self.vhost),
-                ));
-            }
+        if let Some(r) = self
+            .broker
+            .with_topology(|t| t.check_exclusive_access(&self.vhost, name, self.id))
+        {
+            r?;
         }
-        Ok((rec, handle))
+        self.broker.queue(&self.vhost, name).ok_or_else(|| {
+            ProtocolError::not_found(format!("no queue '{name}' in vhost '{}'", self.vhost))
+        })
     }
 
     async fn on_queue(&mut self, ch: u16, m: queue::AMQPMethod) -> Result<()> {
@@ -407,13 +404,10 @@ impl Conn {
                     self.lookup_queue(&name)?
                 } else {
                     let reply = self.meta(MetaCommand::DeclareQueue(declare)).await?;
-                    let MetaReply::QueueDeclared { record, created } = reply else {
+                    let MetaReply::QueueDeclared { record, .. } = reply else {
                         return Err(ProtocolError::internal("unexpected reply to queue.declare"));
                     };
                     let handle = self.broker.ensure_queue(&record).await?;
-                    if created && d.exclusive {
-                        self.exclusive_queues.push(name.clone());
-                    }
                     (record, handle)
                 };
                 self.chan(ch)?.last_queue = Some(name.clone());
@@ -514,7 +508,6 @@ impl Conn {
                     }
                     count = ready;
                     self.broker.delete_queue(&self.vhost, &name).await?;
-                    self.exclusive_queues.retain(|q| q != &name);
                 }
                 if !d.nowait {
                     self.send(

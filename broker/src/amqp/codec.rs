@@ -6,7 +6,7 @@
 //! header properties are kept as the raw bytes the client sent, so they are
 //! delivered byte-exact.
 
-use amq_protocol::frame::{AMQPFrame, ProtocolVersion};
+use amq_protocol::frame::AMQPFrame;
 use amq_protocol::protocol::{basic::AMQPProperties, AMQPClass};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -251,11 +251,6 @@ pub fn write_content(
         out.put_slice(part);
         out.put_u8(FRAME_END);
     }
-}
-
-/// The version we speak, for `connection.start`.
-pub fn version() -> ProtocolVersion {
-    ProtocolVersion::amqp_0_9_1()
 }
 
 #[cfg(test)]

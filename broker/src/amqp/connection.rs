@@ -44,8 +44,6 @@ pub struct Conn {
     pub(super) channels: HashMap<u16, ChannelState>,
     pub(super) mailbox: mpsc::UnboundedSender<ConnEvent>,
     pub(super) pending: FuturesUnordered<futures::future::BoxFuture<'static, Completion>>,
-    /// Exclusive queues this connection declared: deleted when it closes.
-    pub(super) exclusive_queues: Vec<String>,
     /// Frames to send only after deliveries already queued for this
     /// connection (basic.cancel-ok must follow the consumer's last delivery).
     pub(super) deferred: Vec<(u16, AMQPClass)>,
@@ -78,7 +76,6 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
         channels: HashMap::new(),
         mailbox: mtx,
         pending: FuturesUnordered::new(),
-        exclusive_queues: Vec::new(),
         deferred: Vec::new(),
     };
     let mut reader = FrameReader::new();
@@ -443,15 +440,28 @@ impl Conn {
         for ch in ids {
             self.release_channel(ch).await;
         }
-        for name in std::mem::take(&mut self.exclusive_queues) {
-            if let Err(e) = self.broker.delete_queue(&self.vhost, &name).await {
+        // Exclusive queues are found in the topology (owner = this
+        // connection), not tracked a second time here.
+        let owned: Vec<(String, String)> = self
+            .broker
+            .with_topology(|t| {
+                t.queues_owned_by(self.id)
+                    .into_iter()
+                    .map(|q| (q.vhost.clone(), q.name.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (vhost, name) in owned {
+            if let Err(e) = self.broker.delete_queue(&vhost, &name).await {
                 tracing::warn!(queue = %name, error = ?e, "failed to delete exclusive queue");
             }
         }
     }
 }
 
-fn truncate(mut s: String) -> String {
+/// Cuts a reply text to the 255 bytes a short string holds, on a char
+/// boundary.
+pub(super) fn truncate(mut s: String) -> String {
     if s.len() > 255 {
         let mut end = 255;
         while !s.is_char_boundary(end) {

@@ -5,7 +5,7 @@
 //! count increment and move-to-front; `x-first-death-*` set once.
 
 use amq_protocol::protocol::basic::{self, AMQPProperties};
-use amq_protocol::types::{AMQPValue, FieldArray, FieldTable, LongString};
+use amq_protocol::types::{AMQPValue, FieldArray, FieldTable};
 
 use crate::amqp::codec::encode_properties;
 use crate::message::StoredMessage;
@@ -233,11 +233,6 @@ fn int_value(v: &AMQPValue) -> Option<i64> {
         AMQPValue::LongLongInt(i) => *i,
         _ => return None,
     })
-}
-
-/// Reads a long string header.
-pub fn long_string(v: &LongString) -> String {
-    String::from_utf8_lossy(v.as_bytes()).into_owned()
 }
 
 #[cfg(test)]

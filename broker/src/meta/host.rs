@@ -2,8 +2,6 @@
 //! [`MetaCommand`]s in log order. Every node applies it, so routing is a
 //! local lookup.
 
-use openraft::BasicNode;
-
 use super::command::{MetaCommand, MetaReply};
 use super::{QueueDeclared, Topology};
 use crate::cluster::types::{GroupCommand, GroupReply, TypeConfig};
@@ -138,9 +136,4 @@ impl raft_log::Machine<TypeConfig> for MetaHost {
         self.topology = raft_log::codec::decode(data)?;
         Ok(())
     }
-}
-
-/// Membership entry for a single node (address used by the cluster transport).
-pub fn node_entry(addr: &str) -> BasicNode {
-    BasicNode::new(addr)
 }

@@ -31,6 +31,15 @@ struct VHost {
 }
 
 impl VHost {
+    /// Adds a binding under its source exchange; binding twice is a no-op
+    /// (RabbitMQ: identity is all fields).
+    fn add_binding(&mut self, b: Binding) {
+        let bs = self.bindings.entry(b.exchange.clone()).or_default();
+        if !bs.contains(&b) {
+            bs.push(b);
+        }
+    }
+
     fn with_defaults() -> Self {
         let mut v = VHost::default();
         for x in predeclared() {
@@ -253,17 +262,13 @@ impl Topology {
         if x.kind == ExchangeKind::Headers {
             validate_headers_binding(arguments)?;
         }
-        let b = Binding {
+        v.add_binding(Binding {
             exchange: source.to_owned(),
             queue: destination.to_owned(),
             routing_key: routing_key.to_owned(),
             arguments: arguments.clone(),
             to_exchange: true,
-        };
-        let bs = v.bindings.entry(source.to_owned()).or_default();
-        if !bs.contains(&b) {
-            bs.push(b);
-        }
+        });
         Ok(())
     }
 
@@ -522,18 +527,13 @@ impl Topology {
         if x.kind == ExchangeKind::Headers {
             validate_headers_binding(arguments)?;
         }
-        let b = Binding {
+        v.add_binding(Binding {
             exchange: exchange.to_owned(),
             queue: queue.to_owned(),
             routing_key: routing_key.to_owned(),
             arguments: arguments.clone(),
             to_exchange: false,
-        };
-        let bs = v.bindings.entry(exchange.to_owned()).or_default();
-
-        if !bs.contains(&b) {
-            bs.push(b);
-        }
+        });
         Ok(())
     }
 

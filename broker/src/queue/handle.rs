@@ -56,7 +56,6 @@ pub struct QueueHandle {
     host: Arc<Mutex<QueueHost>>,
     ctx: Arc<QueueContext>,
     backend: Backend,
-    origin: Origin,
     usage: Mutex<ConsumerUse>,
 }
 
@@ -79,7 +78,6 @@ impl QueueHandle {
             host,
             ctx,
             backend: Backend::Raft { raft, tx },
-            origin,
             usage: Mutex::default(),
         }
     }
@@ -90,7 +88,6 @@ impl QueueHandle {
         name: String,
         host: Arc<Mutex<QueueHost>>,
         ctx: Arc<QueueContext>,
-        origin: Origin,
     ) -> Self {
         QueueHandle {
             group: ctx.group,
@@ -99,7 +96,6 @@ impl QueueHandle {
             host,
             ctx,
             backend: Backend::Local,
-            origin,
             usage: Mutex::default(),
         }
     }
@@ -112,14 +108,6 @@ impl QueueHandle {
     /// The queue's shared context (leader effects, consumers).
     pub fn context(&self) -> &Arc<QueueContext> {
         &self.ctx
-    }
-
-    /// The Raft group, for quorum queues.
-    pub fn raft_handle(&self) -> Option<&Raft> {
-        match &self.backend {
-            Backend::Raft { raft, .. } => Some(raft),
-            Backend::Local => None,
-        }
     }
 
     /// Queues a command; commands proposed through one handle are applied in
@@ -163,11 +151,6 @@ impl QueueHandle {
             (m.ready_count(), m.unacked_count(), m.consumer_count())
         })
         .unwrap_or_default()
-    }
-
-    /// This node's proposer identity.
-    pub fn origin(&self) -> Origin {
-        self.origin
     }
 
     /// Stops the group (queue deleted or node stopping).

@@ -3,7 +3,7 @@
 //! only on the leader, for entries it proposed itself — carries out the
 //! machine's effects (deliveries, dead-letters, timers).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -40,9 +40,6 @@ pub struct QueueContext {
     pub group: u64,
     /// This node's id.
     pub node: u64,
-    /// True once the group finished start-up replay; effects of replayed
-    /// entries are never carried out (their consumers are gone).
-    pub live: AtomicBool,
     /// Where deliveries go.
     pub consumers: Arc<ConsumerRegistry>,
     /// Leader-only effects other than deliveries.
@@ -88,7 +85,6 @@ impl QueueHost {
     /// current leadership, so effects are carried out here.
     pub fn apply(&mut self, cmd: QueueCommand, lead: bool) -> QueueReply {
         let (mut reply, effects) = self.machine.apply(cmd);
-        let lead = lead && self.ctx.live.load(Ordering::Acquire);
         let mut drops = Vec::new();
         for effect in effects {
             match effect {
