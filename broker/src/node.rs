@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use amq_protocol::types::FieldTable;
 use openraft::BasicNode;
-use raft_log::NodeStore;
+use raft_log::{NodeStore, StoreOptions};
 use tokio::sync::watch;
 
 use crate::amqp::error::ProtocolError;
@@ -28,9 +28,7 @@ use crate::queue::runtime;
 use crate::queue::types::{QueueCommand, QueueConfig};
 use crate::queue::QueueMachine;
 
-/// sled page cache (bytes). Small on purpose: bodies are read once per
-/// delivery, and the RSS budget (1M ready 1 KiB messages ≤ 400 MiB) is
-/// mostly the machine's index.
+/// sled page cache (bytes); sled holds only snapshots and node records.
 const CACHE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Errors starting a node.
@@ -70,7 +68,14 @@ impl Broker {
     pub async fn start(config: Config) -> Result<Arc<Broker>, NodeError> {
         let dir: PathBuf = config.data_dir.join(format!("node-{}", config.node_id));
         std::fs::create_dir_all(&dir)?;
-        let store = NodeStore::open(&dir.join("raft"), CACHE_BYTES)?;
+        let store = NodeStore::open_with(
+            &dir.join("raft"),
+            StoreOptions {
+                sled_cache_bytes: CACHE_BYTES,
+                min_sync_interval: std::time::Duration::from_micros(config.sync_interval_us),
+                ..StoreOptions::default()
+            },
+        )?;
         let epoch = next_epoch(store.db())?;
         let origin = Origin {
             node: config.node_id,

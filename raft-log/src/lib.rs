@@ -1,9 +1,10 @@
-//! `raft-log`: openraft 0.9.25 storage-v2 (`RaftLogStorage` + `RaftStateMachine`) on sled, for many
+//! `raft-log`: openraft 0.9.25 storage-v2 (`RaftLogStorage` + `RaftStateMachine`) for many
 //! Raft groups in one node (one group per queue incarnation).
 //!
-//! - [`NodeStore`]: one sled `Db` per node + the node-wide [`Flusher`] (group commit).
-//! - [`LogStore`]: a group's log, vote and committed id (`log/<gid>`, `meta/<gid>`).
-//! - [`GroupStateMachine`]: a group's in-memory [`Machine`] + persisted snapshot (`snap/<gid>`).
+//! - [`NodeStore`]: the node's storage: a write-ahead log shared by all groups (`wal/`), one
+//!   sled `Db` for snapshots (`sled/`), and the node-wide [`Flusher`] (group commit).
+//! - [`LogStore`]: a group's log, vote and committed id, kept in the WAL.
+//! - [`GroupStateMachine`]: a group's in-memory [`Machine`] + persisted snapshot (sled `snap/<gid>`).
 //! - [`codec`]: the byte format (bincode 2 standard config).
 //!
 //! Recovery model: the machine is not persisted on every apply; its durable form is the last
@@ -21,6 +22,7 @@ mod machine;
 mod node_store;
 mod snapshot;
 mod state_machine;
+mod wal;
 
 /// Identifier of one Raft group: a fresh u64 per queue incarnation, never reused (pitfall P9).
 pub type GroupId = u64;
@@ -29,6 +31,6 @@ pub use error::StoreError;
 pub use flusher::{FlushCallback, Flusher, FlusherStats};
 pub use log_store::LogStore;
 pub use machine::{ApplyMeta, Machine};
-pub use node_store::NodeStore;
+pub use node_store::{NodeStore, StoreOptions};
 pub use snapshot::{SnapshotHeader, SnapshotPayload};
 pub use state_machine::{GroupSnapshotBuilder, GroupStateMachine, GroupTypeConfig};

@@ -1,39 +1,37 @@
-//! `LogStore<C>`: openraft `RaftLogReader` + `RaftLogStorage` for one group over its `log/<gid>` and
-//! `meta/<gid>` trees.
+//! `LogStore<C>`: openraft `RaftLogReader` + `RaftLogStorage` for one group over the node-wide
+//! [`Wal`](crate::wal).
 //!
 //! Durability (openraft 0.9.25 `storage/v2.rs` contract, architecture-anchors §1.3):
-//! - `append` writes one atomic sled batch (readable at once), then hands `LogFlushed` to the
-//!   node-wide [`Flusher`]; it fires only after a `Db::flush` that started after the write.
-//! - `save_vote` and `truncate` wait for a flush before returning.
-//! - `purge` writes `last_purged` before deleting `..=index`; both are sled writes of the same
-//!   log, so crash recovery (a prefix of that log) never sees entries deleted without
-//!   `last_purged` covering them. No flush: losing a purge only brings back entries that a
-//!   durable snapshot already covers.
-//! - `save_committed` is a plain write (advisory); it becomes durable with the next flush and is
-//!   ordered after the log writes it refers to.
-//! - All methods take `&mut self` and openraft calls them from one task, so writes hit sled in
-//!   call order; truncate removes a suffix and purge a prefix, never leaving a hole.
+//! - `append` buffers the entries in the WAL (readable at once), then hands `LogFlushed` to the
+//!   node-wide [`Flusher`]; it fires only after a WAL sync that started after the append.
+//! - `save_vote` and `truncate` wait for a sync before returning.
+//! - `purge` records the purge point and drops the entries in one WAL record. No sync: losing a
+//!   purge only brings back entries that a durable snapshot already covers.
+//! - `save_committed` is a plain record (advisory); it becomes durable with the next sync and is
+//!   ordered after the log records it refers to.
+//! - All methods take `&mut self` and openraft calls them from one task, so records of a group
+//!   reach the WAL in call order; truncate removes a suffix and purge a prefix, never leaving a
+//!   hole.
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{
     Entry, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftTypeConfig, StorageError, Vote,
 };
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 
 use crate::error::StoreResultExt;
-use crate::{codec, keys, Flusher, GroupId, StoreError};
+use crate::wal::Wal;
+use crate::{codec, Flusher, GroupId, StoreError};
 
 /// The Raft log, vote and committed id of one group. Obtain with `NodeStore::log_store`; pass to
-/// `openraft::Raft::new`. Clones share the same trees (the clone is also the `LogReader`).
+/// `openraft::Raft::new`. Clones share the same state (the clone is also the `LogReader`).
 pub struct LogStore<C> {
     group: GroupId,
-    log: sled::Tree,
-    meta: sled::Tree,
+    wal: Arc<Wal>,
     flusher: Flusher,
     _c: PhantomData<fn() -> C>,
 }
@@ -42,8 +40,7 @@ impl<C> Clone for LogStore<C> {
     fn clone(&self) -> Self {
         LogStore {
             group: self.group,
-            log: self.log.clone(),
-            meta: self.meta.clone(),
+            wal: self.wal.clone(),
             flusher: self.flusher.clone(),
             _c: PhantomData,
         }
@@ -56,11 +53,10 @@ impl<C> LogStore<C>
 where
     C: RaftTypeConfig<Entry = Entry<C>>,
 {
-    pub(crate) fn new(group: GroupId, log: sled::Tree, meta: sled::Tree, flusher: Flusher) -> Self {
+    pub(crate) fn new(group: GroupId, wal: Arc<Wal>, flusher: Flusher) -> Self {
         LogStore {
             group,
-            log,
-            meta,
+            wal,
             flusher,
             _c: PhantomData,
         }
@@ -72,11 +68,12 @@ where
     }
 
     /// Append `entries` and wait until they are durable (the same write path as openraft's
-    /// `append`, but awaiting the node-wide flush instead of a `LogFlushed` callback, which only
+    /// `append`, but awaiting the node-wide sync instead of a `LogFlushed` callback, which only
     /// openraft can construct). For tools, tests and offline repair; a running `Raft` must be
     /// the only writer of its group.
     ///
-    /// Errors: [`StoreError::Sled`]/[`StoreError::Encode`] on write, flush errors.
+    /// Errors: [`StoreError::Encode`], [`StoreError::Corrupt`] (indexes leave a hole), WAL and
+    /// flush errors.
     pub async fn append_durable<I: IntoIterator<Item = Entry<C>>>(
         &mut self,
         entries: I,
@@ -85,79 +82,42 @@ where
         self.flusher.flush().await
     }
 
-    /// Number of entries currently in the log tree (an O(n) scan; for tests and diagnostics).
+    /// Number of entries currently held.
     pub fn len(&self) -> usize {
-        self.log.len()
+        self.wal.len(self.group)
     }
 
-    /// `true` if the log tree holds no entries.
+    /// `true` if the log holds no entries.
     pub fn is_empty(&self) -> bool {
-        self.log.is_empty()
+        self.len() == 0
     }
 
     fn write_entries<I: IntoIterator<Item = Entry<C>>>(
         &self,
         entries: I,
     ) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
-        for e in entries {
-            batch.insert(&keys::index_key(e.log_id.index), codec::encode(&e)?);
-        }
-        self.log.apply_batch(batch)?;
-        Ok(())
-    }
-
-    fn read_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StoreError> {
-        match self.meta.get(key)? {
-            Some(v) => Ok(Some(codec::decode(&v)?)),
-            None => Ok(None),
-        }
-    }
-
-    fn write_meta<T: Serialize>(&self, key: &[u8], v: &T) -> Result<(), StoreError> {
-        self.meta.insert(key, codec::encode(v)?)?;
-        Ok(())
-    }
-
-    /// Remove every log key in `range` with one atomic batch.
-    /// Deletes the entries in `range`, in small batches so sled never
-    /// merges pages full of large entries all at once (a single batch over
-    /// thousands of batched-publish entries peaked at >100 MiB of heap).
-    /// `from_end` deletes highest-first (truncate keeps a prefix), else
-    /// lowest-first (purge keeps a suffix): a crash midway leaves no hole.
-    fn remove_range(&self, range: KeyRange, from_end: bool) -> Result<(), StoreError> {
-        const CHUNK: usize = 32;
-        let mut keys = Vec::new();
-        for k in self.log.range(range).keys() {
-            keys.push(k?);
-        }
-        if from_end {
-            keys.reverse();
-        }
-        for chunk in keys.chunks(CHUNK) {
-            let mut batch = sled::Batch::default();
-            for k in chunk {
-                batch.remove(k.clone());
-            }
-            self.log.apply_batch(batch)?;
-        }
-        Ok(())
+        let encoded = entries
+            .into_iter()
+            .map(|e| Ok((e.log_id.index, codec::encode(&e)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.wal.append(self.group, encoded)
     }
 
     fn read_range<RB: RangeBounds<u64>>(&self, range: RB) -> Result<Vec<Entry<C>>, StoreError> {
-        let Some(bounds) = key_bounds(&range) else {
+        let Some((start, end)) = index_bounds(&range) else {
             return Ok(Vec::new());
         };
-        let mut out = Vec::new();
-        for kv in self.log.range(bounds) {
-            let (k, v) = kv?;
-            let entry: Entry<C> = codec::decode(&v)?;
-            let index = keys::parse_index_key(&k)?;
-            if entry.log_id.index != index {
-                return Err(StoreError::corrupt(format!(
-                    "log key {index} holds entry {}",
-                    entry.log_id.index
-                )));
+        let raw = self.wal.read(self.group, start, end)?;
+        let mut out = Vec::with_capacity(raw.len());
+        for (i, bytes) in raw.iter().enumerate() {
+            let entry: Entry<C> = codec::decode(bytes)?;
+            if let Some(prev) = out.last().map(|e: &Entry<C>| e.log_id.index) {
+                if entry.log_id.index != prev + 1 {
+                    return Err(StoreError::corrupt(format!(
+                        "group {} entry {} follows {prev} (read #{i})",
+                        self.group, entry.log_id.index
+                    )));
+                }
             }
             out.push(entry);
         }
@@ -165,18 +125,15 @@ where
     }
 
     fn last_log_id(&self) -> Result<Option<LogId<NodeIdOf<C>>>, StoreError> {
-        match self.log.last()? {
-            Some((_, v)) => Ok(Some(codec::decode::<Entry<C>>(&v)?.log_id)),
+        match self.wal.last(self.group)? {
+            Some(bytes) => Ok(Some(codec::decode::<Entry<C>>(&bytes)?.log_id)),
             None => Ok(None),
         }
     }
 }
 
-/// Inclusive/exclusive bounds over big-endian log keys.
-type KeyRange = (Bound<[u8; 8]>, Bound<[u8; 8]>);
-
-/// Translate a `u64` index range into big-endian sled key bounds; `None` if it is empty.
-fn key_bounds<RB: RangeBounds<u64>>(range: &RB) -> Option<KeyRange> {
+/// Translate a `u64` index range into inclusive `(start, end)`; `None` if it is empty.
+fn index_bounds<RB: RangeBounds<u64>>(range: &RB) -> Option<(u64, u64)> {
     let start = match range.start_bound() {
         Bound::Included(&s) => s,
         Bound::Excluded(&s) => s.checked_add(1)?,
@@ -187,12 +144,7 @@ fn key_bounds<RB: RangeBounds<u64>>(range: &RB) -> Option<KeyRange> {
         Bound::Excluded(&e) => e.checked_sub(1)?,
         Bound::Unbounded => u64::MAX,
     };
-    (start <= end).then(|| {
-        (
-            Bound::Included(keys::index_key(start)),
-            Bound::Included(keys::index_key(end)),
-        )
-    })
+    (start <= end).then_some((start, end))
 }
 
 impl<C> RaftLogReader<C> for LogStore<C>
@@ -215,8 +167,10 @@ where
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<C>, StorageError<C::NodeId>> {
-        let last_purged_log_id: Option<LogId<C::NodeId>> = self
-            .read_meta(keys::LAST_PURGED)
+        let purged = self.wal.meta(self.group).purged;
+        let last_purged_log_id: Option<LogId<C::NodeId>> = purged
+            .map(|b| codec::decode(&b))
+            .transpose()
             .sto(ErrorSubject::Logs, ErrorVerb::Read)?;
         let last_log_id = self
             .last_log_id()
@@ -233,7 +187,8 @@ where
     }
 
     async fn save_vote(&mut self, vote: &Vote<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
-        self.write_meta(keys::VOTE, vote)
+        codec::encode(vote)
+            .and_then(|b| self.wal.set_vote(self.group, &b))
             .sto(ErrorSubject::Vote, ErrorVerb::Write)?;
         self.flusher
             .flush()
@@ -242,7 +197,9 @@ where
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<C::NodeId>>, StorageError<C::NodeId>> {
-        self.read_meta(keys::VOTE)
+        let vote = self.wal.meta(self.group).vote;
+        vote.map(|b| codec::decode(&b))
+            .transpose()
             .sto(ErrorSubject::Vote, ErrorVerb::Read)
     }
 
@@ -250,22 +207,20 @@ where
         &mut self,
         committed: Option<LogId<C::NodeId>>,
     ) -> Result<(), StorageError<C::NodeId>> {
-        let r = match &committed {
-            Some(c) => self.write_meta(keys::COMMITTED, c),
-            None => self
-                .meta
-                .remove(keys::COMMITTED)
-                .map(|_| ())
-                .map_err(StoreError::from),
-        };
-        r.sto(ErrorSubject::Store, ErrorVerb::Write)
+        codec::encode(&committed)
+            .and_then(|b| self.wal.set_committed(self.group, &b))
+            .sto(ErrorSubject::Store, ErrorVerb::Write)
     }
 
     async fn read_committed(
         &mut self,
     ) -> Result<Option<LogId<C::NodeId>>, StorageError<C::NodeId>> {
-        self.read_meta(keys::COMMITTED)
-            .sto(ErrorSubject::Store, ErrorVerb::Read)
+        let committed = self.wal.meta(self.group).committed;
+        let decoded: Option<Option<LogId<C::NodeId>>> = committed
+            .map(|b| codec::decode(&b))
+            .transpose()
+            .sto(ErrorSubject::Store, ErrorVerb::Read)?;
+        Ok(decoded.flatten())
     }
 
     async fn append<I>(
@@ -287,11 +242,8 @@ where
     async fn truncate(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
         tracing::debug!(group = self.group, %log_id, "truncate log from");
         let subject = || ErrorSubject::Log(log_id.clone());
-        let range = (
-            Bound::Included(keys::index_key(log_id.index)),
-            Bound::Unbounded,
-        );
-        self.remove_range(range, true)
+        self.wal
+            .truncate(self.group, log_id.index)
             .sto(subject(), ErrorVerb::Delete)?;
         self.flusher.flush().await.sto(subject(), ErrorVerb::Delete)
     }
@@ -299,13 +251,8 @@ where
     async fn purge(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
         tracing::debug!(group = self.group, %log_id, "purge log up to");
         let subject = || ErrorSubject::Log(log_id.clone());
-        self.write_meta(keys::LAST_PURGED, &log_id)
-            .sto(subject(), ErrorVerb::Write)?;
-        let range = (
-            Bound::Unbounded,
-            Bound::Included(keys::index_key(log_id.index)),
-        );
-        self.remove_range(range, false)
+        codec::encode(&log_id)
+            .and_then(|b| self.wal.purge(self.group, log_id.index, &b))
             .sto(subject(), ErrorVerb::Delete)
     }
 }
@@ -314,14 +261,21 @@ where
 mod tests {
     use std::ops::Bound;
 
-    use super::key_bounds;
+    use super::index_bounds;
 
     #[test]
     fn empty_and_edge_ranges() {
-        assert!(key_bounds(&(5..5)).is_none());
-        assert!(key_bounds(&(Bound::Included(6), Bound::Included(5))).is_none());
-        assert!(key_bounds(&(..0)).is_none());
-        assert!(key_bounds(&(0..)).is_some());
-        assert!(key_bounds(&(u64::MAX..=u64::MAX)).is_some());
+        assert_eq!(index_bounds(&(5..5)), None);
+        assert_eq!(
+            index_bounds(&(Bound::Included(6), Bound::Included(5))),
+            None
+        );
+        assert_eq!(index_bounds(&(..0)), None);
+        assert_eq!(index_bounds(&(0..)), Some((0, u64::MAX)));
+        assert_eq!(index_bounds(&(3..=7)), Some((3, 7)));
+        assert_eq!(
+            index_bounds(&(u64::MAX..=u64::MAX)),
+            Some((u64::MAX, u64::MAX))
+        );
     }
 }

@@ -1,60 +1,104 @@
-//! `NodeStore`: one sled `Db` per node plus the node-wide [`Flusher`]; hands out the per-group
-//! log stores and state machines.
+//! `NodeStore`: the node's Raft storage — the write-ahead log of every group's log, vote and
+//! committed id (`<dir>/wal`), one sled `Db` for snapshots (`<dir>/sled`), and the node-wide
+//! [`Flusher`]; hands out the per-group log stores and state machines.
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::Arc;
 
 use openraft::{Entry, RaftTypeConfig};
 
 use crate::snapshot::SnapshotStore;
 use crate::state_machine::GroupTypeConfig;
+use crate::wal::{Wal, WalOptions};
 use crate::{keys, Flusher, GroupId, GroupStateMachine, LogStore, Machine, StoreError};
 
-/// The node's Raft storage: one sled `Db` (one data directory, exclusively locked by sled) and the
-/// flusher that group-commits every group's appends. Cheap to clone.
+/// Sizes of a [`NodeStore`]; `Default` is what the broker runs with.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreOptions {
+    /// sled page cache for snapshots, in bytes (default 16 MiB).
+    pub sled_cache_bytes: u64,
+    /// WAL segment size in bytes (default 64 MiB).
+    pub segment_bytes: u64,
+    /// Recently appended log bytes kept in memory per group (default 8 MiB).
+    pub group_cache_bytes: usize,
+    /// Shortest time between two WAL syncs (see [`Flusher::start_paced`]; default 0).
+    pub min_sync_interval: std::time::Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        let wal = WalOptions::default();
+        StoreOptions {
+            sled_cache_bytes: 16 << 20,
+            segment_bytes: wal.segment_bytes,
+            group_cache_bytes: wal.group_cache_bytes,
+            min_sync_interval: std::time::Duration::ZERO,
+        }
+    }
+}
+
+/// The node's Raft storage: the WAL, one sled `Db` (exclusively locked by sled, which also
+/// guards the WAL directory next to it) and the flusher that group-commits every group's
+/// appends. Cheap to clone.
 ///
 /// Dropping the last clone *and* every `LogStore`/`GroupStateMachine` obtained from it stops the
 /// flusher thread and closes the `Db`; only then can the directory be opened again.
 #[derive(Clone)]
 pub struct NodeStore {
     db: sled::Db,
+    wal: Arc<Wal>,
     flusher: Flusher,
 }
 
 impl NodeStore {
     /// Open (or create) the store in `dir` with a sled page cache of `cache_capacity_bytes` bytes
-    /// (sled's default is 1 GiB), and start the flusher thread `raft-log-flusher`.
+    /// and default WAL sizes ([`NodeStore::open_with`]).
     ///
-    /// Does not need a tokio runtime (the flusher is an OS thread). sled's background flush
-    /// (`flush_every_ms`, default 500 ms) stays on; durability of acknowledged Raft writes comes
-    /// from the explicit flushes, which on Linux are `sync_file_range`, not `fsync` (sled#1452,
-    /// architecture-anchors §2.1).
-    ///
-    /// Errors: [`StoreError::Sled`] if sled cannot open the directory (already open in this or
-    /// another process, corrupt files, I/O); [`StoreError::Flush`] if the thread cannot spawn.
+    /// Errors: as [`NodeStore::open_with`].
     pub fn open(dir: &Path, cache_capacity_bytes: u64) -> Result<NodeStore, StoreError> {
-        /// sled segment (and IO buffer) size in bytes; see below.
-        const SEGMENT_BYTES: usize = 8 * 1024 * 1024;
-
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(cache_capacity_bytes)
-            // sled writes any page over segment_size/4 as a separate blob
-            // file (open + write + close). Raft entries carry batches of
-            // message bodies, so with the 512 KiB default most log pages
-            // became blobs; 8 MiB segments keep pages up to 2 MiB inline.
-            .segment_size(SEGMENT_BYTES)
-            .open()?;
-
-        let flush_db = db.clone();
-        let flusher = Flusher::start("raft-log-flusher", move || {
-            flush_db.flush().map(|_| ()).map_err(std::io::Error::other)
-        })?;
-        tracing::info!(dir = %dir.display(), recovered = db.was_recovered(), "opened raft-log store");
-        Ok(NodeStore { db, flusher })
+        Self::open_with(
+            dir,
+            StoreOptions {
+                sled_cache_bytes: cache_capacity_bytes,
+                ..StoreOptions::default()
+            },
+        )
     }
 
-    /// The underlying sled `Db` (for metrics such as `size_on_disk`; do not write Raft trees).
+    /// Open (or create) the store in `dir`: sled in `dir/sled` (takes sled's exclusive lock
+    /// first), then the WAL in `dir/wal` (replayed; a torn tail is cut), then the flusher
+    /// thread `raft-log-flusher`, whose every round is one [`Wal`] sync (write + `fdatasync`).
+    ///
+    /// Does not need a tokio runtime (the flusher is an OS thread).
+    ///
+    /// Errors: [`StoreError::Sled`] if sled cannot open the directory (already open in this or
+    /// another process, corrupt files, I/O); WAL recovery errors ([`StoreError::Flush`] for
+    /// I/O, [`StoreError::Corrupt`]/[`StoreError::Decode`] for contradictory records);
+    /// [`StoreError::Flush`] if the thread cannot spawn.
+    pub fn open_with(dir: &Path, opts: StoreOptions) -> Result<NodeStore, StoreError> {
+        let db = sled::Config::new()
+            .path(dir.join("sled"))
+            .cache_capacity(opts.sled_cache_bytes)
+            .open()?;
+        let wal = Arc::new(Wal::open(
+            &dir.join("wal"),
+            WalOptions {
+                segment_bytes: opts.segment_bytes,
+                group_cache_bytes: opts.group_cache_bytes,
+            },
+        )?);
+        let sync_wal = wal.clone();
+        let flusher =
+            Flusher::start_paced("raft-log-flusher", opts.min_sync_interval, move || {
+                sync_wal.sync()
+            })?;
+        tracing::info!(dir = %dir.display(), segments = wal.segments(), "opened raft-log store");
+        Ok(NodeStore { db, wal, flusher })
+    }
+
+    /// The underlying sled `Db` (for node-local records such as an epoch counter and metrics;
+    /// do not write `snap/` trees).
     pub fn db(&self) -> &sled::Db {
         &self.db
     }
@@ -64,17 +108,15 @@ impl NodeStore {
         &self.flusher
     }
 
-    /// The log store of `group` (trees `log/<gid>`, `meta/<gid>`, created if missing).
+    /// The log store of `group` (its part of the WAL; empty if the group is new).
     ///
     /// Use exactly one `Raft` per group per node; clones of the returned store share state.
-    /// Errors: [`StoreError::Sled`].
+    /// Errors: none today; kept fallible for future formats.
     pub fn log_store<C>(&self, group: GroupId) -> Result<LogStore<C>, StoreError>
     where
         C: RaftTypeConfig<Entry = Entry<C>>,
     {
-        let log = self.db.open_tree(keys::log_tree(group))?;
-        let meta = self.db.open_tree(keys::meta_tree(group))?;
-        Ok(LogStore::new(group, log, meta, self.flusher.clone()))
+        Ok(LogStore::new(group, self.wal.clone(), self.flusher.clone()))
     }
 
     /// The state machine of `group` wrapping `machine` (tree `snap/<gid>`, created if missing).
@@ -99,33 +141,29 @@ impl NodeStore {
         )
     }
 
-    /// Delete the `log/`, `meta/` and `snap/` trees of `group` (queue deleted; pitfall P9: group
-    /// ids are never reused). Shut the group's `Raft` down first: stores still held by it would
-    /// keep writing into the dropped trees. Durable with the next flush ([`NodeStore::flush`]).
+    /// Delete the log, vote and snapshot of `group` (queue deleted; pitfall P9: group ids are
+    /// never reused). Shut the group's `Raft` down first: stores still held by it would keep
+    /// writing. Durable with the next flush ([`NodeStore::flush`]).
     ///
-    /// Errors: [`StoreError::Sled`].
+    /// Errors: [`StoreError::Sled`]; WAL errors.
     pub fn drop_group(&self, group: GroupId) -> Result<(), StoreError> {
-        for name in [
-            keys::log_tree(group),
-            keys::meta_tree(group),
-            keys::snap_tree(group),
-        ] {
-            self.db.drop_tree(name)?;
-        }
+        self.wal.drop_group(group)?;
+        self.db.drop_tree(keys::snap_tree(group))?;
         Ok(())
     }
 
-    /// Groups that have at least one tree on disk, ascending. Reconcile this with cluster metadata
+    /// Groups that have a log, a vote or a snapshot on disk, ascending. Reconcile this with cluster metadata
     /// at startup (e.g. drop groups of deleted queues if a crash interrupted `drop_group`).
     ///
     /// Errors: none today (sled lists trees from memory); kept fallible for future formats.
     pub fn groups(&self) -> Result<Vec<GroupId>, StoreError> {
-        let set: BTreeSet<GroupId> = self
+        let mut set: BTreeSet<GroupId> = self
             .db
             .tree_names()
             .iter()
             .filter_map(|n| keys::group_of_tree(n))
             .collect();
+        set.extend(self.wal.groups());
         Ok(set.into_iter().collect())
     }
 
@@ -153,10 +191,13 @@ impl NodeStore {
         Ok(())
     }
 
-    /// Make every write so far durable (one shared flush through the flusher).
+    /// Make every write so far durable: one WAL sync shared through the flusher, then a sled
+    /// flush (snapshot deletions of `drop_group`, node-local records).
     ///
-    /// Errors: [`StoreError::Flush`], [`StoreError::FlusherStopped`].
+    /// Errors: [`StoreError::Flush`], [`StoreError::FlusherStopped`], [`StoreError::Sled`].
     pub async fn flush(&self) -> Result<(), StoreError> {
-        self.flusher.flush().await
+        self.flusher.flush().await?;
+        self.db.flush_async().await?;
+        Ok(())
     }
 }

@@ -7,7 +7,7 @@
 //! alone.
 //!
 //! Durability: [`SnapshotStore::save`] writes meta + data in one atomic sled batch and waits for
-//! the node-wide flush before returning, so a snapshot openraft learns about is on disk before
+//! sled's flush (write + fsync) before returning, so a snapshot openraft learns about is on disk before
 //! openraft may purge the logs it covers (pitfall P4, openraft `v2.rs`: snapshot must be
 //! persisted). Saves never move the stored snapshot backwards.
 
@@ -162,7 +162,7 @@ impl SnapshotStore {
         batch.insert(keys::SNAP_META, codec::encode(meta)?);
         batch.insert(keys::SNAP_DATA, data);
         self.tree.apply_batch(batch)?;
-        self.flusher.flush().await?;
+        self.tree.flush_async().await?;
         Ok(true)
     }
 }

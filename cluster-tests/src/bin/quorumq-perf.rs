@@ -240,15 +240,26 @@ async fn consumer(
             FieldTable::default(),
         )
         .await?;
+    // Acks and rejects are not awaited one by one (as PerfTest, which does not block on
+    // them): the client library can then write several in one socket write.
+    let mut settling = futures::stream::FuturesUnordered::new();
     loop {
         let d = tokio::select! {
             _ = stop.notified() => break,
+            Some(r) = settling.next(), if !settling.is_empty() => {
+                r?;
+                continue;
+            }
             d = c.next() => d,
         };
         let Some(d) = d else { break };
         let d = d?;
+        let acker = d.acker.clone();
         if reject {
-            d.reject(BasicRejectOptions { requeue: false }).await?;
+            settling.push(Box::pin(async move {
+                acker.reject(BasicRejectOptions { requeue: false }).await
+            })
+                as futures::future::BoxFuture<'static, lapin::Result<bool>>);
             shared.rejected.fetch_add(1, Ordering::Relaxed);
             continue;
         }
@@ -265,7 +276,12 @@ async fn consumer(
             shared.first_receive.lock().unwrap().get_or_insert(now);
             *shared.last_receive.lock().unwrap() = Some(now);
         }
-        d.ack(BasicAckOptions::default()).await?;
+        settling.push(Box::pin(async move {
+            acker.ack(BasicAckOptions::default()).await
+        }));
+    }
+    while let Some(r) = settling.next().await {
+        r?;
     }
     let _ = conn.close(200, "OK".into()).await;
     Ok(())
