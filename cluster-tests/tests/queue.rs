@@ -392,7 +392,7 @@ async fn bind_unbind_routes_and_unroutes() -> anyhow::Result<()> {
             err,
             (
                 403,
-                format!("ACCESS_REFUSED - operation not permitted on the default exchange")
+                "ACCESS_REFUSED - operation not permitted on the default exchange".to_string()
             )
         );
         cleanup(&conn, &[&q]).await

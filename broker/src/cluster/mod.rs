@@ -8,6 +8,8 @@ use openraft::{Config, SnapshotPolicy};
 
 /// Raft settings for a group (`cluster_name` = group id, so openraft's
 /// spans name the group). Single-node elections settle in under a second.
+// openraft's own error type; called once per group start, so its size does not matter.
+#[allow(clippy::result_large_err)]
 pub fn raft_config(group: u64) -> Result<Config, openraft::ConfigError> {
     Config {
         cluster_name: format!("group-{group}"),

@@ -463,7 +463,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let consume_span = last
         .saturating_duration_since(start)
         .max(Duration::from_millis(1));
-    let h = shared.latency_us.lock().unwrap();
+    let h = shared.latency_us.lock().unwrap().clone();
     let mode = if args.dead_letter {
         "dead-letter"
     } else {
