@@ -5,8 +5,11 @@
 //! `<prefix>-<n>`; consumers ack every delivery and record end-to-end latency.
 //! With `--dead-letter`, producers publish to `<prefix>-src-<n>` (quorum,
 //! at-least-once dead-lettering, reject-publish), one consumer set rejects
-//! every message (requeue=false) and a second set consumes `<prefix>-dlq-<n>`
-//! and is the one measured.
+//! every message (requeue=false), and the measured rate is the *arrival* of
+//! the dead letters in `<prefix>-dlq-<n>`: the targets' message count (passive
+//! queue.declare every 5 ms) reaching the confirmed count. Consumers then drain
+//! the targets to count losses and duplicates. With `--consume-target`, target
+//! consumers run during the measurement instead and the rate is their receipt.
 //!
 //! Reports publish and consume rates (msg/s), latency p50/p99/max (µs),
 //! lost messages (confirmed, or published when `--confirm 0`, but never
@@ -14,7 +17,7 @@
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use hdrhistogram::Histogram;
 use lapin::{
     options::{
@@ -22,7 +25,7 @@ use lapin::{
         ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
     },
     types::{AMQPValue, FieldTable},
-    BasicProperties, Channel, Connection, ConnectionProperties,
+    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties,
 };
 use std::{
     collections::HashSet,
@@ -32,7 +35,6 @@ use std::{
     },
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
-use tokio::sync::Semaphore;
 
 const HEADER_LEN: usize = 4 + 8 + 8;
 
@@ -78,6 +80,10 @@ struct Args {
     /// Dead-letter mode (see the crate docs).
     #[arg(long)]
     dead_letter: bool,
+    /// Dead-letter mode: consume the target queues during the run and measure receipt there
+    /// (default: measure arrival by the targets' message count, drain afterwards).
+    #[arg(long)]
+    consume_target: bool,
     /// Stop waiting for deliveries this many seconds after the last one arrived.
     #[arg(long, default_value_t = 10)]
     idle_timeout: u64,
@@ -128,6 +134,46 @@ struct Shared {
     last_receive: Mutex<Option<Instant>>,
 }
 
+/// Poll the summed message count of `queues` (passive queue.declare every 5 ms) until it
+/// reaches `expected` or stops growing for `--idle-timeout`; returns the last count and when
+/// it was seen.
+async fn wait_for_depth(
+    args: &Args,
+    queues: &[String],
+    expected: u64,
+) -> anyhow::Result<(u64, Instant)> {
+    let conn = connect(&args.uri).await?;
+    let ch = conn.create_channel().await?;
+    let idle = Duration::from_secs(args.idle_timeout);
+    let (mut last, mut last_change) = (0, Instant::now());
+    loop {
+        let mut depth = 0u64;
+        for q in queues {
+            let opts = QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            };
+            let decl = ch
+                .queue_declare(q.as_str().into(), opts, FieldTable::default())
+                .await?;
+            depth += u64::from(decl.message_count());
+        }
+        let now = Instant::now();
+        if depth >= expected {
+            let _ = conn.close(200, "OK".into()).await;
+            return Ok((depth, now));
+        }
+        if depth != last {
+            (last, last_change) = (depth, now);
+        } else if last_change.elapsed() > idle {
+            eprintln!("dead-letter target depth stuck at {depth} of {expected}");
+            let _ = conn.close(200, "OK".into()).await;
+            return Ok((depth, last_change));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 async fn connect(uri: &str) -> anyhow::Result<Connection> {
     Connection::connect(uri, ConnectionProperties::default())
         .await
@@ -161,21 +207,38 @@ async fn producer(
     if confirms {
         ch.confirm_select(ConfirmSelectOptions::default()).await?;
     }
-    let window = Arc::new(Semaphore::new(args.confirm.max(1)));
+    let window = args.confirm.max(1);
     let mut body = vec![0u8; args.size.max(HEADER_LEN)];
     body[..4].copy_from_slice(&id.to_be_bytes());
     let start = Instant::now();
-    let mut waiters = tokio::task::JoinSet::new();
+    // Outstanding confirms, polled in this task (no task or permit per message).
+    let mut waiting = futures::stream::FuturesUnordered::new();
+    let settle = |(seq, r): (u64, lapin::Result<Confirmation>)| -> anyhow::Result<()> {
+        match r? {
+            c if c.is_ack() => {
+                shared.confirmed.lock().unwrap().insert((id, seq));
+            }
+            _ => {
+                shared.nacked.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    };
     for seq in 0..args.messages {
         if args.rate > 0 {
             let due = start + Duration::from_secs_f64(seq as f64 / args.rate as f64);
             tokio::time::sleep_until(due.into()).await;
         }
-        let permit = if confirms {
-            Some(window.clone().acquire_owned().await?)
-        } else {
-            None
-        };
+        if confirms {
+            while waiting.len() >= window {
+                if let Some(done) = waiting.next().await {
+                    settle(done)?;
+                }
+            }
+            while let Some(Some(done)) = waiting.next().now_or_never() {
+                settle(done)?;
+            }
+        }
         body[4..12].copy_from_slice(&seq.to_be_bytes());
         body[12..20].copy_from_slice(&now_ns().to_be_bytes());
         let pc = ch
@@ -189,29 +252,11 @@ async fn producer(
             .await?;
         shared.published.fetch_add(1, Ordering::Relaxed);
         if confirms {
-            let shared = shared.clone();
-            waiters.spawn(async move {
-                let r = pc.await;
-                drop(permit);
-                match r {
-                    Ok(c) if c.is_ack() => {
-                        shared.confirmed.lock().unwrap().insert((id, seq));
-                    }
-                    Ok(_) => {
-                        shared.nacked.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => return Err(anyhow::Error::from(e)),
-                }
-                Ok(())
-            });
-            // Reap finished confirm tasks without blocking the publish loop.
-            while let Some(r) = waiters.try_join_next() {
-                r??;
-            }
+            waiting.push(async move { (seq, pc.await) });
         }
     }
-    while let Some(r) = waiters.join_next().await {
-        r??;
+    while let Some(done) = waiting.next().await {
+        settle(done)?;
     }
     let took = start.elapsed();
     let _ = conn.close(200, "OK".into()).await;
@@ -361,17 +406,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
         last_receive: Mutex::new(None),
     });
     let stop = Arc::new(tokio::sync::Notify::new());
-    let spawn_consumers = || {
+    // Arrival in the dead-letter targets is measured by their depth, not by consuming them.
+    let measure_depth = args.dead_letter && !args.consume_target;
+    let spawn_consumers = |measured: bool, rejecters: bool| {
         let mut consumers = Vec::new();
         for i in 0..args.consumers {
-            consumers.push(tokio::spawn(consumer(
-                args.clone(),
-                measure_queues[i % args.queues].clone(),
-                false,
-                shared.clone(),
-                stop.clone(),
-            )));
-            if args.dead_letter {
+            if measured {
+                consumers.push(tokio::spawn(consumer(
+                    args.clone(),
+                    measure_queues[i % args.queues].clone(),
+                    false,
+                    shared.clone(),
+                    stop.clone(),
+                )));
+            }
+            if args.dead_letter && rejecters {
                 consumers.push(tokio::spawn(consumer(
                     args.clone(),
                     publish_queues[i % args.queues].clone(),
@@ -386,7 +435,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut consumers = if args.backlog {
         Vec::new()
     } else {
-        spawn_consumers()
+        spawn_consumers(!measure_depth, true)
     };
     let start = Instant::now();
     let mut producers = Vec::new();
@@ -408,13 +457,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "backlog published in {:.2} s; starting consumers",
             publish_elapsed.as_secs_f64()
         );
-        consumers = spawn_consumers();
+        consumers = spawn_consumers(!measure_depth, true);
     }
     let confirms = args.confirm > 0;
     let expected = if confirms {
         shared.confirmed.lock().unwrap().len() as u64
     } else {
         shared.published.load(Ordering::Relaxed)
+    };
+    let arrival = if measure_depth {
+        let arrived = wait_for_depth(&args, &measure_queues, expected).await?;
+        let span = arrived.1.saturating_duration_since(start);
+        consumers.extend(spawn_consumers(true, false));
+        Some((arrived.0, span.max(Duration::from_millis(1))))
+    } else {
+        None
     };
     // Wait until everything expected arrived, or nothing new arrived for --idle-timeout.
     let idle = Duration::from_secs(args.idle_timeout);
@@ -490,9 +547,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
             shared.rejected.load(Ordering::Relaxed)
         );
     }
+    if let Some((count, span)) = arrival {
+        println!(
+            "dead-letter arrival (target depth): {count} in {:.2} s from start = {:.0} msg/s",
+            span.as_secs_f64(),
+            count as f64 / span.as_secs_f64()
+        );
+    }
     println!(
         "consume{}: {} received in {:.2} s from start (first after {:.3} s) = {:.0} msg/s",
-        if args.dead_letter {
+        if measure_depth {
+            " (dead-letter target, drained after the arrival measurement)"
+        } else if args.dead_letter {
             " (dead-letter target)"
         } else {
             ""
@@ -502,13 +568,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         first.saturating_duration_since(start).as_secs_f64(),
         received.len() as f64 / consume_span.as_secs_f64()
     );
-    println!(
-        "latency: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms (n={})",
-        h.value_at_quantile(0.50) as f64 / 1000.0,
-        h.value_at_quantile(0.99) as f64 / 1000.0,
-        h.max() as f64 / 1000.0,
-        h.len()
-    );
+    if measure_depth {
+        println!("latency: n/a (targets drained after the arrival measurement)");
+    } else {
+        println!(
+            "latency: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms (n={})",
+            h.value_at_quantile(0.50) as f64 / 1000.0,
+            h.value_at_quantile(0.99) as f64 / 1000.0,
+            h.max() as f64 / 1000.0,
+            h.len()
+        );
+    }
     println!(
         "lost: {lost}  duplicates: {}",
         shared.duplicates.load(Ordering::Relaxed)
