@@ -102,7 +102,9 @@ async fn forward_round(
         return false;
     };
     let now_ms = crate::now_ms();
-    let mut inflight = Vec::with_capacity(held.len());
+    // One Enqueue per target for the whole round (group id -> target, messages, their ids).
+    type TargetBatch = (Arc<QueueHandle>, Vec<EnqueueMsg>, Vec<MsgId>);
+    let mut batches: HashMap<u64, TargetBatch> = HashMap::new();
     let mut done: Vec<MsgId> = Vec::new();
     for (id, reason) in held {
         let Some(payload) = queue.read(|h| h.payload(id)).flatten() else {
@@ -142,23 +144,32 @@ async fn forward_round(
                 body_size,
                 ttl_ms: None,
             };
-            let rx = t
-                .propose(QueueCommand::Enqueue {
-                    now_ms,
-                    msgs: vec![msg],
-                })
-                .await;
-            inflight.push((id, t.group, rx));
+            let b = batches
+                .entry(t.group)
+                .or_insert_with(|| (t.clone(), Vec::new(), Vec::new()));
+            b.1.push(msg);
+            b.2.push(id);
         }
     }
+    let mut inflight = Vec::with_capacity(batches.len());
+    for (group, (t, msgs, ids)) in batches {
+        let rx = t.propose(QueueCommand::Enqueue { now_ms, msgs }).await;
+        inflight.push((group, ids, rx));
+    }
     let mut all_ok: HashMap<MsgId, bool> = HashMap::new();
-    for (id, group, rx) in inflight {
-        let ok = matches!(rx.await, Ok(Ok(QueueReply::Enqueued(ref o))) if o.iter().all(|x| *x == EnqueueOutcome::Accepted));
-        if ok {
-            settled_targets.entry(id).or_default().insert(group);
+    for (group, ids, rx) in inflight {
+        // Per-message outcomes, in the order the messages were sent; anything else fails all.
+        let outcomes = match rx.await {
+            Ok(Ok(QueueReply::Enqueued(o))) if o.len() == ids.len() => o,
+            _ => Vec::new(),
+        };
+        for (i, id) in ids.into_iter().enumerate() {
+            let ok = outcomes.get(i) == Some(&EnqueueOutcome::Accepted);
+            if ok {
+                settled_targets.entry(id).or_default().insert(group);
+            }
+            *all_ok.entry(id).or_insert(true) &= ok;
         }
-        let e = all_ok.entry(id).or_insert(true);
-        *e &= ok;
     }
     done.extend(all_ok.into_iter().filter(|(_, ok)| *ok).map(|(id, _)| id));
     if done.is_empty() {
