@@ -200,3 +200,40 @@ async fn drops_truncates_and_purges_stay_done_after_their_segments_are_deleted()
     })
     .await
 }
+
+#[tokio::test]
+async fn an_idle_group_does_not_pin_old_segments() {
+    bounded(async {
+        let dir = TempDir::new().unwrap();
+        let ns = open_small(dir.path());
+        let (mut idle, _) = stores(&ns, 1);
+        let (mut busy, _) = stores(&ns, 2);
+        // The idle group appends now and then (never enough to snapshot and purge), so
+        // without compaction each of its entries would keep a segment of drained entries.
+        let mut most = 0;
+        let mut idle_next = 1;
+        for i in 1..=3000 {
+            append_one(&mut busy, i, i).await;
+            if i > 5 {
+                busy.purge(log_id(1, i - 5)).await.unwrap();
+            }
+            if i % 100 == 0 {
+                append_one(&mut idle, idle_next, 1000 + idle_next).await;
+                idle_next += 1;
+            }
+            most = most.max(wal_files(dir.path()).len());
+        }
+        assert!(most <= 8, "up to {most} segments");
+        let want: Vec<u64> = (1..idle_next).map(|i| 1000 + i).collect();
+        assert_eq!(entries(&mut idle).await, want);
+        drop((idle, busy));
+        ns.close(Duration::from_secs(5)).await.unwrap();
+
+        let ns = open_small(dir.path());
+        let (mut idle, _) = stores(&ns, 1);
+        let (mut busy, _) = stores(&ns, 2);
+        assert_eq!(entries(&mut idle).await, want);
+        assert_eq!(entries(&mut busy).await, (2996..=3000).collect::<Vec<_>>());
+    })
+    .await
+}

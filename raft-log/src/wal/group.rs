@@ -70,7 +70,6 @@ impl GroupLog {
     }
 
     /// Iterate the slots (with their indexes) in index order.
-    #[cfg(test)]
     pub fn slots(&self) -> impl Iterator<Item = (u64, &Slot)> {
         (self.first..).zip(self.slots.iter())
     }

@@ -38,6 +38,9 @@ use crate::{codec, GroupId, StoreError};
 use group::{GroupLog, Slot};
 use record::Kind;
 
+/// Segment count from which a roll also rewrites the small groups pinning the oldest segment.
+const COMPACT_AFTER_SEGMENTS: usize = 4;
+
 /// Tuning of the [`Wal`].
 #[derive(Debug, Clone, Copy)]
 pub struct WalOptions {
@@ -210,6 +213,37 @@ impl State {
                     g.clear(&mut on_remove);
                 }
             }
+            Kind::Rewrite => {
+                let g = groups.entry(group).or_default();
+                g.clear(&mut on_remove);
+                let (mut pos, mut index, mut added) = (0usize, index, 0usize);
+                while pos < payload.len() {
+                    let len = payload
+                        .get(pos..pos + 4)
+                        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+                        .filter(|len| pos + 4 + len <= payload.len())
+                        .ok_or_else(|| {
+                            StoreError::corrupt(format!("group {group}: bad rewrite record"))
+                        })?;
+                    let start = pos + 4;
+                    let slot = Slot {
+                        seg,
+                        at: at + start as u64,
+                        len: len as u32,
+                        data: data
+                            .as_ref()
+                            .map(|d| Arc::<[u8]>::from(&d[start..start + len])),
+                    };
+                    g.put(index, slot, &mut on_remove)
+                        .map_err(|e| StoreError::corrupt(format!("group {group}: {e}")))?;
+                    added += 1;
+                    index += 1;
+                    pos = start + len;
+                }
+                if let Some(s) = segs.get_mut(&seg) {
+                    s.live += added;
+                }
+            }
             Kind::Checkpoint => {
                 let list: Vec<GroupCheckpoint> = codec::decode(payload)?;
                 let listed: HashMap<GroupId, GroupCheckpoint> =
@@ -259,6 +293,7 @@ impl State {
         }
         if self.current_len >= opts.segment_bytes {
             self.roll(dir)?;
+            self.compact_oldest(opts)?;
         }
         let at = self.frame(kind, group, index, payload);
         let data = cache.then(|| Arc::<[u8]>::from(payload));
@@ -284,6 +319,75 @@ impl State {
         let payload_in_chunk = record::frame(&mut chunk.data, kind, group, index, payload);
         self.current_len += (chunk.data.len() - before) as u64;
         at + (payload_in_chunk - before) as u64
+    }
+
+    /// Rewrite into the current segment every small group that still has entries in the oldest
+    /// segment, once there are at least [`COMPACT_AFTER_SEGMENTS`] segments, so an idle queue's
+    /// few unpurged entries cannot pin segments full of other groups' drained entries. A group
+    /// is small when its entries total at most a quarter segment; larger groups are busy and
+    /// their snapshots purge them. Each group is rewritten as one record (all or nothing).
+    fn compact_oldest(&mut self, opts: &WalOptions) -> Result<(), StoreError> {
+        if self.segs.len() < COMPACT_AFTER_SEGMENTS {
+            return Ok(());
+        }
+        let Some(&oldest) = self.segs.keys().next() else {
+            return Ok(());
+        };
+        if oldest >= self.current {
+            return Ok(());
+        }
+        let small = opts.segment_bytes / 4;
+        let pinning: Vec<GroupId> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| {
+                g.slots().any(|(_, s)| s.seg == oldest)
+                    && g.slots().map(|(_, s)| u64::from(s.len)).sum::<u64>() <= small
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for group in pinning {
+            let (first, payload) = {
+                let g = &self.groups[&group];
+                let mut payload = Vec::new();
+                for (_, s) in g.slots() {
+                    payload.extend_from_slice(&s.len.to_le_bytes());
+                    match &s.data {
+                        Some(d) => payload.extend_from_slice(d),
+                        None => {
+                            // Uncached bytes are always written (eviction waits for that).
+                            let file = &self
+                                .segs
+                                .get(&s.seg)
+                                .ok_or_else(|| StoreError::corrupt("entry in a missing segment"))?
+                                .file;
+                            let at = payload.len();
+                            payload.resize(at + s.len as usize, 0);
+                            file.read_exact_at(&mut payload[at..], s.at)
+                                .map_err(StoreError::Flush)?;
+                        }
+                    }
+                }
+                (g.first(), payload)
+            };
+            tracing::debug!(
+                group,
+                segment = oldest,
+                bytes = payload.len(),
+                "WAL: rewriting a small group out of the oldest segment"
+            );
+            let rec = Rec {
+                kind: Kind::Rewrite,
+                group,
+                index: first,
+                payload: &payload,
+            };
+            let at = self.frame(rec.kind, group, first, &payload);
+            // Keep the bytes cached: the new location is unwritten until the next sync.
+            let data = Some(Arc::<[u8]>::from(&payload[..]));
+            self.apply(rec, self.current, at, data)?;
+        }
+        Ok(())
     }
 
     /// Start a new segment (file created now, made durable by the next sync) that opens with a

@@ -34,6 +34,9 @@ pub(crate) enum Kind {
     /// First record of every segment: the state of every live group (see `Checkpoint`); group
     /// and index are 0. Supersedes every non-entry record of earlier segments.
     Checkpoint = 7,
+    /// All entries of the group, moved here (compaction): replaces every entry it had; `index`
+    /// is the first one; payload = for each entry in order, `len: u32 LE` + codec(`Entry`).
+    Rewrite = 8,
 }
 
 impl Kind {
@@ -46,6 +49,7 @@ impl Kind {
             5 => Kind::Committed,
             6 => Kind::Drop,
             7 => Kind::Checkpoint,
+            8 => Kind::Rewrite,
             _ => return None,
         })
     }
