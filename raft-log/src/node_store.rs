@@ -72,11 +72,21 @@ impl NodeStore {
     ///
     /// Does not need a tokio runtime (the flusher is an OS thread).
     ///
-    /// Errors: [`StoreError::Sled`] if sled cannot open the directory (already open in this or
+    /// Errors: [`StoreError::Corrupt`] if `dir` is in the earlier layout (sled files directly in
+    /// it); [`StoreError::Sled`] if sled cannot open the directory (already open in this or
     /// another process, corrupt files, I/O); WAL recovery errors ([`StoreError::Flush`] for
     /// I/O, [`StoreError::Corrupt`]/[`StoreError::Decode`] for contradictory records);
     /// [`StoreError::Flush`] if the thread cannot spawn.
     pub fn open_with(dir: &Path, opts: StoreOptions) -> Result<NodeStore, StoreError> {
+        // Before the WAL, sled lived directly in `dir` and held the logs; nothing migrates
+        // that layout, so refuse it instead of starting empty beside it.
+        if dir.join("db").exists() && !dir.join("sled").exists() {
+            return Err(StoreError::corrupt(format!(
+                "{} holds data in the earlier sled-only layout, which this version cannot read; \
+                 move it away or use another data directory",
+                dir.display()
+            )));
+        }
         let db = sled::Config::new()
             .path(dir.join("sled"))
             .cache_capacity(opts.sled_cache_bytes)

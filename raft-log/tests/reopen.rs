@@ -176,3 +176,17 @@ async fn install_snapshot_rejects_bytes_that_disagree_with_meta() {
     })
     .await
 }
+
+#[test]
+fn a_directory_in_the_sled_only_layout_is_refused() {
+    let dir = TempDir::new().unwrap();
+    // What the earlier layout left: sled's files directly in the store directory.
+    drop(sled::open(dir.path()).unwrap());
+    let err = raft_log::NodeStore::open(dir.path(), common::CACHE)
+        .err()
+        .expect("old layout refused");
+    assert!(
+        err.to_string().contains("earlier sled-only layout"),
+        "{err}"
+    );
+}
