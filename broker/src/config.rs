@@ -7,7 +7,7 @@ use serde::Deserialize;
 /// Settings of one node. Defaults give a single node on 127.0.0.1 with
 /// data under `./data`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Node id (u64, unique in the cluster, never reused for a wiped node).
     pub node_id: u64,
@@ -66,5 +66,27 @@ impl Config {
             path: path.into(),
             source,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses_and_defaults_fill_the_rest() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/quorumq.toml");
+        let c = Config::load(&path).expect("deploy/quorumq.toml parses");
+        assert_eq!(c.amqp_listen, "127.0.0.1:5672");
+        assert_eq!(c.sync_interval_us, 1000);
+        let c: Config = toml::from_str("sync_interval_us = 0").expect("partial config");
+        assert_eq!((c.sync_interval_us, c.node_id), (0, 1));
+        assert_eq!(c.data_dir, PathBuf::from("./data"));
+    }
+
+    #[test]
+    fn a_misspelt_key_is_an_error_not_ignored() {
+        let err = toml::from_str::<Config>("sync_interval = 5").expect_err("unknown key");
+        assert!(err.to_string().contains("sync_interval"), "{err}");
     }
 }
