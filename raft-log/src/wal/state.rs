@@ -1,0 +1,383 @@
+//! The WAL's in-memory state: every group's index ([`GroupLog`]), the segment files, the
+//! records not yet written, and how each record changes them ([`State::apply`], shared by
+//! appends and recovery). No I/O except creating a segment file and reading entries back
+//! for compaction; the file writes and syncs are [`super::Wal::sync`]'s.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::group::{GroupLog, Slot};
+use super::record::{self, Kind};
+use super::WalOptions;
+use crate::{codec, GroupId, StoreError};
+
+/// Segment count from which a roll also rewrites the small groups pinning the oldest segment.
+const COMPACT_AFTER_SEGMENTS: usize = 4;
+
+/// What one record says, without where it is.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rec<'a> {
+    pub kind: Kind,
+    pub group: GroupId,
+    pub index: u64,
+    pub payload: &'a [u8],
+}
+
+/// One group's state as recorded in a checkpoint.
+#[derive(Debug, Serialize, Deserialize)]
+struct GroupCheckpoint {
+    group: GroupId,
+    first: u64,
+    next: u64,
+    vote: Option<Vec<u8>>,
+    committed: Option<Vec<u8>>,
+    purged: Option<Vec<u8>>,
+}
+
+pub(super) struct Seg {
+    pub file: Arc<File>,
+    /// Bytes written to the file (all of them once `sync` returns).
+    pub written: u64,
+    /// Live entries pointing into this segment.
+    pub live: usize,
+}
+
+/// Bytes appended to a segment but not yet written to its file.
+pub(super) struct Chunk {
+    pub seg: u64,
+    pub at: u64,
+    pub data: Vec<u8>,
+}
+
+pub(super) struct State {
+    pub groups: HashMap<GroupId, GroupLog>,
+    pub segs: BTreeMap<u64, Seg>,
+    /// The segment appends go to.
+    pub current: u64,
+    /// Logical length of the current segment (written + pending), in bytes.
+    pub current_len: u64,
+    pub pending: Vec<Chunk>,
+    /// A segment file was created since the last sync (the directory needs an fsync).
+    pub dir_dirty: bool,
+    /// Highest segment whose checkpoint is on disk; older empty segments may be deleted.
+    pub durable_checkpoint: u64,
+    /// Set when a write or sync failed: nothing written since can be made durable.
+    pub failed: Option<String>,
+}
+
+/// Path of segment `id` in `dir`.
+pub(super) fn seg_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:020}.wal"))
+}
+
+/// Segment id of a file name, if it is a segment's.
+pub(super) fn seg_id(name: &str) -> Option<u64> {
+    let id = name.strip_suffix(".wal")?;
+    (id.len() == 20).then(|| id.parse().ok()).flatten()
+}
+
+impl State {
+    pub(super) fn empty() -> State {
+        State {
+            groups: HashMap::new(),
+            segs: BTreeMap::new(),
+            current: 0,
+            current_len: 0,
+            pending: Vec::new(),
+            dir_dirty: false,
+            durable_checkpoint: 0,
+            failed: None,
+        }
+    }
+
+    pub(super) fn check(&self) -> Result<(), StoreError> {
+        match &self.failed {
+            Some(e) => Err(StoreError::Flush(io::Error::other(format!(
+                "WAL failed earlier: {e}"
+            )))),
+            None => Ok(()),
+        }
+    }
+
+    /// Apply one record to the in-memory state. `at` is the payload's offset in segment `seg`,
+    /// `data` its bytes when they should stay cached. Used by appends and by recovery alike.
+    pub(super) fn apply(
+        &mut self,
+        rec: Rec<'_>,
+        seg: u64,
+        at: u64,
+        data: Option<Arc<[u8]>>,
+    ) -> Result<(), StoreError> {
+        let Rec {
+            kind,
+            group,
+            index,
+            payload,
+        } = rec;
+        let State { groups, segs, .. } = self;
+        let mut on_remove = |s: u64| {
+            if let Some(seg) = segs.get_mut(&s) {
+                seg.live -= 1;
+            }
+        };
+        match kind {
+            Kind::Entry => {
+                let slot = Slot {
+                    seg,
+                    at,
+                    len: payload.len() as u32,
+                    data,
+                };
+                groups
+                    .entry(group)
+                    .or_default()
+                    .put(index, slot, &mut on_remove)
+                    .map_err(|e| StoreError::corrupt(format!("group {group}: {e}")))?;
+                if let Some(s) = segs.get_mut(&seg) {
+                    s.live += 1;
+                }
+            }
+            Kind::Truncate => {
+                if let Some(g) = groups.get_mut(&group) {
+                    g.truncate_from(index, &mut on_remove);
+                }
+            }
+            Kind::Purge => {
+                let g = groups.entry(group).or_default();
+                g.purge_to(index, &mut on_remove);
+                g.purged = Some(payload.to_vec());
+            }
+            Kind::Vote => groups.entry(group).or_default().vote = Some(payload.to_vec()),
+            Kind::Committed => groups.entry(group).or_default().committed = Some(payload.to_vec()),
+            Kind::Drop => {
+                if let Some(mut g) = groups.remove(&group) {
+                    g.clear(&mut on_remove);
+                }
+            }
+            Kind::Rewrite => {
+                let g = groups.entry(group).or_default();
+                g.clear(&mut on_remove);
+                let (mut pos, mut index, mut added) = (0usize, index, 0usize);
+                while pos < payload.len() {
+                    let len = payload
+                        .get(pos..pos + 4)
+                        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+                        .filter(|len| pos + 4 + len <= payload.len())
+                        .ok_or_else(|| {
+                            StoreError::corrupt(format!("group {group}: bad rewrite record"))
+                        })?;
+                    let start = pos + 4;
+                    let slot = Slot {
+                        seg,
+                        at: at + start as u64,
+                        len: len as u32,
+                        data: data
+                            .as_ref()
+                            .map(|d| Arc::<[u8]>::from(&d[start..start + len])),
+                    };
+                    g.put(index, slot, &mut on_remove)
+                        .map_err(|e| StoreError::corrupt(format!("group {group}: {e}")))?;
+                    added += 1;
+                    index += 1;
+                    pos = start + len;
+                }
+                if let Some(s) = segs.get_mut(&seg) {
+                    s.live += added;
+                }
+            }
+            Kind::Checkpoint => {
+                let list: Vec<GroupCheckpoint> = codec::decode(payload)?;
+                let listed: HashMap<GroupId, GroupCheckpoint> =
+                    list.into_iter().map(|c| (c.group, c)).collect();
+                groups.retain(|id, g| {
+                    let keep = listed.contains_key(id);
+                    if !keep {
+                        g.clear(&mut on_remove);
+                    }
+                    keep
+                });
+                for (id, c) in listed {
+                    let g = groups.entry(id).or_default();
+                    if c.first > 0 {
+                        g.purge_to(c.first - 1, &mut on_remove);
+                    }
+                    g.truncate_from(c.next, &mut on_remove);
+                    g.vote = c.vote;
+                    g.committed = c.committed;
+                    g.purged = c.purged;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Frame a record into the current segment's buffer and apply it. Returns the payload's
+    /// location.
+    pub(super) fn push(
+        &mut self,
+        dir: &Path,
+        opts: &WalOptions,
+        rec: Rec<'_>,
+        cache: bool,
+    ) -> Result<(), StoreError> {
+        let Rec {
+            kind,
+            group,
+            index,
+            payload,
+        } = rec;
+        if kind == Kind::Entry {
+            if let Some(g) = self.groups.get(&group) {
+                g.can_put(index)
+                    .map_err(|e| StoreError::corrupt(format!("group {group}: {e}")))?;
+            }
+        }
+        if self.current_len >= opts.segment_bytes {
+            self.roll(dir)?;
+            self.compact_oldest(opts)?;
+        }
+        let at = self.frame(kind, group, index, payload);
+        let data = cache.then(|| Arc::<[u8]>::from(payload));
+        self.apply(rec, self.current, at, data)
+    }
+
+    /// Append the framed record to the pending buffer of the current segment; returns the
+    /// payload's offset in the segment.
+    pub(super) fn frame(&mut self, kind: Kind, group: GroupId, index: u64, payload: &[u8]) -> u64 {
+        let (seg, at) = (self.current, self.current_len);
+        let chunk = match self.pending.last_mut() {
+            Some(c) if c.seg == seg => c,
+            _ => {
+                self.pending.push(Chunk {
+                    seg,
+                    at,
+                    data: Vec::new(),
+                });
+                self.pending.last_mut().expect("just pushed")
+            }
+        };
+        let before = chunk.data.len();
+        let payload_in_chunk = record::frame(&mut chunk.data, kind, group, index, payload);
+        self.current_len += (chunk.data.len() - before) as u64;
+        at + (payload_in_chunk - before) as u64
+    }
+
+    /// Rewrite into the current segment every small group that still has entries in the oldest
+    /// segment, once there are at least [`COMPACT_AFTER_SEGMENTS`] segments, so an idle queue's
+    /// few unpurged entries cannot pin segments full of other groups' drained entries. A group
+    /// is small when its entries total at most a quarter segment; larger groups are busy and
+    /// their snapshots purge them. Each group is rewritten as one record (all or nothing).
+    fn compact_oldest(&mut self, opts: &WalOptions) -> Result<(), StoreError> {
+        if self.segs.len() < COMPACT_AFTER_SEGMENTS {
+            return Ok(());
+        }
+        let Some(&oldest) = self.segs.keys().next() else {
+            return Ok(());
+        };
+        if oldest >= self.current {
+            return Ok(());
+        }
+        let small = opts.segment_bytes / 4;
+        let pinning: Vec<GroupId> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| {
+                g.slots().any(|(_, s)| s.seg == oldest)
+                    && g.slots().map(|(_, s)| u64::from(s.len)).sum::<u64>() <= small
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for group in pinning {
+            let (first, payload) = {
+                let g = &self.groups[&group];
+                let mut payload = Vec::new();
+                for (_, s) in g.slots() {
+                    payload.extend_from_slice(&s.len.to_le_bytes());
+                    match &s.data {
+                        Some(d) => payload.extend_from_slice(d),
+                        None => {
+                            // Uncached bytes are always written (eviction waits for that).
+                            let file = &self
+                                .segs
+                                .get(&s.seg)
+                                .ok_or_else(|| StoreError::corrupt("entry in a missing segment"))?
+                                .file;
+                            let at = payload.len();
+                            payload.resize(at + s.len as usize, 0);
+                            file.read_exact_at(&mut payload[at..], s.at)
+                                .map_err(StoreError::Flush)?;
+                        }
+                    }
+                }
+                (g.first(), payload)
+            };
+            tracing::debug!(
+                group,
+                segment = oldest,
+                bytes = payload.len(),
+                "WAL: rewriting a small group out of the oldest segment"
+            );
+            let rec = Rec {
+                kind: Kind::Rewrite,
+                group,
+                index: first,
+                payload: &payload,
+            };
+            let at = self.frame(rec.kind, group, first, &payload);
+            // Keep the bytes cached: the new location is unwritten until the next sync.
+            let data = Some(Arc::<[u8]>::from(&payload[..]));
+            self.apply(rec, self.current, at, data)?;
+        }
+        Ok(())
+    }
+
+    /// Start a new segment (file created now, made durable by the next sync) that opens with a
+    /// checkpoint of every group.
+    pub(super) fn roll(&mut self, dir: &Path) -> Result<(), StoreError> {
+        let id = self
+            .segs
+            .keys()
+            .next_back()
+            .map_or(0, |last| last + 1)
+            .max(self.current + 1);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(seg_path(dir, id))
+            .map_err(StoreError::Flush)?;
+        self.segs.insert(
+            id,
+            Seg {
+                file: Arc::new(file),
+                written: 0,
+                live: 0,
+            },
+        );
+        self.current = id;
+        self.current_len = 0;
+        self.dir_dirty = true;
+        let list: Vec<GroupCheckpoint> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| !g.is_blank())
+            .map(|(&group, g)| GroupCheckpoint {
+                group,
+                first: g.first(),
+                next: g.next(),
+                vote: g.vote.clone(),
+                committed: g.committed.clone(),
+                purged: g.purged.clone(),
+            })
+            .collect();
+        let payload = codec::encode(&list)?;
+        self.frame(Kind::Checkpoint, 0, 0, &payload);
+        Ok(())
+    }
+}
