@@ -68,7 +68,7 @@ impl NodeStore {
 
     /// Open (or create) the store in `dir`: sled in `dir/sled` (takes sled's exclusive lock
     /// first), then the WAL in `dir/wal` (replayed; a torn tail is cut), then the flusher
-    /// thread `raft-log-flusher`, whose every round is one [`Wal`] sync (write + `fdatasync`).
+    /// thread `raft-log-flusher`, whose every round is one WAL sync (write + `fdatasync`).
     ///
     /// Does not need a tokio runtime (the flusher is an OS thread).
     ///
