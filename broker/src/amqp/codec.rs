@@ -210,9 +210,10 @@ pub fn protocol_header() -> &'static [u8] {
 
 /// Encodes basic properties to raw property bytes (flags + fields).
 pub fn encode_properties(props: &AMQPProperties) -> Bytes {
+    // Sized for typical properties so the table writer does not regrow the buffer.
     match cookie_factory::gen_simple(
         amq_protocol::protocol::basic::gen_properties(props),
-        Vec::new(),
+        Vec::with_capacity(512),
     ) {
         Ok(v) => Bytes::from(v),
         Err(e) => {

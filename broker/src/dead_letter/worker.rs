@@ -83,12 +83,15 @@ async fn forward_round(
     queue: &QueueHandle,
     settled_targets: &mut HashMap<MsgId, HashSet<u64>>,
 ) -> bool {
+    // One lock of the queue for the round: the held messages with their bodies.
     let Some((held, config)) = queue.read(|h| {
         let m = h.machine();
-        (
-            m.held_dead_letters().take(ROUND).collect::<Vec<_>>(),
-            m.config().clone(),
-        )
+        let held: Vec<_> = m
+            .held_dead_letters()
+            .take(ROUND)
+            .map(|(id, reason)| (id, reason, h.payload(id)))
+            .collect();
+        (held, m.config().clone())
     }) else {
         return false;
     };
@@ -106,8 +109,8 @@ async fn forward_round(
     type TargetBatch = (Arc<QueueHandle>, Vec<EnqueueMsg>, Vec<MsgId>);
     let mut batches: HashMap<u64, TargetBatch> = HashMap::new();
     let mut done: Vec<MsgId> = Vec::new();
-    for (id, reason) in held {
-        let Some(payload) = queue.read(|h| h.payload(id)).flatten() else {
+    for (id, reason, payload) in held {
+        let Some(payload) = payload else {
             continue;
         };
         let Some((dl, targets)) = prepare(broker, queue, reason, target, &payload) else {
