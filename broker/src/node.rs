@@ -322,6 +322,7 @@ impl Broker {
                     host,
                     ctx,
                     self.origin,
+                    self.store.flusher().busy_hint(),
                 ));
                 // Consumers of this node's earlier boots are gone (spec §2.3).
                 let _ = h

@@ -147,3 +147,56 @@ async fn two_groups_append_concurrently_on_one_node_store() {
     })
     .await
 }
+
+/// A paced flusher delays a flush only while writers outrun it: a lone writer that waits for
+/// each flush is served at once even with an hour-long interval.
+#[test]
+fn pacing_never_delays_a_lone_writer() {
+    let flusher =
+        Flusher::start_paced("test-flusher", Duration::from_secs(3600), || Ok(())).unwrap();
+    for _ in 0..5 {
+        let (tx, rx) = mpsc::channel();
+        flusher
+            .submit(Box::new(move |r| tx.send(r.is_ok()).unwrap()))
+            .unwrap();
+        assert_eq!(rx.recv_timeout(T), Ok(true), "lone writer was paced");
+    }
+    assert_eq!(flusher.stats().flushes, 5);
+}
+
+/// A callback that arrived while a flush ran waits for the pacing interval, then shares the
+/// next flush (no flush starts sooner than the interval after the previous one while busy).
+#[test]
+fn pacing_delays_the_flush_after_a_busy_one() {
+    const INTERVAL: Duration = Duration::from_millis(300);
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    let (gate_tx, gate_rx) = mpsc::channel::<()>();
+    let flusher = Flusher::start_paced("test-flusher", INTERVAL, move || {
+        started_tx.send(()).map_err(io::Error::other)?;
+        gate_rx.recv_timeout(T).map_err(io::Error::other)?;
+        Ok(())
+    })
+    .unwrap();
+    let (fired_tx, fired_rx) = mpsc::channel::<u32>();
+    let submit = |id: u32| {
+        let tx = fired_tx.clone();
+        flusher
+            .submit(Box::new(move |r| {
+                r.expect("flush ok");
+                tx.send(id).unwrap();
+            }))
+            .unwrap();
+    };
+    submit(1);
+    started_rx.recv_timeout(T).expect("first flush started");
+    submit(2); // arrives while flush 1 runs
+    gate_tx.send(()).unwrap();
+    gate_tx.send(()).unwrap();
+    assert_eq!(fired_rx.recv_timeout(T), Ok(1));
+    assert!(
+        fired_rx.recv_timeout(INTERVAL / 3).is_err(),
+        "the flush after a busy one started before the interval"
+    );
+    assert_eq!(fired_rx.recv_timeout(T), Ok(2));
+    assert_eq!(flusher.stats().flushes, 2);
+}

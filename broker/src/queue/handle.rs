@@ -6,6 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use raft_log::BusyHint;
 use tokio::sync::{mpsc, oneshot};
 
 use super::host::{QueueContext, QueueHost};
@@ -68,9 +69,10 @@ impl QueueHandle {
         host: Arc<Mutex<QueueHost>>,
         ctx: Arc<QueueContext>,
         origin: Origin,
+        busy: BusyHint,
     ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-        tokio::spawn(run_proposer(raft.clone(), rx, origin));
+        tokio::spawn(run_proposer(raft.clone(), rx, origin, busy));
         QueueHandle {
             group: ctx.group,
             vhost,
@@ -174,7 +176,12 @@ const PIPELINE_DEPTH: usize = 2;
 
 type Replies = Vec<oneshot::Sender<Result<QueueReply, QueueError>>>;
 
-async fn run_proposer(raft: Raft, mut rx: mpsc::Receiver<Proposal>, origin: Origin) {
+async fn run_proposer(
+    raft: Raft,
+    mut rx: mpsc::Receiver<Proposal>,
+    origin: Origin,
+    busy: BusyHint,
+) {
     use futures::stream::{FuturesOrdered, StreamExt};
     let mut batch: Vec<Proposal> = Vec::with_capacity(64);
     let mut inflight = FuturesOrdered::new();
@@ -195,6 +202,10 @@ async fn run_proposer(raft: Raft, mut rx: mpsc::Receiver<Proposal>, origin: Orig
                         Ok(p) => batch.push(p),
                         Err(_) => break,
                     }
+                }
+                if batch.len() > 1 {
+                    // Commands queued up while earlier writes were in flight.
+                    busy.note();
                 }
                 let (cmds, replies): (Vec<_>, Replies) =
                     batch.drain(..).map(|p| (p.cmd, p.reply)).unzip();
