@@ -17,9 +17,11 @@ pub struct Config {
     pub amqp_listen: String,
     /// Cluster gRPC listener (Raft transport and admin API).
     pub cluster_listen: String,
-    /// Shortest time between two write-ahead-log syncs (`fdatasync`), in µs. Raft appends of
-    /// every queue that arrive meanwhile share one sync: fewer, larger log writes for up to
-    /// this much extra commit latency. 0 = sync as soon as anything is waiting.
+    /// Shortest time between two write-ahead-log syncs (`fdatasync`) while the node is busy,
+    /// in µs: Raft appends of every queue that arrive meanwhile share one sync — fewer, larger
+    /// log writes for up to this much extra commit latency. A lone writer waiting for each
+    /// commit (a publisher waiting for every confirm) is never delayed. 0 = always sync as
+    /// soon as anything is waiting.
     pub sync_interval_us: u64,
 }
 
