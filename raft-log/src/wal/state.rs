@@ -226,30 +226,24 @@ impl State {
         rec: Rec<'_>,
         cache: bool,
     ) -> Result<(), StoreError> {
-        let Rec {
-            kind,
-            group,
-            index,
-            payload,
-        } = rec;
-        if kind == Kind::Entry {
-            if let Some(g) = self.groups.get(&group) {
-                g.can_put(index)
-                    .map_err(|e| StoreError::corrupt(format!("group {group}: {e}")))?;
+        if rec.kind == Kind::Entry {
+            if let Some(g) = self.groups.get(&rec.group) {
+                g.can_put(rec.index)
+                    .map_err(|e| StoreError::corrupt(format!("group {}: {e}", rec.group)))?;
             }
         }
         if self.current_len >= opts.segment_bytes {
             self.roll(dir)?;
             self.compact_oldest(opts)?;
         }
-        let at = self.frame(kind, group, index, payload);
-        let data = cache.then(|| Arc::<[u8]>::from(payload));
+        let at = self.frame(&rec);
+        let data = cache.then(|| Arc::<[u8]>::from(rec.payload));
         self.apply(rec, self.current, at, data)
     }
 
     /// Append the framed record to the pending buffer of the current segment; returns the
     /// payload's offset in the segment.
-    pub(super) fn frame(&mut self, kind: Kind, group: GroupId, index: u64, payload: &[u8]) -> u64 {
+    pub(super) fn frame(&mut self, rec: &Rec<'_>) -> u64 {
         let (seg, at) = (self.current, self.current_len);
         let chunk = match self.pending.last_mut() {
             Some(c) if c.seg == seg => c,
@@ -263,7 +257,8 @@ impl State {
             }
         };
         let before = chunk.data.len();
-        let payload_in_chunk = record::frame(&mut chunk.data, kind, group, index, payload);
+        let payload_in_chunk =
+            record::frame(&mut chunk.data, rec.kind, rec.group, rec.index, rec.payload);
         self.current_len += (chunk.data.len() - before) as u64;
         at + (payload_in_chunk - before) as u64
     }
@@ -329,7 +324,7 @@ impl State {
                 index: first,
                 payload: &payload,
             };
-            let at = self.frame(rec.kind, group, first, &payload);
+            let at = self.frame(&rec);
             // Keep the bytes cached: the new location is unwritten until the next sync.
             let data = Some(Arc::<[u8]>::from(&payload[..]));
             self.apply(rec, self.current, at, data)?;
@@ -377,7 +372,12 @@ impl State {
             })
             .collect();
         let payload = codec::encode(&list)?;
-        self.frame(Kind::Checkpoint, 0, 0, &payload);
+        self.frame(&Rec {
+            kind: Kind::Checkpoint,
+            group: 0,
+            index: 0,
+            payload: &payload,
+        });
         Ok(())
     }
 }
