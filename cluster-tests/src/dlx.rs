@@ -11,11 +11,11 @@
 //! * basic.get based `consume` / `consume_empty` as in the Erlang suites;
 //! * header accessors for `x-death` and friends.
 
-use crate::{Broker, BIN_ENV};
+use crate::{s, Broker, BIN_ENV};
 use anyhow::{anyhow, bail, Context};
 use lapin::{
     message::Delivery,
-    options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions},
+    options::{BasicGetOptions, BasicPublishOptions, QueueBindOptions, QueueDeclareOptions},
     types::{AMQPValue, FieldTable},
     BasicProperties, Channel,
 };
@@ -43,21 +43,16 @@ impl Strategy {
     /// The suite's `queue_args` for the group: quorum type plus the strategy
     /// (and `x-overflow: reject-publish` for at-least-once).
     pub fn queue_args(self) -> Vec<(&'static str, AMQPValue)> {
-        let mut v = vec![("x-queue-type", ls("quorum"))];
+        let mut v = vec![("x-queue-type", s("quorum"))];
         match self {
-            Strategy::AtMostOnce => v.push(("x-dead-letter-strategy", ls("at-most-once"))),
+            Strategy::AtMostOnce => v.push(("x-dead-letter-strategy", s("at-most-once"))),
             Strategy::AtLeastOnce => {
-                v.push(("x-dead-letter-strategy", ls("at-least-once")));
-                v.push(("x-overflow", ls("reject-publish")));
+                v.push(("x-dead-letter-strategy", s("at-least-once")));
+                v.push(("x-overflow", s("reject-publish")));
             }
         }
         v
     }
-}
-
-/// Longstr value.
-pub fn ls(v: &str) -> AMQPValue {
-    AMQPValue::LongString(v.into())
 }
 
 /// Long (`l`, i64) value, as the Erlang suites send `{long, N}`.
@@ -67,16 +62,7 @@ pub fn long(v: i64) -> AMQPValue {
 
 /// Array of longstr.
 pub fn ls_array(vs: &[&str]) -> AMQPValue {
-    AMQPValue::FieldArray(vs.iter().map(|v| ls(v)).collect::<Vec<_>>().into())
-}
-
-/// Field table from pairs, later pairs overriding earlier ones.
-pub fn args(pairs: &[(&str, AMQPValue)]) -> FieldTable {
-    let mut t = FieldTable::default();
-    for (k, v) in pairs {
-        t.insert((*k).into(), v.clone());
-    }
-    t
+    AMQPValue::FieldArray(vs.iter().map(|v| s(v)).collect::<Vec<_>>().into())
 }
 
 /// Regex matching exactly `name` (policies take a regex pattern).
@@ -445,4 +431,17 @@ pub async fn wait_policy_applied(broker: &Broker, q: &str, policy: &str) -> anyh
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// queue.bind `q` to exchange `x` with routing key `key`, no arguments.
+pub async fn bind(ch: &Channel, q: &str, x: &str, key: &str) -> anyhow::Result<()> {
+    ch.queue_bind(
+        q.into(),
+        x.into(),
+        key.into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await?;
+    Ok(())
 }

@@ -439,18 +439,12 @@ pub fn expect_amqp_error<T: std::fmt::Debug>(r: Result<T, lapin::Error>) -> (u16
 
 /// `{"x-queue-type": "quorum"}` plus `extra`.
 pub fn quorum_args(extra: &[(&str, AMQPValue)]) -> FieldTable {
-    let mut t = FieldTable::default();
-    t.insert(
-        "x-queue-type".into(),
-        AMQPValue::LongString("quorum".into()),
-    );
-    for (k, v) in extra {
-        t.insert((*k).into(), v.clone());
-    }
-    t
+    let mut pairs = vec![("x-queue-type", s("quorum"))];
+    pairs.extend_from_slice(extra);
+    table(&pairs)
 }
 
-/// A field table from pairs.
+/// A field table from pairs, later pairs overriding earlier ones.
 pub fn table(pairs: &[(&str, AMQPValue)]) -> FieldTable {
     let mut t = FieldTable::default();
     for (k, v) in pairs {

@@ -65,6 +65,8 @@
 #![allow(non_snake_case)]
 
 use cluster_tests::dlx::*;
+// The suite names its strategy parameter `s`; longstr values are `ls` here.
+use cluster_tests::s as ls;
 use cluster_tests::*;
 use futures::StreamExt;
 use lapin::{
@@ -129,7 +131,7 @@ impl Ctx {
         let mut v: Vec<(&str, AMQPValue)> = dl.to_vec();
         v.extend(self.s.queue_args());
         v.extend(extra.iter().cloned());
-        args(&v)
+        table(&v)
     }
 
     async fn declare(&self, q: &str, a: FieldTable) -> anyhow::Result<()> {
@@ -159,16 +161,7 @@ impl Ctx {
     }
 
     async fn bind(&self, q: &str, x: &str, key: &str) -> anyhow::Result<()> {
-        self.ch
-            .queue_bind(
-                q.into(),
-                x.into(),
-                key.into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        Ok(())
+        bind(&self.ch, q, x, key).await
     }
 
     /// The suite's `declare_dead_letter_queues/5`.
@@ -176,8 +169,8 @@ impl Ctx {
         self.exchange(&self.dlx, ExchangeKind::Direct).await?;
         let a = self.qargs(
             &[
-                ("x-dead-letter-exchange", ls(&self.dlx)),
-                ("x-dead-letter-routing-key", ls(&self.dlq)),
+                ("x-dead-letter-exchange", s(&self.dlx)),
+                ("x-dead-letter-routing-key", s(&self.dlq)),
             ],
             extra,
         );
@@ -260,7 +253,7 @@ impl Ctx {
 }
 
 fn props_headers(pairs: &[(&str, AMQPValue)]) -> BasicProperties {
-    BasicProperties::default().with_headers(args(pairs))
+    BasicProperties::default().with_headers(table(pairs))
 }
 
 fn tags(ds: &[lapin::message::Delivery]) -> Vec<u64> {
@@ -684,11 +677,8 @@ async fn dead_letter_routing_key(s: Strategy) -> anyhow::Result<()> {
 
 async fn routing_key_header(c: Ctx, hdr: &str) -> anyhow::Result<()> {
     c.exchange(&c.dlx, ExchangeKind::Direct).await?;
-    c.declare(
-        &c.q,
-        c.qargs(&[("x-dead-letter-exchange", ls(&c.dlx))], &[]),
-    )
-    .await?;
+    c.declare(&c.q, c.qargs(&[("x-dead-letter-exchange", s(&c.dlx))], &[]))
+        .await?;
     c.declare(&c.dlq, FieldTable::default()).await?;
     c.bind(&c.dlq, &c.dlx, &c.dlq).await?;
     publish(&c.ch, &c.q, &["msg1"]).await?;
@@ -815,7 +805,7 @@ async fn dead_letter_policy(s: Strategy) -> anyhow::Result<()> {
         .filter(|(k, _)| *k != "x-dead-letter-strategy")
         .collect();
     c.exchange(&c.dlx, ExchangeKind::Direct).await?;
-    c.declare(&c.q, args(&a)).await?;
+    c.declare(&c.q, table(&a)).await?;
     c.declare(&c.dlq, FieldTable::default()).await?;
     c.bind(&c.dlq, &c.dlx, &c.dlq).await?;
     publish(&c.ch, &c.q, &["msg1", "msg2"]).await?;
@@ -1143,7 +1133,7 @@ async fn dead_letter_headers_first_death(s: Strategy) -> anyhow::Result<()> {
     c.declare(&c.q, a).await?;
     c.declare(
         &c.dlq,
-        args(&[
+        table(&[
             ("x-dead-letter-routing-key", ls(&c.q)),
             ("x-dead-letter-exchange", ls("")),
         ]),
@@ -1187,7 +1177,7 @@ async fn dead_letter_headers_first_death_route(s: Strategy) -> anyhow::Result<()
         c.dlx.as_str().into(),
         "".into(),
         QueueBindOptions::default(),
-        args(&[
+        table(&[
             ("x-match", ls("all-with-x")),
             ("x-first-death-reason", ls("expired")),
             ("x-first-death-queue", ls(&q1)),
@@ -1199,7 +1189,7 @@ async fn dead_letter_headers_first_death_route(s: Strategy) -> anyhow::Result<()
         c.dlx.as_str().into(),
         "".into(),
         QueueBindOptions::default(),
-        args(&[
+        table(&[
             ("x-match", ls("any-with-x")),
             ("x-first-death-reason", ls("rejected")),
         ]),

@@ -47,8 +47,8 @@ use cluster_tests::dlx::*;
 use cluster_tests::*;
 use lapin::{
     options::{
-        BasicNackOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
-        QueueDeclareOptions, QueueDeleteOptions,
+        BasicNackOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueDeclareOptions,
+        QueueDeleteOptions,
     },
     types::{AMQPValue, FieldTable},
     BasicProperties, Channel, Connection, ExchangeKind,
@@ -97,16 +97,16 @@ impl Ctx {
     ) -> FieldTable {
         let mut v: Vec<(&str, AMQPValue)> = vec![];
         if let Some(x) = dlx {
-            v.push(("x-dead-letter-exchange", ls(x)));
+            v.push(("x-dead-letter-exchange", s(x)));
         }
         if let Some(k) = dlrk {
-            v.push(("x-dead-letter-routing-key", ls(k)));
+            v.push(("x-dead-letter-routing-key", s(k)));
         }
-        v.push(("x-dead-letter-strategy", ls("at-least-once")));
-        v.push(("x-overflow", ls("reject-publish")));
-        v.push(("x-queue-type", ls("quorum")));
+        v.push(("x-dead-letter-strategy", s("at-least-once")));
+        v.push(("x-overflow", s("reject-publish")));
+        v.push(("x-queue-type", s("quorum")));
         v.extend(extra.iter().cloned());
-        args(&v)
+        table(&v)
     }
 
     async fn declare(&self, q: &str, a: FieldTable) -> anyhow::Result<()> {
@@ -136,16 +136,7 @@ impl Ctx {
     }
 
     async fn bind(&self, q: &str, x: &str, key: &str) -> anyhow::Result<()> {
-        self.ch
-            .queue_bind(
-                q.into(),
-                x.into(),
-                key.into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        Ok(())
+        bind(&self.ch, q, x, key).await
     }
 
     /// The suite's `declare_topology/2`.
@@ -234,25 +225,25 @@ impl Ctx {
 fn assert_dlx_headers(d: &lapin::message::Delivery, reason: &str, source: &str) {
     assert_eq!(
         header(d, "x-first-death-reason"),
-        Some(&ls(reason)),
+        Some(&s(reason)),
         "x-first-death-reason"
     );
     assert_eq!(
         header(d, "x-first-death-queue"),
-        Some(&ls(source)),
+        Some(&s(source)),
         "x-first-death-queue"
     );
     assert_eq!(
         header(d, "x-first-death-exchange"),
-        Some(&ls("")),
+        Some(&s("")),
         "x-first-death-exchange"
     );
     let deaths = x_death(d);
     assert_eq!(deaths.len(), 1, "x-death: {deaths:?}");
     let death = &deaths[0];
-    assert_eq!(field(death, "queue"), Some(&ls(source)), "x-death queue");
-    assert_eq!(field(death, "reason"), Some(&ls(reason)), "x-death reason");
-    assert_eq!(field(death, "exchange"), Some(&ls("")), "x-death exchange");
+    assert_eq!(field(death, "queue"), Some(&s(source)), "x-death queue");
+    assert_eq!(field(death, "reason"), Some(&s(reason)), "x-death reason");
+    assert_eq!(field(death, "exchange"), Some(&s("")), "x-death exchange");
     assert_eq!(field(death, "count"), Some(&long(1)), "x-death count");
     assert_eq!(
         field(death, "routing-keys"),
@@ -262,7 +253,7 @@ fn assert_dlx_headers(d: &lapin::message::Delivery, reason: &str, source: &str) 
     if reason == "expired" {
         assert_eq!(
             field(death, "original-expiration"),
-            Some(&ls("0")),
+            Some(&s("0")),
             "x-death original-expiration"
         );
     }
@@ -372,7 +363,7 @@ async fn target_queue_deleted() -> anyhow::Result<()> {
         c.declare(&c.source, c.source_args(Some(&c.dlx), Some("k1"), &[]))
             .await?;
         c.declare_dlx().await?;
-        c.declare(&c.target, args(&[("x-queue-type", ls("quorum"))]))
+        c.declare(&c.target, table(&[("x-queue-type", s("quorum"))]))
             .await?;
         c.bind(&c.target, &c.dlx, "k1").await?;
         c.publish_expiring(&c.source, "m1", "0").await?;
@@ -474,11 +465,11 @@ async fn stats() -> anyhow::Result<()> {
 async fn drop_head_falls_back_to_at_most_once() -> anyhow::Result<()> {
     bounded(T, async {
         let c = Ctx::new("drop_head_falls_back_to_at_most_once").await?;
-        let a = args(&[
-            ("x-dead-letter-exchange", ls(&c.dlx)),
-            ("x-dead-letter-strategy", ls("at-least-once")),
-            ("x-overflow", ls("drop-head")),
-            ("x-queue-type", ls("quorum")),
+        let a = table(&[
+            ("x-dead-letter-exchange", s(&c.dlx)),
+            ("x-dead-letter-strategy", s("at-least-once")),
+            ("x-overflow", s("drop-head")),
+            ("x-queue-type", s("quorum")),
         ]);
         c.declare(&c.source, a).await?;
         c.publish_expiring(&c.source, "msg", "0").await?;
@@ -496,10 +487,10 @@ async fn drop_head_falls_back_to_at_most_once() -> anyhow::Result<()> {
 async fn switch_strategy() -> anyhow::Result<()> {
     bounded(T, async {
         let mut c = Ctx::new("switch_strategy").await?;
-        let a = args(&[
-            ("x-dead-letter-exchange", ls(&c.dlx)),
-            ("x-overflow", ls("reject-publish")),
-            ("x-queue-type", ls("quorum")),
+        let a = table(&[
+            ("x-dead-letter-exchange", s(&c.dlx)),
+            ("x-overflow", s("reject-publish")),
+            ("x-queue-type", s("quorum")),
         ]);
         c.declare(&c.source, a).await?;
         c.set_policy(r#"{"dead-letter-strategy": "at-least-once"}"#)
@@ -588,9 +579,9 @@ async fn reject_publish_target_quorum_queue() -> anyhow::Result<()> {
             .await?;
         c.declare(
             &c.target,
-            args(&[
-                ("x-queue-type", ls("quorum")),
-                ("x-overflow", ls("reject-publish")),
+            table(&[
+                ("x-queue-type", s("quorum")),
+                ("x-overflow", s("reject-publish")),
                 ("x-max-length", long(1)),
             ]),
         )
@@ -620,7 +611,7 @@ async fn target_quorum_queue_delete_create() -> anyhow::Result<()> {
             c.source_args(Some(""), Some(&c.target), &[("x-message-ttl", long(1))]),
         )
         .await?;
-        let declare_target = || c.declare(&c.target, args(&[("x-queue-type", ls("quorum"))]));
+        let declare_target = || c.declare(&c.target, table(&[("x-queue-type", s("quorum"))]));
         let send100 = || async {
             for _ in 0..100 {
                 c.ch.basic_publish(

@@ -8,6 +8,10 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+/// One entry's encoded bytes, shared between the read cache and readers (an `Arc<Vec>` so the
+/// encoder's buffer is kept as it is, without a copy).
+pub(crate) type EntryBytes = Arc<Vec<u8>>;
+
 /// Where one log entry's encoded bytes live, plus the bytes themselves while cached.
 #[derive(Debug, Clone)]
 pub(crate) struct Slot {
@@ -18,7 +22,7 @@ pub(crate) struct Slot {
     /// Length of the entry's bytes.
     pub len: u32,
     /// The bytes, while they are in the read cache.
-    pub data: Option<Arc<[u8]>>,
+    pub data: Option<EntryBytes>,
 }
 
 /// One group's log index and metadata.
@@ -184,7 +188,7 @@ mod tests {
             seg,
             at: 0,
             len: n as u32,
-            data: Some(vec![0u8; n].into()),
+            data: Some(Arc::new(vec![0u8; n])),
         }
     }
 

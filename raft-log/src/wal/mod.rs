@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::{GroupId, StoreError};
+use group::EntryBytes;
 use record::Kind;
 use state::{seg_id, seg_path, Rec, Seg, State};
 
@@ -162,13 +163,14 @@ impl Wal {
         let mut st = self.lock();
         st.check()?;
         for (index, data) in entries {
+            let data = Arc::new(data);
             let rec = Rec {
                 kind: Kind::Entry,
                 group,
                 index,
                 payload: &data,
             };
-            st.push(&self.dir, &self.opts, rec, true)?;
+            st.push(&self.dir, &self.opts, rec, Some(data.clone()))?;
         }
         let State { groups, segs, .. } = &mut *st;
         if let Some(g) = groups.get_mut(&group) {
@@ -220,14 +222,19 @@ impl Wal {
             index,
             payload,
         };
-        st.push(&self.dir, &self.opts, rec, false)
+        st.push(&self.dir, &self.opts, rec, None)
     }
 
     /// The encoded entries `start..=end` of `group` that are held (a contiguous run; indexes
     /// outside the held range are skipped). Errors: [`StoreError::Flush`] if a `pread` fails.
-    pub fn read(&self, group: GroupId, start: u64, end: u64) -> Result<Vec<Arc<[u8]>>, StoreError> {
+    pub fn read(
+        &self,
+        group: GroupId,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<EntryBytes>, StoreError> {
         enum Src {
-            Mem(Arc<[u8]>),
+            Mem(EntryBytes),
             Disk(Arc<File>, u64, u32),
         }
         let srcs: Vec<Src> = {
@@ -259,14 +266,14 @@ impl Wal {
                 Src::Disk(f, at, len) => {
                     let mut buf = vec![0; len as usize];
                     f.read_exact_at(&mut buf, at).map_err(StoreError::Flush)?;
-                    Ok(buf.into())
+                    Ok(Arc::new(buf))
                 }
             })
             .collect()
     }
 
     /// The last entry of `group`, encoded, if any.
-    pub fn last(&self, group: GroupId) -> Result<Option<Arc<[u8]>>, StoreError> {
+    pub fn last(&self, group: GroupId) -> Result<Option<EntryBytes>, StoreError> {
         let next = self.lock().groups.get(&group).map_or(0, |g| g.next());
         match next.checked_sub(1) {
             Some(i) => Ok(self.read(group, i, i)?.pop()),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::group::{GroupLog, Slot};
+use super::group::{EntryBytes, GroupLog, Slot};
 use super::record::{self, Kind};
 use super::WalOptions;
 use crate::{codec, GroupId, StoreError};
@@ -112,7 +112,7 @@ impl State {
         rec: Rec<'_>,
         seg: u64,
         at: u64,
-        data: Option<Arc<[u8]>>,
+        data: Option<EntryBytes>,
     ) -> Result<(), StoreError> {
         let Rec {
             kind,
@@ -179,7 +179,7 @@ impl State {
                         len: len as u32,
                         data: data
                             .as_ref()
-                            .map(|d| Arc::<[u8]>::from(&d[start..start + len])),
+                            .map(|d| Arc::new(d[start..start + len].to_vec())),
                     };
                     g.put(index, slot, &mut on_remove)
                         .map_err(|e| StoreError::corrupt(format!("group {group}: {e}")))?;
@@ -217,14 +217,14 @@ impl State {
         Ok(())
     }
 
-    /// Frame a record into the current segment's buffer and apply it. Returns the payload's
-    /// location.
+    /// Frame a record into the current segment's buffer and apply it; `data` (the payload's
+    /// bytes) stays in the read cache, `None` for records that are not entries.
     pub(super) fn push(
         &mut self,
         dir: &Path,
         opts: &WalOptions,
         rec: Rec<'_>,
-        cache: bool,
+        data: Option<EntryBytes>,
     ) -> Result<(), StoreError> {
         if rec.kind == Kind::Entry {
             if let Some(g) = self.groups.get(&rec.group) {
@@ -237,7 +237,6 @@ impl State {
             self.compact_oldest(opts)?;
         }
         let at = self.frame(&rec);
-        let data = cache.then(|| Arc::<[u8]>::from(rec.payload));
         self.apply(rec, self.current, at, data)
     }
 
@@ -318,6 +317,8 @@ impl State {
                 bytes = payload.len(),
                 "WAL: rewriting a small group out of the oldest segment"
             );
+            // Kept cached: the new location is unwritten until the next sync.
+            let payload = Arc::new(payload);
             let rec = Rec {
                 kind: Kind::Rewrite,
                 group,
@@ -325,9 +326,7 @@ impl State {
                 payload: &payload,
             };
             let at = self.frame(&rec);
-            // Keep the bytes cached: the new location is unwritten until the next sync.
-            let data = Some(Arc::<[u8]>::from(&payload[..]));
-            self.apply(rec, self.current, at, data)?;
+            self.apply(rec, self.current, at, Some(payload.clone()))?;
         }
         Ok(())
     }
