@@ -993,55 +993,25 @@ async fn dead_letter_headers_cycle(s: Strategy) -> anyhow::Result<()> {
 
 /// No DLRK: the DL copy keeps CC=[DLQ] and has x-death.
 async fn dead_letter_headers_CC(s: Strategy) -> anyhow::Result<()> {
-    let c = Ctx::new("dead_letter_headers_CC", s).await?;
-    c.exchange(&c.dlx, ExchangeKind::Direct).await?;
-    c.declare(
-        &c.q,
-        c.qargs(&[("x-dead-letter-exchange", ls(&c.dlx))], &[]),
-    )
-    .await?;
-    c.declare(&c.dlq, FieldTable::default()).await?;
-    c.bind(&c.dlq, &c.dlx, &c.dlq).await?;
-    publish_props(
-        &c.ch,
-        &c.q,
-        &["msg1"],
-        props_headers(&[("CC", ls_array(&[&c.dlq]))]),
-    )
-    .await?;
-    c.wait(&c.q, [1, 1, 0]).await?;
-    let d1 = consume(&c.ch, &c.q, &["msg1"]).await?.remove(0);
-    let d2 = consume(&c.ch, &c.dlq, &["msg1"]).await?.remove(0);
-    assert_eq!(header(&d1, "x-death"), None);
-    assert_eq!(header(&d2, "x-death"), None);
-    c.nack(d1.delivery_tag, false, false).await?;
-    c.wait(&c.dlq, [2, 1, 1]).await?;
-    let d3 = consume(&c.ch, &c.dlq, &["msg1"]).await?.remove(0);
-    consume_empty(&c.ch, &c.q).await?;
-    assert_eq!(
-        header(&d3, "CC"),
-        Some(&ls_array(&[&c.dlq])),
-        "CC kept without DLRK"
-    );
-    assert!(
-        matches!(header(&d3, "x-death"), Some(AMQPValue::FieldArray(_))),
-        "x-death array"
-    );
-    c.cleanup().await
+    headers_cc_case("dead_letter_headers_CC", s, false).await
 }
 
 /// DLRK set: the DL copy has no CC header (3.10.8 removes it; 3.13+ keeps it) and has x-death.
 async fn dead_letter_headers_CC_with_routing_key(s: Strategy) -> anyhow::Result<()> {
-    let c = Ctx::new("dead_letter_headers_CC_with_routing_key", s).await?;
+    headers_cc_case("dead_letter_headers_CC_with_routing_key", s, true).await
+}
+
+/// Publish with CC=[DLQ] into a queue dead-lettering to the DLQ (with the DLQ's name as DLRK
+/// when `dlrk`): both copies arrive without x-death; the nacked one reaches the DLQ with
+/// x-death, and keeps its CC header only without a DLRK.
+async fn headers_cc_case(name: &str, s: Strategy, dlrk: bool) -> anyhow::Result<()> {
+    let c = Ctx::new(name, s).await?;
     c.exchange(&c.dlx, ExchangeKind::Direct).await?;
-    let a = c.qargs(
-        &[
-            ("x-dead-letter-routing-key", ls(&c.dlq)),
-            ("x-dead-letter-exchange", ls(&c.dlx)),
-        ],
-        &[],
-    );
-    c.declare(&c.q, a).await?;
+    let mut dl = vec![("x-dead-letter-exchange", ls(&c.dlx))];
+    if dlrk {
+        dl.insert(0, ("x-dead-letter-routing-key", ls(&c.dlq)));
+    }
+    c.declare(&c.q, c.qargs(&dl, &[])).await?;
     c.declare(&c.dlq, FieldTable::default()).await?;
     c.bind(&c.dlq, &c.dlx, &c.dlq).await?;
     publish_props(
@@ -1060,11 +1030,19 @@ async fn dead_letter_headers_CC_with_routing_key(s: Strategy) -> anyhow::Result<
     c.wait(&c.dlq, [2, 1, 1]).await?;
     let d3 = consume(&c.ch, &c.dlq, &["msg1"]).await?.remove(0);
     consume_empty(&c.ch, &c.q).await?;
-    assert_eq!(
-        header(&d3, "CC"),
-        None,
-        "CC removed when a DLRK is configured (3.10.8)"
-    );
+    if dlrk {
+        assert_eq!(
+            header(&d3, "CC"),
+            None,
+            "CC removed when a DLRK is configured (3.10.8)"
+        );
+    } else {
+        assert_eq!(
+            header(&d3, "CC"),
+            Some(&ls_array(&[&c.dlq])),
+            "CC kept without DLRK"
+        );
+    }
     assert!(
         matches!(header(&d3, "x-death"), Some(AMQPValue::FieldArray(_))),
         "x-death array"
