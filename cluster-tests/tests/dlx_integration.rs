@@ -283,35 +283,32 @@ async fn expired() -> anyhow::Result<()> {
 /// at-least-once for a consumer rejection (basic.get + nack requeue=false).
 #[tokio::test]
 async fn rejected() -> anyhow::Result<()> {
-    bounded(T, async {
-        let c = Ctx::new("rejected").await?;
-        c.declare_topology(&[]).await?;
-        publish(&c.ch, &c.source, &["msg"]).await?;
-        c.wait_ready(&c.source, 1).await?;
-        let d = consume(&c.ch, &c.source, &["msg"]).await?.remove(0);
-        c.ch.basic_nack(
-            d.delivery_tag,
-            BasicNackOptions {
-                multiple: false,
-                requeue: false,
-            },
-        )
-        .await?;
-        let d = get_eventually(&c.ch, &c.target, "msg", WAIT).await?;
-        assert_dlx_headers(&d, "rejected", &c.source);
-        c.eventually_held(0).await?;
-        let (s, t) = (c.source.clone(), c.target.clone());
-        c.cleanup(&[&s, &t]).await
-    })
-    .await
+    nack_dead_letters("rejected", &[], false, "rejected").await
 }
 
 /// at-least-once for `x-delivery-limit 0`: nack requeue=true exceeds the limit.
 #[tokio::test]
 async fn delivery_limit() -> anyhow::Result<()> {
+    nack_dead_letters(
+        "delivery_limit",
+        &[("x-delivery-limit", long(0))],
+        true,
+        "delivery_limit",
+    )
+    .await
+}
+
+/// One message into the source (with `extra` arguments), nacked with `requeue`: it arrives in
+/// the target with x-death `reason`, and the source holds nothing afterwards.
+async fn nack_dead_letters(
+    name: &str,
+    extra: &[(&str, AMQPValue)],
+    requeue: bool,
+    reason: &str,
+) -> anyhow::Result<()> {
     bounded(T, async {
-        let c = Ctx::new("delivery_limit").await?;
-        c.declare_topology(&[("x-delivery-limit", long(0))]).await?;
+        let c = Ctx::new(name).await?;
+        c.declare_topology(extra).await?;
         publish(&c.ch, &c.source, &["msg"]).await?;
         c.wait_ready(&c.source, 1).await?;
         let d = consume(&c.ch, &c.source, &["msg"]).await?.remove(0);
@@ -319,12 +316,12 @@ async fn delivery_limit() -> anyhow::Result<()> {
             d.delivery_tag,
             BasicNackOptions {
                 multiple: false,
-                requeue: true,
+                requeue,
             },
         )
         .await?;
         let d = get_eventually(&c.ch, &c.target, "msg", WAIT).await?;
-        assert_dlx_headers(&d, "delivery_limit", &c.source);
+        assert_dlx_headers(&d, reason, &c.source);
         c.eventually_held(0).await?;
         let (s, t) = (c.source.clone(), c.target.clone());
         c.cleanup(&[&s, &t]).await
