@@ -6,6 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")"
 # The cluster tests must exercise quorumq here, not an external broker.
 unset QUORUMQ_TEST_URI QUORUMQ_BIN
+# The pika tests need pika and pytest; install them on a fresh machine.
+if ! python3 -c 'import pika, pytest' 2>/dev/null; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y python3-pip
+  fi
+  python3 -m pip install --quiet pika pytest \
+    || python3 -m pip install --quiet --break-system-packages pika pytest
+fi
 cargo build --bin quorumq --bin quorumqctl
 cargo test --workspace
 timeout 900 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/pika
