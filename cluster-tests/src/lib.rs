@@ -34,6 +34,7 @@ use std::{
 };
 
 pub mod dlx;
+pub mod lean;
 pub mod raw;
 
 /// Env var: when set, every test runs against this AMQP URI instead of a spawned quorumq.

@@ -361,3 +361,48 @@ async fn channel_flow() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// A client may write connection.open and channel.open back to back (one TCP
+/// segment, no wait for open-ok); both are answered, in order, without the
+/// client sending anything more. RabbitMQ 3.10.8 does.
+#[tokio::test]
+async fn pipelined_connection_open_and_channel_open() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let t = Duration::from_secs(10);
+        let mut c = RawConn::connect(broker.uri()).await?;
+        c.send(raw::PROTOCOL_HEADER).await?;
+        let start = c.read_method(t).await?.expect("connection.start");
+        assert_eq!(start.method(), Some((10, 10)));
+        let start_ok = raw::Args::method(10, 11)
+            .empty_table()
+            .shortstr("PLAIN")
+            .longstr(b"\0guest\0guest")
+            .shortstr("en_US");
+        c.send_method(0, start_ok).await?;
+        let tune = c.read_method(t).await?.expect("connection.tune");
+        assert_eq!(tune.method(), Some((10, 30)));
+        let mut burst = raw::frame(
+            raw::FRAME_METHOD,
+            0,
+            &raw::Args::method(10, 31).u16(16).u32(131_072).u16(0).0,
+        );
+        burst.extend(raw::frame(
+            raw::FRAME_METHOD,
+            0,
+            &raw::Args::method(10, 40).shortstr("/").shortstr("").u8(0).0,
+        ));
+        burst.extend(raw::frame(
+            raw::FRAME_METHOD,
+            1,
+            &raw::Args::method(20, 10).shortstr("").0,
+        ));
+        c.send(&burst).await?;
+        let open_ok = c.read_method(t).await?.expect("connection.open-ok");
+        assert_eq!((open_ok.channel, open_ok.method()), (0, Some((10, 41))));
+        let ch_ok = c.read_method(t).await?.expect("channel.open-ok");
+        assert_eq!((ch_ok.channel, ch_ok.method()), (1, Some((20, 11))));
+        Ok(())
+    })
+    .await
+}

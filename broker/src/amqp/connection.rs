@@ -110,9 +110,16 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
     let mut last_write = Instant::now();
     let mut ticker = tokio::time::interval(hb.map(|d| d / 2).unwrap_or(Duration::from_secs(3600)));
     let mut closing_since: Option<Instant> = None;
+    // Frames the client pipelined behind connection.open (e.g. channel.open in
+    // the same write) are already buffered: serve them before the next read.
+    let mut buffered = true;
     loop {
         let step = tokio::select! {
             biased;
+            _ = std::future::ready(()), if buffered => {
+                buffered = false;
+                conn.on_bytes(&mut reader, &mut closing_since).await
+            }
             r = rd.read_buf(reader.buffer()) => match r {
                 Ok(0) | Err(_) => Step::Close,
                 Ok(_) => {

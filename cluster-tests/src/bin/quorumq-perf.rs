@@ -11,12 +11,19 @@
 //! the targets to count losses and duplicates. With `--consume-target`, target
 //! consumers run during the measurement instead and the rate is their receipt.
 //!
+//! `--client lean` (the default) drives producers and consumers with
+//! [`cluster_tests::lean`], a single-task-per-connection client on
+//! amq-protocol framing; `--client lapin` uses lapin, whose per-connection
+//! I/O thread costs more client CPU than the broker spends per message on a
+//! small box. Queue setup and the depth polling use lapin either way.
+//!
 //! Reports publish and consume rates (msg/s), latency p50/p99/max (µs),
 //! lost messages (confirmed, or published when `--confirm 0`, but never
 //! received) and duplicates. Exit code 2 when messages were lost.
 
 use anyhow::{bail, Context};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
+use cluster_tests::lean::{self, ConfirmBook, LeanConn, PublishTemplate};
 use futures::{FutureExt, StreamExt};
 use hdrhistogram::Histogram;
 use lapin::{
@@ -93,10 +100,22 @@ struct Args {
     /// Keep the queues after the run (they are deleted and re-declared at start either way).
     #[arg(long)]
     keep_queues: bool,
+    /// Client library for producers and consumers.
+    #[arg(long, value_enum, default_value_t = Client::Lean)]
+    client: Client,
     /// Backlog mode: consumers start only after every message is published
     /// (measures a deep queue, e.g. RSS with 1M ready messages, then the drain).
     #[arg(long)]
     backlog: bool,
+}
+
+/// Which AMQP client drives the producers and consumers.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    /// `cluster_tests::lean`: one task per connection, batched socket writes.
+    Lean,
+    /// lapin (an I/O thread per connection).
+    Lapin,
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -120,6 +139,25 @@ fn now_ns() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
+}
+
+/// Records one delivery of a benchmark message (latency, duplicates, receipt times).
+fn record(shared: &Shared, data: &[u8]) -> anyhow::Result<()> {
+    if data.len() < HEADER_LEN {
+        return Ok(());
+    }
+    let id = u32::from_be_bytes(data[..4].try_into()?);
+    let seq = u64::from_be_bytes(data[4..12].try_into()?);
+    let sent = u64::from_be_bytes(data[12..20].try_into()?);
+    let lat = now_ns().saturating_sub(sent) / 1000;
+    let _ = shared.latency_us.lock().unwrap().record(lat.max(1));
+    if !shared.received.lock().unwrap().insert((id, seq)) {
+        shared.duplicates.fetch_add(1, Ordering::Relaxed);
+    }
+    let now = Instant::now();
+    shared.first_receive.lock().unwrap().get_or_insert(now);
+    *shared.last_receive.lock().unwrap() = Some(now);
+    Ok(())
 }
 
 struct Shared {
@@ -308,19 +346,7 @@ async fn consumer(
             shared.rejected.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        if d.data.len() >= HEADER_LEN {
-            let id = u32::from_be_bytes(d.data[..4].try_into()?);
-            let seq = u64::from_be_bytes(d.data[4..12].try_into()?);
-            let sent = u64::from_be_bytes(d.data[12..20].try_into()?);
-            let lat = now_ns().saturating_sub(sent) / 1000;
-            let _ = shared.latency_us.lock().unwrap().record(lat.max(1));
-            if !shared.received.lock().unwrap().insert((id, seq)) {
-                shared.duplicates.fetch_add(1, Ordering::Relaxed);
-            }
-            let now = Instant::now();
-            shared.first_receive.lock().unwrap().get_or_insert(now);
-            *shared.last_receive.lock().unwrap() = Some(now);
-        }
+        record(&shared, &d.data)?;
         settling.push(Box::pin(async move {
             acker.ack(BasicAckOptions::default()).await
         }));
@@ -329,6 +355,177 @@ async fn consumer(
         r?;
     }
     let _ = conn.close(200, "OK".into()).await;
+    Ok(())
+}
+
+async fn any_producer(
+    args: Args,
+    id: u32,
+    queue: String,
+    shared: Arc<Shared>,
+) -> anyhow::Result<Duration> {
+    match args.client {
+        Client::Lean => lean_producer(args, id, queue, shared).await,
+        Client::Lapin => producer(args, id, queue, shared).await,
+    }
+}
+
+async fn any_consumer(
+    args: Args,
+    queue: String,
+    reject: bool,
+    shared: Arc<Shared>,
+    stop: Arc<tokio::sync::Notify>,
+) -> anyhow::Result<()> {
+    match args.client {
+        Client::Lean => lean_consumer(args, queue, reject, shared, stop).await,
+        Client::Lapin => consumer(args, queue, reject, shared, stop).await,
+    }
+}
+
+/// Producer on the lean client: publishes in batches of up to 64 frames per
+/// socket write within the confirm window, reading confirms between batches.
+async fn lean_producer(
+    args: Args,
+    id: u32,
+    queue: String,
+    shared: Arc<Shared>,
+) -> anyhow::Result<Duration> {
+    let mut conn = LeanConn::connect(&args.uri).await?;
+    let confirms = args.confirm > 0;
+    if confirms {
+        conn.confirm_select().await?;
+    }
+    let mut body = vec![0u8; args.size.max(HEADER_LEN)];
+    body[..4].copy_from_slice(&id.to_be_bytes());
+    let template = PublishTemplate::new(&queue, &body, conn.frame_max)?;
+    let window = args.confirm.max(1) as u64;
+    let mut book = ConfirmBook::new(args.messages);
+    let mut out = Vec::with_capacity(64 * (body.len() + 128));
+    let mut seq = 0u64;
+    let start = Instant::now();
+    let read_confirms = |conn: &mut LeanConn, book: &mut ConfirmBook| -> anyhow::Result<()> {
+        while let Some(frame) = conn.reader.buffered()? {
+            if let amq_protocol::frame::AMQPFrame::Method(_, m) = frame {
+                use amq_protocol::protocol::{basic::AMQPMethod as B, AMQPClass as C};
+                match &m {
+                    C::Basic(B::Ack(a)) => {
+                        book.settle(a.delivery_tag, a.multiple, ConfirmBook::ACK)?
+                    }
+                    C::Basic(B::Nack(n)) => {
+                        book.settle(n.delivery_tag, n.multiple, ConfirmBook::NACK)?
+                    }
+                    m => lean::closed(m)?,
+                }
+            }
+        }
+        Ok(())
+    };
+    loop {
+        let in_flight = seq - book.settled;
+        if seq < args.messages && (!confirms || in_flight < window) {
+            let room = if confirms { window - in_flight } else { 64 };
+            let batch = if args.rate > 0 { 1 } else { room.min(64) }.min(args.messages - seq);
+            for _ in 0..batch {
+                if args.rate > 0 {
+                    let due = start + Duration::from_secs_f64(seq as f64 / args.rate as f64);
+                    tokio::time::sleep_until(due.into()).await;
+                }
+                let mut patch = [0u8; 16];
+                patch[..8].copy_from_slice(&seq.to_be_bytes());
+                patch[8..].copy_from_slice(&now_ns().to_be_bytes());
+                // Sequence and send time follow the 4-byte producer id.
+                template.append(&mut out, 4, &patch);
+                seq += 1;
+            }
+            conn.write(&out).await?;
+            out.clear();
+            shared.published.fetch_add(batch, Ordering::Relaxed);
+            if confirms && conn.reader.try_fill()? {
+                read_confirms(&mut conn, &mut book)?;
+            }
+            continue;
+        }
+        if !confirms || book.settled == args.messages {
+            break;
+        }
+        conn.reader.fill().await?;
+        read_confirms(&mut conn, &mut book)?;
+    }
+    let took = start.elapsed();
+    {
+        let mut confirmed = shared.confirmed.lock().unwrap();
+        for (s, state) in book.state.iter().enumerate() {
+            match *state {
+                ConfirmBook::ACK => {
+                    confirmed.insert((id, s as u64));
+                }
+                ConfirmBook::NACK => {
+                    shared.nacked.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {}
+            }
+        }
+    }
+    conn.close().await;
+    Ok(took)
+}
+
+/// Consumer on the lean client: acks (or rejects, requeue=false) every
+/// delivery, one socket write per batch of frames read.
+async fn lean_consumer(
+    args: Args,
+    queue: String,
+    reject: bool,
+    shared: Arc<Shared>,
+    stop: Arc<tokio::sync::Notify>,
+) -> anyhow::Result<()> {
+    use amq_protocol::protocol::{basic, AMQPClass};
+    let mut conn = LeanConn::connect(&args.uri).await?;
+    if args.prefetch > 0 {
+        conn.qos(args.prefetch).await?;
+    }
+    let stopped = stop.notified();
+    tokio::pin!(stopped);
+    stopped.as_mut().enable();
+    conn.consume(&queue).await?;
+    let mut assembler = lean::Assembler::default();
+    let mut out = Vec::with_capacity(64 * 1024);
+    loop {
+        while let Some(frame) = conn.reader.buffered()? {
+            let (tag, data) = match assembler.feed(frame) {
+                Ok(Some(done)) => done,
+                Ok(None) => continue,
+                Err(m) => {
+                    lean::closed(&m)?;
+                    continue;
+                }
+            };
+            let settle = if reject {
+                shared.rejected.fetch_add(1, Ordering::Relaxed);
+                basic::AMQPMethod::Reject(basic::Reject {
+                    delivery_tag: tag,
+                    requeue: false,
+                })
+            } else {
+                record(&shared, &data)?;
+                basic::AMQPMethod::Ack(basic::Ack {
+                    delivery_tag: tag,
+                    multiple: false,
+                })
+            };
+            lean::encode_method(&mut out, AMQPClass::Basic(settle))?;
+        }
+        if !out.is_empty() {
+            conn.write(&out).await?;
+            out.clear();
+        }
+        tokio::select! {
+            _ = &mut stopped => break,
+            r = conn.reader.fill() => r?,
+        }
+    }
+    conn.close().await;
     Ok(())
 }
 
@@ -412,7 +609,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let mut consumers = Vec::new();
         for i in 0..args.consumers {
             if measured {
-                consumers.push(tokio::spawn(consumer(
+                consumers.push(tokio::spawn(any_consumer(
                     args.clone(),
                     measure_queues[i % args.queues].clone(),
                     false,
@@ -421,7 +618,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 )));
             }
             if args.dead_letter && rejecters {
-                consumers.push(tokio::spawn(consumer(
+                consumers.push(tokio::spawn(any_consumer(
                     args.clone(),
                     publish_queues[i % args.queues].clone(),
                     true,
@@ -440,7 +637,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let start = Instant::now();
     let mut producers = Vec::new();
     for i in 0..args.producers {
-        producers.push(tokio::spawn(producer(
+        producers.push(tokio::spawn(any_producer(
             args.clone(),
             i as u32,
             publish_queues[i % args.queues].clone(),
@@ -527,8 +724,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "plain"
     };
     println!(
-        "quorumq-perf mode={mode} uri={} producers={} consumers={} queues={} size={}B confirm={} prefetch={} rate={} messages/producer={} queue-args={:?}",
-        args.uri, args.producers, args.consumers, args.queues, args.size, args.confirm, args.prefetch, args.rate, args.messages, args.queue_args
+        "quorumq-perf mode={mode} client={:?} uri={} producers={} consumers={} queues={} size={}B confirm={} prefetch={} rate={} messages/producer={} queue-args={:?}",
+        args.client, args.uri, args.producers, args.consumers, args.queues, args.size, args.confirm, args.prefetch, args.rate, args.messages, args.queue_args
     );
     println!(
         "publish: {published} sent, {} confirmed, {} nacked in {:.2} s = {:.0} msg/s",
