@@ -42,6 +42,8 @@ pub const TEST_URI_ENV: &str = "QUORUMQ_TEST_URI";
 /// Env var: path of the quorumq binary to spawn.
 pub const BIN_ENV: &str = "QUORUMQ_BIN";
 /// How long [`Broker::start`] waits for the AMQP port to open.
+/// What quorumq logs once its AMQP and cluster listeners are bound (broker/src/main.rs).
+const READY_LINE: &str = "quorumq ready";
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default per-test bound used by [`bounded`] callers.
 pub const TEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -89,22 +91,33 @@ impl Broker {
                 bin.display()
             );
         }
-        let root = tempfile::Builder::new().prefix("quorumq-test-").tempdir()?;
-        std::fs::create_dir_all(root.path().join("data"))?;
-        let port = free_port()?;
-        let admin_port = free_port()?;
-        let mut broker = Broker {
-            uri: format!("amqp://guest:guest@127.0.0.1:{port}/%2f"),
-            spawned: Some(Spawned {
-                bin,
-                port,
-                admin_port,
-                root,
-                child: None,
-            }),
-        };
-        broker.launch().await?;
-        Ok(broker)
+        // A port free a moment ago can be taken by a parallel test's broker
+        // before ours binds it; ours then exits, and we retry on fresh ports.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let root = tempfile::Builder::new().prefix("quorumq-test-").tempdir()?;
+            std::fs::create_dir_all(root.path().join("data"))?;
+            let port = free_port()?;
+            let admin_port = free_port()?;
+            let mut broker = Broker {
+                uri: format!("amqp://guest:guest@127.0.0.1:{port}/%2f"),
+                spawned: Some(Spawned {
+                    bin: bin.clone(),
+                    port,
+                    admin_port,
+                    root,
+                    child: None,
+                }),
+            };
+            match broker.launch().await {
+                Ok(()) => return Ok(broker),
+                Err(e) if attempt < 3 && broker.log_tail(4000).contains("binding") => {
+                    eprintln!("quorumq lost a port race, retrying on fresh ports: {e:#}");
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// The AMQP URI of this broker (`amqp://guest:guest@127.0.0.1:PORT/%2f`).
@@ -147,6 +160,8 @@ impl Broker {
     async fn launch(&mut self) -> anyhow::Result<()> {
         let log_path = self.log_path().expect("spawned");
         let data_dir = self.data_dir().expect("spawned");
+        // The log is appended to across restarts: count earlier ready lines.
+        let ready_before = self.log_tail(u64::MAX).matches(READY_LINE).count();
         let s = self.spawned.as_mut().expect("spawned");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -168,11 +183,15 @@ impl Broker {
         let port = s.port;
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if TcpStream::connect_timeout(
-                &([127, 0, 0, 1], port).into(),
-                Duration::from_millis(200),
-            )
-            .is_ok()
+            // Ready = this launch logged "quorumq ready" (both listeners bound)
+            // and the port answers: another process's listener on a reused
+            // port number must not pass for ours.
+            if self.log_tail(u64::MAX).matches(READY_LINE).count() > ready_before
+                && TcpStream::connect_timeout(
+                    &([127, 0, 0, 1], port).into(),
+                    Duration::from_millis(200),
+                )
+                .is_ok()
             {
                 return Ok(());
             }
