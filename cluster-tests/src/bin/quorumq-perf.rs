@@ -358,6 +358,7 @@ async fn consumer(
     Ok(())
 }
 
+/// Runs a producer on the client `--client` chose.
 async fn any_producer(
     args: Args,
     id: u32,
@@ -370,6 +371,7 @@ async fn any_producer(
     }
 }
 
+/// Runs a consumer (acking, or rejecting in `reject` mode) on the client `--client` chose.
 async fn any_consumer(
     args: Args,
     queue: String,
