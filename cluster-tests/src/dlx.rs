@@ -15,9 +15,12 @@ use crate::{s, Broker, BIN_ENV};
 use anyhow::{anyhow, bail, Context};
 use lapin::{
     message::Delivery,
-    options::{BasicGetOptions, BasicPublishOptions, QueueBindOptions, QueueDeclareOptions},
+    options::{
+        BasicGetOptions, BasicPublishOptions, ExchangeDeclareOptions, QueueBindOptions,
+        QueueDeclareOptions,
+    },
     types::{AMQPValue, FieldTable},
-    BasicProperties, Channel,
+    BasicProperties, Channel, ExchangeKind,
 };
 use std::{
     path::{Path, PathBuf},
@@ -380,7 +383,9 @@ pub fn x_death(d: &Delivery) -> Vec<FieldTable> {
     }
 }
 
-/// Passive queue.declare: ready message count (None = 404, channel closed).
+/// Passive queue.declare: the ready message count.
+///
+/// Errors: the broker's 404 when the queue does not exist (it closes the channel).
 pub async fn passive_ready(ch: &Channel, q: &str) -> anyhow::Result<u32> {
     Ok(ch
         .queue_declare(
@@ -431,6 +436,21 @@ pub async fn wait_policy_applied(broker: &Broker, q: &str, policy: &str) -> anyh
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// Declares `x` as a durable fanout exchange (a DLX that routes to every bound queue).
+pub async fn fanout(ch: &Channel, x: &str) -> anyhow::Result<()> {
+    ch.exchange_declare(
+        x.into(),
+        ExchangeKind::Fanout,
+        ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await?;
+    Ok(())
 }
 
 /// queue.bind `q` to exchange `x` with routing key `key`, no arguments.

@@ -20,9 +20,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
+use crate::raw::{FRAME_END, PROTOCOL_HEADER};
+
 /// The channel every lean connection uses.
 pub const CHANNEL: u16 = 1;
-const FRAME_END: u8 = 0xCE;
 /// frame_max this client asks for (bytes, whole frame).
 const FRAME_MAX: u32 = 131_072;
 
@@ -40,6 +41,11 @@ pub fn encode(out: &mut Vec<u8>, frame: &AMQPFrame) -> anyhow::Result<()> {
 /// Appends a method frame on [`CHANNEL`].
 pub fn encode_method(out: &mut Vec<u8>, method: AMQPClass) -> anyhow::Result<()> {
     encode(out, &AMQPFrame::Method(CHANNEL, method))
+}
+
+/// Appends a connection-class method frame (channel 0).
+fn encode_connection(out: &mut Vec<u8>, method: connection::AMQPMethod) -> anyhow::Result<()> {
+    encode(out, &AMQPFrame::Method(0, AMQPClass::Connection(method)))
 }
 
 /// The read side of a lean connection: whole frames out of a byte buffer.
@@ -95,26 +101,11 @@ impl FrameReader {
     /// Errors: the socket failed or the broker closed it.
     pub fn try_fill(&mut self) -> anyhow::Result<bool> {
         self.compact();
-        let len = self.buf.len();
-        self.buf.resize(len + 64 * 1024, 0);
-        let r = self.rd.try_read(&mut self.buf[len..]);
-        match r {
-            Ok(0) => {
-                self.buf.truncate(len);
-                bail!("the broker closed the connection")
-            }
-            Ok(n) => {
-                self.buf.truncate(len + n);
-                Ok(true)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                self.buf.truncate(len);
-                Ok(false)
-            }
-            Err(e) => {
-                self.buf.truncate(len);
-                Err(e).context("reading from the broker")
-            }
+        match self.rd.try_read_buf(&mut self.buf) {
+            Ok(0) => bail!("the broker closed the connection"),
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e).context("reading from the broker"),
         }
     }
 
@@ -194,7 +185,7 @@ impl LeanConn {
             buf: Vec::with_capacity(128 * 1024),
             pos: 0,
         };
-        wr.write_all(b"AMQP\x00\x00\x09\x01").await?;
+        wr.write_all(PROTOCOL_HEADER).await?;
         reader
             .expect("connection.start", |m| {
                 matches!(m, AMQPClass::Connection(connection::AMQPMethod::Start(_))).then_some(())
@@ -208,13 +199,7 @@ impl LeanConn {
             response: login.as_str().into(),
             locale: "en_US".into(),
         };
-        encode(
-            &mut out,
-            &AMQPFrame::Method(
-                0,
-                AMQPClass::Connection(connection::AMQPMethod::StartOk(start_ok)),
-            ),
-        )?;
+        encode_connection(&mut out, connection::AMQPMethod::StartOk(start_ok))?;
         wr.write_all(&out).await?;
         let tune = reader
             .expect("connection.tune", |m| match m {
@@ -232,20 +217,11 @@ impl LeanConn {
             frame_max,
             heartbeat: 0,
         };
-        encode(
-            &mut out,
-            &AMQPFrame::Method(
-                0,
-                AMQPClass::Connection(connection::AMQPMethod::TuneOk(tune_ok)),
-            ),
-        )?;
+        encode_connection(&mut out, connection::AMQPMethod::TuneOk(tune_ok))?;
         let open = connection::Open {
             virtual_host: uri.vhost.as_str().into(),
         };
-        encode(
-            &mut out,
-            &AMQPFrame::Method(0, AMQPClass::Connection(connection::AMQPMethod::Open(open))),
-        )?;
+        encode_connection(&mut out, connection::AMQPMethod::Open(open))?;
         encode_method(
             &mut out,
             AMQPClass::Channel(channel::AMQPMethod::Open(channel::Open {})),
@@ -360,14 +336,7 @@ impl LeanConn {
             class_id: 0,
             method_id: 0,
         };
-        if encode(
-            &mut out,
-            &AMQPFrame::Method(
-                0,
-                AMQPClass::Connection(connection::AMQPMethod::Close(close)),
-            ),
-        )
-        .is_ok()
+        if encode_connection(&mut out, connection::AMQPMethod::Close(close)).is_ok()
             && self.wr.write_all(&out).await.is_ok()
         {
             let wait = self.reader.expect("connection.close-ok", |m| {

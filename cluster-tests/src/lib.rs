@@ -18,7 +18,7 @@ use anyhow::{anyhow, bail, Context};
 use futures::StreamExt;
 use lapin::{
     message::Delivery,
-    options::{BasicPublishOptions, ConfirmSelectOptions},
+    options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions},
     types::{AMQPValue, FieldTable},
     BasicProperties, Channel, Connection, ConnectionProperties, Consumer, ErrorKind,
 };
@@ -26,7 +26,7 @@ use std::{
     fs::File,
     future::Future,
     io::{Read, Seek, SeekFrom},
-    net::{TcpListener, TcpStream},
+    net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::atomic::{AtomicU64, Ordering},
@@ -160,8 +160,8 @@ impl Broker {
     async fn launch(&mut self) -> anyhow::Result<()> {
         let log_path = self.log_path().expect("spawned");
         let data_dir = self.data_dir().expect("spawned");
-        // The log is appended to across restarts: count earlier ready lines.
-        let ready_before = self.log_tail(u64::MAX).matches(READY_LINE).count();
+        // The log is appended to across restarts: this launch's lines start here.
+        let launched_at = std::fs::metadata(&log_path).map_or(0, |m| m.len());
         let s = self.spawned.as_mut().expect("spawned");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -183,30 +183,23 @@ impl Broker {
         let port = s.port;
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            // Ready = this launch logged "quorumq ready" (both listeners bound)
-            // and the port answers: another process's listener on a reused
-            // port number must not pass for ours.
-            if self.log_tail(u64::MAX).matches(READY_LINE).count() > ready_before
-                && TcpStream::connect_timeout(
-                    &([127, 0, 0, 1], port).into(),
-                    Duration::from_millis(200),
-                )
-                .is_ok()
-            {
+            // Ready = this launch logged that both its listeners are bound;
+            // "the port answers" could be another process on a reused port number.
+            if read_from(&log_path, launched_at).contains(READY_LINE) {
                 return Ok(());
             }
             let s = self.spawned.as_mut().expect("spawned");
             if let Some(status) = s.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 s.child = None;
                 bail!(
-                    "quorumq exited with {status} before opening port {port}; stderr tail:\n{}",
+                    "quorumq exited with {status} before it was ready on port {port}; stderr tail:\n{}",
                     self.log_tail(4000)
                 );
             }
             if Instant::now() > deadline {
                 self.kill9();
                 bail!(
-                    "quorumq did not open port {port} within {START_TIMEOUT:?}; stderr tail:\n{}",
+                    "quorumq was not ready on port {port} within {START_TIMEOUT:?}; stderr tail:\n{}",
                     self.log_tail(4000)
                 );
             }
@@ -309,11 +302,16 @@ pub fn free_port() -> std::io::Result<u16> {
 }
 
 fn tail_of(path: &Path, max_bytes: u64) -> String {
+    let len = std::fs::metadata(path).map_or(0, |m| m.len());
+    read_from(path, len.saturating_sub(max_bytes))
+}
+
+/// The file's text from byte `offset` on (empty if unreadable).
+fn read_from(path: &Path, offset: u64) -> String {
     let Ok(mut f) = File::open(path) else {
         return String::new();
     };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let _ = f.seek(SeekFrom::Start(len.saturating_sub(max_bytes)));
+    let _ = f.seek(SeekFrom::Start(offset));
     let mut buf = Vec::new();
     let _ = f.read_to_end(&mut buf);
     String::from_utf8_lossy(&buf).into_owned()
@@ -454,6 +452,14 @@ pub fn expect_amqp_error<T: std::fmt::Debug>(r: Result<T, lapin::Error>) -> (u16
     match r {
         Ok(v) => panic!("expected an AMQP error, got Ok({v:?})"),
         Err(e) => amqp_error(&e).unwrap_or_else(|| panic!("expected an AMQP error, got {e:?}")),
+    }
+}
+
+/// queue.declare options of a durable queue (quorum queues must be durable).
+pub fn durable() -> QueueDeclareOptions {
+    QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
     }
 }
 

@@ -12,22 +12,15 @@ use futures::StreamExt;
 use lapin::{
     options::{
         BasicAckOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions,
-        ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+        QueueDeclareOptions,
     },
     types::{AMQPValue, FieldTable},
-    BasicProperties, Channel, Connection, ExchangeKind,
+    BasicProperties, Channel, Connection,
 };
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 const N: u32 = 20_000;
-
-fn durable() -> QueueDeclareOptions {
-    QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    }
-}
 
 /// Declares DLX `dlx` (fanout) → `target`, and `source` dead-lettering
 /// at-least-once into `dlx`. `target_limit` caps the target with
@@ -39,30 +32,14 @@ async fn declare_topology(
     target: &str,
     target_limit: Option<i64>,
 ) -> anyhow::Result<()> {
-    ch.exchange_declare(
-        dlx.into(),
-        ExchangeKind::Fanout,
-        ExchangeDeclareOptions {
-            durable: true,
-            ..Default::default()
-        },
-        FieldTable::default(),
-    )
-    .await?;
+    dlx::fanout(ch, dlx).await?;
     let mut targs = vec![("x-overflow", s("reject-publish"))];
     if let Some(l) = target_limit {
         targs.push(("x-max-length", AMQPValue::LongLongInt(l)));
     }
     ch.queue_declare(target.into(), durable(), quorum_args(&targs))
         .await?;
-    ch.queue_bind(
-        target.into(),
-        dlx.into(),
-        "".into(),
-        QueueBindOptions::default(),
-        FieldTable::default(),
-    )
-    .await?;
+    dlx::bind(ch, target, dlx, "").await?;
     ch.queue_declare(
         source.into(),
         durable(),

@@ -5,7 +5,6 @@
 use amq_protocol::protocol::{basic, AMQPClass};
 use cluster_tests::lean::{self, ConfirmBook, LeanConn, PublishTemplate};
 use cluster_tests::*;
-use lapin::options::QueueDeclareOptions;
 
 const N: u64 = 500;
 
@@ -16,11 +15,7 @@ async fn lean_client_publishes_confirmed_and_consumes_every_body() -> anyhow::Re
         let admin = connect(broker.uri()).await?;
         let ach = admin.create_channel().await?;
         let q = unique("lean");
-        let durable = QueueDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
-        ach.queue_declare(q.as_str().into(), durable, quorum_args(&[]))
+        ach.queue_declare(q.as_str().into(), durable(), quorum_args(&[]))
             .await?;
 
         let mut p = LeanConn::connect(broker.uri()).await?;

@@ -15,13 +15,6 @@ use std::time::Duration;
 
 const T: Duration = TEST_TIMEOUT;
 
-fn durable() -> QueueDeclareOptions {
-    QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    }
-}
-
 async fn declare_quorum(
     ch: &Channel,
     name: &str,

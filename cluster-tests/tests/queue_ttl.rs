@@ -5,36 +5,26 @@
 
 use cluster_tests::*;
 use lapin::{
-    options::{BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions},
+    options::BasicConsumeOptions,
     types::{AMQPValue, FieldTable},
-    BasicProperties, Connection, ExchangeKind,
+    BasicProperties, Connection,
 };
 use std::time::{Duration, Instant};
 
-fn durable() -> QueueDeclareOptions {
-    QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    }
-}
-
-/// Passive declare on a fresh channel: Some(ready count) or None on 404.
+/// Passive declare on a fresh channel (a 404 closes it): Some(ready count) or None on 404.
 async fn exists(conn: &Connection, q: &str) -> anyhow::Result<Option<u32>> {
     let ch = conn.create_channel().await?;
-    match ch
-        .queue_declare(
-            q.into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..durable()
-            },
-            FieldTable::default(),
-        )
-        .await
-    {
-        Ok(d) => Ok(Some(d.message_count())),
-        Err(e) if amqp_error(&e).map(|(c, _)| c) == Some(404) => Ok(None),
-        Err(e) => Err(e.into()),
+    match dlx::passive_ready(&ch, q).await {
+        Ok(n) => Ok(Some(n)),
+        Err(e)
+            if e.downcast_ref::<lapin::Error>()
+                .and_then(amqp_error)
+                .map(|(c, _)| c)
+                == Some(404) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -45,26 +35,10 @@ async fn unused_queue_expires_without_dead_lettering() -> anyhow::Result<()> {
         let conn = connect(broker.uri()).await?;
         let ch = confirm_channel(&conn).await?;
         let (q, dlx, dlq) = (unique("ttl.q"), unique("ttl.dlx"), unique("ttl.dlq"));
-        ch.exchange_declare(
-            dlx.as_str().into(),
-            ExchangeKind::Fanout,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await?;
+        dlx::fanout(&ch, &dlx).await?;
         ch.queue_declare(dlq.as_str().into(), durable(), quorum_args(&[]))
             .await?;
-        ch.queue_bind(
-            dlq.as_str().into(),
-            dlx.as_str().into(),
-            "".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
+        dlx::bind(&ch, &dlq, &dlx, "").await?;
         ch.queue_declare(
             q.as_str().into(),
             durable(),

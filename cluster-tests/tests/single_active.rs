@@ -4,9 +4,7 @@
 
 use cluster_tests::*;
 use lapin::{
-    options::{
-        BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicQosOptions, QueueDeclareOptions,
-    },
+    options::{BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicQosOptions},
     types::{AMQPValue, FieldTable},
     BasicProperties,
 };
@@ -21,28 +19,53 @@ async fn single_active_consumer_takes_over_in_order() -> anyhow::Result<()> {
         let q = unique("sac.q");
         ch.queue_declare(
             q.as_str().into(),
-            QueueDeclareOptions { durable: true, ..Default::default() },
+            durable(),
             quorum_args(&[("x-single-active-consumer", AMQPValue::Boolean(true))]),
         )
         .await?;
         let first_ch = conn.create_channel().await?;
         first_ch.basic_qos(100, BasicQosOptions::default()).await?;
-        let mut first = first_ch.basic_consume(q.as_str().into(), "first".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+        let mut first = first_ch
+            .basic_consume(
+                q.as_str().into(),
+                "first".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
         let second_ch = conn.create_channel().await?;
-        let mut second = second_ch.basic_consume(q.as_str().into(), "second".into(), BasicConsumeOptions::default(), FieldTable::default()).await?;
+        let mut second = second_ch
+            .basic_consume(
+                q.as_str().into(),
+                "second".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
         for i in 0..5u8 {
             publish_confirmed(&ch, "", &q, &[i], BasicProperties::default()).await?;
         }
         let got = consume_n(&mut first, 5, Duration::from_secs(10)).await?;
-        assert_eq!(got.iter().map(|d| d.data[0]).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+        assert_eq!(
+            got.iter().map(|d| d.data[0]).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3, 4]
+        );
         expect_no_delivery(&mut second, Duration::from_millis(500)).await?;
         // basic.get is refused on a single-active-consumer quorum queue.
         let get_ch = conn.create_channel().await?;
-        let err = expect_amqp_error(get_ch.basic_get(q.as_str().into(), BasicGetOptions::default()).await);
+        let err = expect_amqp_error(
+            get_ch
+                .basic_get(q.as_str().into(), BasicGetOptions::default())
+                .await,
+        );
         assert_eq!(err.0, 405);
         assert_eq!(
             err.1,
-            format!("RESOURCE_LOCKED - cannot obtain access to locked queue '{q}' in vhost '/'. basic.get operations are not supported by quorum queues with single active consumer")
+            format!(
+                "RESOURCE_LOCKED - cannot obtain access to locked queue '{q}' in vhost '/'. \
+                 basic.get operations are not supported by quorum queues \
+                 with single active consumer"
+            )
         );
         // The active consumer's channel closes unacked: the next consumer
         // takes over and receives everything, redelivered.
@@ -56,7 +79,8 @@ async fn single_active_consumer_takes_over_in_order() -> anyhow::Result<()> {
             d.ack(BasicAckOptions::default()).await?;
         }
         drop(first);
-        ch.queue_delete(q.as_str().into(), Default::default()).await?;
+        ch.queue_delete(q.as_str().into(), Default::default())
+            .await?;
         close_connection(&conn).await
     })
     .await

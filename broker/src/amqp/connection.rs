@@ -111,47 +111,11 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
     let mut ticker = tokio::time::interval(hb.map(|d| d / 2).unwrap_or(Duration::from_secs(3600)));
     let mut closing_since: Option<Instant> = None;
     // Frames the client pipelined behind connection.open (e.g. channel.open in
-    // the same write) are already buffered: serve them before the next read.
-    let mut buffered = true;
+    // the same write) are already buffered: they are served first.
+    let mut step = conn
+        .serve_frames(&mut reader, &mut closing_since, &mut mrx)
+        .await;
     loop {
-        let step = tokio::select! {
-            biased;
-            _ = std::future::ready(()), if buffered => {
-                buffered = false;
-                conn.on_bytes(&mut reader, &mut closing_since).await
-            }
-            r = rd.read_buf(reader.buffer()) => match r {
-                Ok(0) | Err(_) => Step::Close,
-                Ok(_) => {
-                    last_read = Instant::now();
-                    let step = conn.on_bytes(&mut reader, &mut closing_since).await;
-                    // Deliveries already queued go out before any
-                    // cancel-ok, and cancelled consumers are forgotten after.
-                    while let Ok(d) = mrx.try_recv() { conn.on_event(d).await; }
-                    for (ch, m) in std::mem::take(&mut conn.deferred) { conn.send(ch, m); }
-                    conn.purge_cancelled();
-
-                    step
-                }
-            },
-            Some(c) = conn.pending.next() => { conn.on_completion(c); Step::Continue }
-            Some(d) = mrx.recv() => {
-                conn.on_event(d).await;
-                while let Ok(d) = mrx.try_recv() { conn.on_event(d).await; }
-                Step::Continue
-            }
-            _ = ticker.tick() => {
-                if let Some(hb) = hb {
-                    if last_read.elapsed() > hb * 2 {
-                        tracing::info!(?peer, "missed heartbeats from client, closing TCP connection");
-                        Step::Close
-                    } else {
-                        if last_write.elapsed() >= hb / 2 { codec::write_heartbeat(&mut conn.out); }
-                        Step::Continue
-                    }
-                } else { Step::Continue }
-            }
-        };
         if let Some(since) = closing_since {
             if since.elapsed() > Duration::from_secs(5) {
                 conn.flush(&wtx).await;
@@ -175,7 +139,6 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
                 );
                 conn.flush(&wtx).await;
                 let mut sink = [0u8; 4096];
-
                 let _ = tokio::time::timeout(Duration::from_secs(5), async {
                     while matches!(rd.read(&mut sink).await, Ok(n) if n > 0) {}
                 })
@@ -183,6 +146,33 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
                 break;
             }
         }
+        step = tokio::select! {
+            biased;
+            r = rd.read_buf(reader.buffer()) => match r {
+                Ok(0) | Err(_) => Step::Close,
+                Ok(_) => {
+                    last_read = Instant::now();
+                    conn.serve_frames(&mut reader, &mut closing_since, &mut mrx).await
+                }
+            },
+            Some(c) = conn.pending.next() => { conn.on_completion(c); Step::Continue }
+            Some(d) = mrx.recv() => {
+                conn.on_event(d).await;
+                while let Ok(d) = mrx.try_recv() { conn.on_event(d).await; }
+                Step::Continue
+            }
+            _ = ticker.tick() => {
+                if let Some(hb) = hb {
+                    if last_read.elapsed() > hb * 2 {
+                        tracing::info!(?peer, "missed heartbeats from client, closing TCP connection");
+                        Step::Close
+                    } else {
+                        if last_write.elapsed() >= hb / 2 { codec::write_heartbeat(&mut conn.out); }
+                        Step::Continue
+                    }
+                } else { Step::Continue }
+            }
+        };
     }
     conn.cleanup().await;
     drop(wtx);
@@ -332,6 +322,26 @@ impl Conn {
                 method_id,
             })),
         );
+    }
+
+    /// Serves every complete frame buffered in `reader`; then deliveries
+    /// already queued go out before any cancel-ok, and cancelled consumers
+    /// are forgotten.
+    async fn serve_frames(
+        &mut self,
+        reader: &mut FrameReader,
+        closing_since: &mut Option<Instant>,
+        mrx: &mut mpsc::UnboundedReceiver<ConnEvent>,
+    ) -> Step {
+        let step = self.on_bytes(reader, closing_since).await;
+        while let Ok(d) = mrx.try_recv() {
+            self.on_event(d).await;
+        }
+        for (ch, m) in std::mem::take(&mut self.deferred) {
+            self.send(ch, m);
+        }
+        self.purge_cancelled();
+        step
     }
 
     async fn on_bytes(

@@ -150,26 +150,44 @@ fn record(shared: &Shared, data: &[u8]) -> anyhow::Result<()> {
     let seq = u64::from_be_bytes(data[4..12].try_into()?);
     let sent = u64::from_be_bytes(data[12..20].try_into()?);
     let lat = now_ns().saturating_sub(sent) / 1000;
-    let _ = shared.latency_us.lock().unwrap().record(lat.max(1));
-    if !shared.received.lock().unwrap().insert((id, seq)) {
-        shared.duplicates.fetch_add(1, Ordering::Relaxed);
-    }
     let now = Instant::now();
-    shared.first_receive.lock().unwrap().get_or_insert(now);
-    *shared.last_receive.lock().unwrap() = Some(now);
+    let mut r = shared.receipts.lock().unwrap();
+    let _ = r.latency_us.record(lat.max(1));
+    if !r.received.insert((id, seq)) {
+        r.duplicates += 1;
+    }
+    r.first.get_or_insert(now);
+    r.last = Some(now);
     Ok(())
+}
+
+/// What consumers recorded, under one lock (one lock per delivery).
+struct Receipts {
+    received: HashSet<(u32, u64)>,
+    duplicates: u64,
+    latency_us: Histogram<u64>,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl Receipts {
+    fn new() -> anyhow::Result<Self> {
+        Ok(Receipts {
+            received: HashSet::new(),
+            duplicates: 0,
+            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)?,
+            first: None,
+            last: None,
+        })
+    }
 }
 
 struct Shared {
     published: AtomicU64,
     confirmed: Mutex<HashSet<(u32, u64)>>,
     nacked: AtomicU64,
-    received: Mutex<HashSet<(u32, u64)>>,
-    duplicates: AtomicU64,
     rejected: AtomicU64,
-    latency_us: Mutex<Histogram<u64>>,
-    first_receive: Mutex<Option<Instant>>,
-    last_receive: Mutex<Option<Instant>>,
+    receipts: Mutex<Receipts>,
 }
 
 /// Poll the summed message count of `queues` (passive queue.declare every 5 ms) until it
@@ -233,12 +251,7 @@ async fn declare(ch: &Channel, name: &str, args: FieldTable) -> anyhow::Result<(
     Ok(())
 }
 
-async fn producer(
-    args: Args,
-    id: u32,
-    queue: String,
-    shared: Arc<Shared>,
-) -> anyhow::Result<Duration> {
+async fn producer(args: Args, id: u32, queue: String, shared: Arc<Shared>) -> anyhow::Result<()> {
     let conn = connect(&args.uri).await?;
     let ch = conn.create_channel().await?;
     let confirms = args.confirm > 0;
@@ -296,9 +309,8 @@ async fn producer(
     while let Some(done) = waiting.next().await {
         settle(done)?;
     }
-    let took = start.elapsed();
     let _ = conn.close(200, "OK".into()).await;
-    Ok(took)
+    Ok(())
 }
 
 /// Consumes `queue`; in `reject` mode rejects every delivery (requeue=false), else records and acks.
@@ -364,7 +376,7 @@ async fn any_producer(
     id: u32,
     queue: String,
     shared: Arc<Shared>,
-) -> anyhow::Result<Duration> {
+) -> anyhow::Result<()> {
     match args.client {
         Client::Lean => lean_producer(args, id, queue, shared).await,
         Client::Lapin => producer(args, id, queue, shared).await,
@@ -392,7 +404,7 @@ async fn lean_producer(
     id: u32,
     queue: String,
     shared: Arc<Shared>,
-) -> anyhow::Result<Duration> {
+) -> anyhow::Result<()> {
     let mut conn = LeanConn::connect(&args.uri).await?;
     let confirms = args.confirm > 0;
     if confirms {
@@ -454,7 +466,6 @@ async fn lean_producer(
         conn.reader.fill().await?;
         read_confirms(&mut conn, &mut book)?;
     }
-    let took = start.elapsed();
     {
         let mut confirmed = shared.confirmed.lock().unwrap();
         for (s, state) in book.state.iter().enumerate() {
@@ -470,7 +481,7 @@ async fn lean_producer(
         }
     }
     conn.close().await;
-    Ok(took)
+    Ok(())
 }
 
 /// Consumer on the lean client: acks (or rejects, requeue=false) every
@@ -597,12 +608,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         published: AtomicU64::new(0),
         confirmed: Mutex::new(HashSet::new()),
         nacked: AtomicU64::new(0),
-        received: Mutex::new(HashSet::new()),
-        duplicates: AtomicU64::new(0),
         rejected: AtomicU64::new(0),
-        latency_us: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3)?),
-        first_receive: Mutex::new(None),
-        last_receive: Mutex::new(None),
+        receipts: Mutex::new(Receipts::new()?),
     });
     let stop = Arc::new(tokio::sync::Notify::new());
     // Arrival in the dead-letter targets is measured by their depth, not by consuming them.
@@ -646,9 +653,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             shared.clone(),
         )));
     }
-    let mut publish_time = Duration::ZERO;
     for p in producers {
-        publish_time = publish_time.max(p.await??);
+        p.await??;
     }
     let publish_elapsed = start.elapsed();
     if args.backlog {
@@ -677,7 +683,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut last_count = 0;
     let mut last_change = Instant::now();
     loop {
-        let got = shared.received.lock().unwrap().len() as u64;
+        let got = shared.receipts.lock().unwrap().received.len() as u64;
         if got >= expected {
             break;
         }
@@ -703,7 +709,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     let published = shared.published.load(Ordering::Relaxed);
-    let received = shared.received.lock().unwrap().clone();
+    // The consumers have stopped: take what they recorded.
+    let Receipts {
+        received,
+        duplicates,
+        latency_us: h,
+        first,
+        last,
+    } = std::mem::replace(&mut *shared.receipts.lock().unwrap(), Receipts::new()?);
     let lost = if confirms {
         shared
             .confirmed
@@ -714,12 +727,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         published.saturating_sub(received.len() as u64)
     };
-    let first = shared.first_receive.lock().unwrap().unwrap_or(start);
-    let last = shared.last_receive.lock().unwrap().unwrap_or(start);
+    let first = first.unwrap_or(start);
+    let last = last.unwrap_or(start);
     let consume_span = last
         .saturating_duration_since(start)
         .max(Duration::from_millis(1));
-    let h = shared.latency_us.lock().unwrap().clone();
     let mode = if args.dead_letter {
         "dead-letter"
     } else {
@@ -778,11 +790,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             h.len()
         );
     }
-    println!(
-        "lost: {lost}  duplicates: {}",
-        shared.duplicates.load(Ordering::Relaxed)
-    );
-    let _ = publish_time;
+    println!("lost: {lost}  duplicates: {}", duplicates);
     if !args.keep_queues {
         for q in &all_queues {
             let _ = ach

@@ -199,32 +199,13 @@ fn single_active_consumer_serves_only_the_oldest_until_it_leaves() {
     let (a, b) = (cid(1), cid(2));
     checkout(&mut q, 1, a, 0);
     checkout(&mut q, 1, b, 0);
-    let effects = enqueue_n(&mut q, 1, 3);
-    let to: Vec<ConsumerId> = effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Deliver { consumer, .. } => Some(*consumer),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        to,
+        delivered_to(&enqueue_n(&mut q, 1, 3)),
         vec![a, a, a],
         "only the single active consumer receives"
     );
-    let (_, effects) = q.apply(QueueCommand::ConsumerDown {
-        now_ms: 2,
-        consumer: a,
-    });
-    let to: Vec<ConsumerId> = effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Deliver { consumer, .. } => Some(*consumer),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        to,
+        delivered_to(&down(&mut q, 2, a)),
         vec![b, b, b],
         "the next consumer takes over, returned messages included"
     );

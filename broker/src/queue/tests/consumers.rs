@@ -4,28 +4,6 @@ use super::super::machine::QueueMachine;
 use super::super::types::*;
 use super::helpers::*;
 
-fn cancel(q: &mut QueueMachine, now_ms: u64, c: ConsumerId) -> Vec<Effect> {
-    run(
-        q,
-        QueueCommand::Cancel {
-            now_ms,
-            consumer: c,
-        },
-    )
-    .1
-}
-
-fn down(q: &mut QueueMachine, now_ms: u64, c: ConsumerId) -> Vec<Effect> {
-    run(
-        q,
-        QueueCommand::ConsumerDown {
-            now_ms,
-            consumer: c,
-        },
-    )
-    .1
-}
-
 #[test]
 fn cancel_stops_deliveries_and_keeps_unacked_checked_out() {
     let mut q = QueueMachine::default();

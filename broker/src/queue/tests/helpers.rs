@@ -167,6 +167,35 @@ pub fn get(
     }
 }
 
+/// basic.cancel of consumer `c`.
+pub fn cancel(q: &mut QueueMachine, now_ms: u64, c: ConsumerId) -> Vec<Effect> {
+    run(
+        q,
+        QueueCommand::Cancel {
+            now_ms,
+            consumer: c,
+        },
+    )
+    .1
+}
+
+/// Consumer `c`'s channel or connection went away.
+pub fn down(q: &mut QueueMachine, now_ms: u64, c: ConsumerId) -> Vec<Effect> {
+    run(
+        q,
+        QueueCommand::ConsumerDown {
+            now_ms,
+            consumer: c,
+        },
+    )
+    .1
+}
+
+/// Consumers of every Deliver, in order.
+pub fn delivered_to(effects: &[Effect]) -> Vec<ConsumerId> {
+    delivered(effects).into_iter().map(|(c, _, _)| c).collect()
+}
+
 /// A tick at `now`.
 pub fn tick(q: &mut QueueMachine, now_ms: u64) -> Vec<Effect> {
     run(q, QueueCommand::Tick { now_ms }).1
