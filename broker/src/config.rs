@@ -17,6 +17,18 @@ pub struct Config {
     pub amqp_listen: String,
     /// Cluster gRPC listener (Raft transport and admin API).
     pub cluster_listen: String,
+    /// Cluster address other nodes use to reach this one (`host:port`);
+    /// default: `cluster_listen`.
+    pub advertise: Option<String>,
+    /// AMQP address reported to operators (`quorumqctl cluster_status`);
+    /// default: `amqp_listen`.
+    pub amqp_advertise: Option<String>,
+    /// Static cluster membership: `"ID=HOST:PORT"` for every node (this one
+    /// included). Empty = a single node, or the cluster reached by `join`.
+    pub peers: Vec<String>,
+    /// Cluster address of a running node to join (`host:port`), used on the
+    /// first start only; a restarted node rejoins from its own data.
+    pub join: Option<String>,
     /// Shortest time between two write-ahead-log syncs (`fdatasync`) while the node is busy,
     /// in µs: Raft appends of every queue that arrive meanwhile share one sync — fewer, larger
     /// log writes for up to this much extra commit latency. A lone writer waiting for each
@@ -37,6 +49,10 @@ impl Default for Config {
             data_dir: PathBuf::from("./data"),
             amqp_listen: "127.0.0.1:5672".into(),
             cluster_listen: "127.0.0.1:5680".into(),
+            advertise: None,
+            amqp_advertise: None,
+            peers: Vec::new(),
+            join: None,
             sync_interval_us: DEFAULT_SYNC_INTERVAL_US,
         }
     }
@@ -57,7 +73,62 @@ pub enum ConfigError {
     },
 }
 
+/// A peer of the static cluster list (`--peers ID=HOST:PORT,...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// Node id.
+    pub id: u64,
+    /// Cluster gRPC address (`host:port`).
+    pub addr: String,
+}
+
 impl Config {
+    /// The cluster address peers dial: `advertise`, else `cluster_listen`.
+    pub fn advertised(&self) -> String {
+        self.advertise
+            .clone()
+            .unwrap_or_else(|| self.cluster_listen.clone())
+    }
+
+    /// The AMQP address reported to operators: `amqp_advertise`, else `amqp_listen`.
+    pub fn amqp_advertised(&self) -> String {
+        self.amqp_advertise
+            .clone()
+            .unwrap_or_else(|| self.amqp_listen.clone())
+    }
+
+    /// Parses `peers` (`ID=HOST:PORT` each).
+    ///
+    /// Errors: a text naming the malformed entry, or a duplicate id.
+    pub fn parsed_peers(&self) -> Result<Vec<Peer>, String> {
+        let mut out: Vec<Peer> = Vec::new();
+        for p in &self.peers {
+            let (id, addr) = p
+                .split_once('=')
+                .ok_or_else(|| format!("peer '{p}': expected ID=HOST:PORT"))?;
+            let id: u64 = id
+                .trim()
+                .parse()
+                .map_err(|_| format!("peer '{p}': node id must be a positive integer"))?;
+            if id == 0 {
+                return Err(format!("peer '{p}': node id 0 is reserved"));
+            }
+            let addr = addr.trim();
+            if !addr.contains(':') {
+                return Err(format!("peer '{p}': expected HOST:PORT"));
+            }
+            if out.iter().any(|q| q.id == id) {
+                return Err(format!("peer id {id} listed twice"));
+            }
+            out.push(Peer {
+                id,
+                addr: addr.to_string(),
+            });
+        }
+        out.sort_by_key(|p| p.id);
+        Ok(out)
+    }
+
     /// Loads a TOML file (keys as the struct fields).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -84,6 +155,29 @@ mod tests {
         let c: Config = toml::from_str("sync_interval_us = 0").expect("partial config");
         assert_eq!((c.sync_interval_us, c.node_id), (0, 1));
         assert_eq!(c.data_dir, PathBuf::from("./data"));
+    }
+
+    #[test]
+    fn peers_parse_sorted_and_malformed_ones_are_refused() {
+        let c = Config {
+            peers: vec!["2=127.0.0.1:5681".into(), "1=127.0.0.1:5680".into()],
+            ..Config::default()
+        };
+        let p = c.parsed_peers().expect("peers");
+        assert_eq!(p.iter().map(|p| p.id).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(p[1].addr, "127.0.0.1:5681");
+        for bad in ["x=1:2", "1", "0=h:1", "3=nohost"] {
+            let c = Config {
+                peers: vec![bad.into()],
+                ..Config::default()
+            };
+            assert!(c.parsed_peers().is_err(), "{bad}");
+        }
+        let c = Config {
+            peers: vec!["1=a:1".into(), "1=b:2".into()],
+            ..Config::default()
+        };
+        assert!(c.parsed_peers().is_err());
     }
 
     #[test]

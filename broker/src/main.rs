@@ -38,6 +38,18 @@ struct Args {
     /// Node id.
     #[arg(long)]
     node_id: Option<u64>,
+    /// Cluster address peers dial to reach this node (default: --cluster-listen).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// AMQP address reported by cluster_status (default: --amqp-listen).
+    #[arg(long)]
+    amqp_advertise: Option<String>,
+    /// Static cluster: every node as ID=HOST:PORT (cluster address), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    peers: Option<Vec<String>>,
+    /// Join the cluster of the node at HOST:PORT (its cluster address).
+    #[arg(long)]
+    join: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -65,6 +77,21 @@ fn main() -> anyhow::Result<()> {
     if let Some(v) = args.node_id {
         config.node_id = v;
     }
+    if let Some(v) = args.advertise {
+        config.advertise = Some(v);
+    }
+    if let Some(v) = args.amqp_advertise {
+        config.amqp_advertise = Some(v);
+    }
+    if let Some(v) = args.peers {
+        config.peers = v;
+    }
+    if let Some(v) = args.join {
+        config.join = Some(v);
+    }
+    config
+        .parsed_peers()
+        .map_err(|e| anyhow::anyhow!("--peers: {e}"))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -453,6 +453,40 @@ impl Broker {
         self.topology_changed();
     }
 
+    /// The cluster as this node sees it (nodes, liveness, meta leader).
+    pub fn cluster_status(&self) -> crate::cluster::status::ClusterStatus {
+        use crate::cluster::status::{ClusterStatus, NodeStatus};
+        ClusterStatus {
+            nodes: vec![NodeStatus {
+                id: self.config.node_id,
+                cluster_addr: self.config.advertised(),
+                amqp_addr: self.config.amqp_advertised(),
+                running: true,
+            }],
+            meta_leader: Some(self.config.node_id),
+        }
+    }
+
+    /// Placement (leader, members, online members) and counts of a queue.
+    pub async fn queue_status(&self, rec: &QueueRecord) -> crate::cluster::status::QueueStatus {
+        let mut st = crate::cluster::status::QueueStatus::default();
+        if let Some(h) = self.queue_by_group(rec.group_id) {
+            if let Some((r, u, c, held)) = h.read(|host| {
+                let m = host.machine();
+                (m.ready_count(), m.unacked_count(), m.consumer_count(), m.held_count())
+            }) {
+                st.messages_ready = r;
+                st.messages_unacknowledged = u;
+                st.consumers = c;
+                st.dead_letter_held = held;
+            }
+            st.leader = Some(self.config.node_id);
+            st.members = vec![self.config.node_id];
+            st.online = vec![self.config.node_id];
+        }
+        st
+    }
+
     /// True once shutdown began.
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)

@@ -2,6 +2,7 @@
 //! and per-group Raft settings.
 
 pub mod network;
+pub mod status;
 pub mod types;
 
 use openraft::{Config, SnapshotPolicy};
