@@ -4,14 +4,15 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::cluster::deliveries::RemoteDeliveries;
 use crate::queue::types::{ConsumerId, Delivery};
 
 /// A message for a consumer, as handed over by a queue leader.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct QueueDelivery {
     pub consumer: ConsumerId,
     /// Group id of the queue it comes from.
@@ -40,6 +41,8 @@ pub struct ConsumerRegistry {
     epoch: u32,
     next_seq: AtomicU32,
     mailboxes: RwLock<HashMap<ConsumerId, Entry>>,
+    /// Where deliveries for consumers on other nodes go.
+    remote: OnceLock<Arc<RemoteDeliveries>>,
 }
 
 impl ConsumerRegistry {
@@ -50,7 +53,18 @@ impl ConsumerRegistry {
             epoch,
             next_seq: AtomicU32::new(1),
             mailboxes: RwLock::new(HashMap::new()),
+            remote: OnceLock::new(),
         })
+    }
+
+    /// Routes deliveries for consumers of other nodes through `remote`.
+    pub fn set_remote(&self, remote: Arc<RemoteDeliveries>) {
+        let _ = self.remote.set(remote);
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> u64 {
+        self.node
     }
 
     /// This node's boot epoch.
@@ -79,8 +93,18 @@ impl ConsumerRegistry {
         }
     }
 
-    /// Hands a delivery to its consumer's connection; false if it is gone.
+    /// Hands a delivery to its consumer's connection (on another node: to
+    /// that node's outbox); false if the local consumer is gone.
     pub fn deliver(&self, d: QueueDelivery) -> bool {
+        if d.consumer.node != self.node {
+            return match self.remote.get() {
+                Some(r) => {
+                    r.send(d);
+                    true
+                }
+                None => false,
+            };
+        }
         let Ok(m) = self.mailboxes.read() else {
             return false;
         };

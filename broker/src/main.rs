@@ -109,16 +109,21 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let cluster = tokio::net::TcpListener::bind(cluster_addr)
         .await
         .with_context(|| format!("binding cluster listener {cluster_addr}"))?;
-    let broker = Broker::start(config.clone())
+    let (broker, services) = Broker::open(config.clone())
         .await
         .context("starting node")?;
     let admin = quorumq::admin::AdminService::server(broker.clone());
+    let (raft, cluster_svc) = services.servers();
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()
+            .tcp_nodelay(true)
             .add_service(admin)
+            .add_service(raft)
+            .add_service(cluster_svc)
             .serve_with_incoming(tokio_stream_incoming(cluster)),
     );
-    tracing::info!(amqp = %config.amqp_listen, cluster = %cluster_addr, data = %config.data_dir.display(), "quorumq ready");
+    broker.start().await.context("starting node")?;
+    tracing::info!(amqp = %config.amqp_listen, cluster = %cluster_addr, data = %config.data_dir.display(), node = config.node_id, "quorumq ready");
     let server = tokio::spawn(quorumq::amqp::server::run(amqp, broker.clone()));
     shutdown_signal().await;
     tracing::info!("shutting down");

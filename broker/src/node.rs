@@ -1,35 +1,49 @@
-//! The composition root of a node: storage, the meta group, queue groups,
-//! the consumer table, and the lookups the AMQP front end calls.
+//! The composition root of a node: storage, the cluster plumbing (peers,
+//! failure detector, transport services, elections), the meta group, the
+//! queue replicas and references, the consumer table, and the lookups the
+//! AMQP front end calls.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use amq_protocol::types::FieldTable;
+use amq_protocol::types::{AMQPValue, FieldTable};
 use openraft::BasicNode;
 use raft_log::{NodeStore, StoreOptions};
 use tokio::sync::watch;
 
 use crate::amqp::error::ProtocolError;
-use crate::cluster::network::Network;
-use crate::cluster::raft_config;
+use crate::cluster::deliveries::RemoteDeliveries;
+use crate::cluster::detector::Detector;
+use crate::cluster::forward::{Forwarded, Forwarder};
+use crate::cluster::groups::GroupTable;
+use crate::cluster::peers::Peers;
+use crate::cluster::server::ClusterServices;
+use crate::cluster::status::{ClusterStatus, NodeStatus, QueueStatus};
+use crate::cluster::transport::Network;
 use crate::cluster::types::{GroupCommand, GroupReply, Origin, Raft, TypeConfig, META_GROUP};
+use crate::cluster::{elections, meta_raft_config, raft_config};
 use crate::config::Config;
 use crate::consumers::ConsumerRegistry;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::host::MetaHost;
 use crate::meta::{QueueKind, QueueRecord};
 use crate::queue::bodies::{MemBodies, SegmentBodies, MEMORY_BUDGET};
-use crate::queue::handle::QueueHandle;
+use crate::queue::handle::{QueueHandle, Route};
 use crate::queue::host::{QueueContext, QueueHost};
+use crate::queue::replica::{MetaReplica, QueueReplica};
 use crate::queue::runtime;
 use crate::queue::types::{QueueCommand, QueueConfig};
 use crate::queue::QueueMachine;
 
 /// sled page cache (bytes); sled holds only snapshots and node records.
 const CACHE_BYTES: u64 = 16 * 1024 * 1024;
+/// Default `x-quorum-initial-group-size` (RabbitMQ: 3, capped at the cluster size).
+const DEFAULT_GROUP_SIZE: u64 = 3;
+/// How long a meta write waits for a leader (elections, forwarding).
+const META_WRITE_FOR: Duration = Duration::from_secs(30);
 
 /// Errors starting a node.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +56,8 @@ pub enum NodeError {
     Raft(String),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    #[error("config: {0}")]
+    Config(String),
 }
 
 /// A running node.
@@ -51,6 +67,7 @@ pub struct Broker {
     origin: Origin,
     meta_raft: Raft,
     meta: Arc<Mutex<MetaHost>>,
+    meta_changed: watch::Sender<u64>,
     queues: RwLock<HashMap<u64, Arc<QueueHandle>>>,
     consumers: Arc<ConsumerRegistry>,
     next_connection: AtomicU64,
@@ -60,13 +77,26 @@ pub struct Broker {
     /// exchange/binding/queue changes, a queue unblocking publishers.
     events: watch::Sender<u64>,
     stopping: AtomicBool,
+    peers: Arc<Peers>,
+    groups: Arc<GroupTable>,
+    detector: Arc<Detector>,
+    forwarder: Arc<Forwarder>,
 }
 
 impl Broker {
-    /// Opens storage under `config.data_dir`, starts the meta group and
-    /// every queue group found in the topology.
-    pub async fn start(config: Config) -> Result<Arc<Broker>, NodeError> {
-        let dir: PathBuf = config.data_dir.join(format!("node-{}", config.node_id));
+    /// Opens storage under `config.data_dir`, the meta group (formed from
+    /// `config.peers` on first start) and the cluster plumbing. Returns the
+    /// node and the services the cluster listener must serve before the
+    /// node can elect leaders; then call [`Broker::start`].
+    pub async fn open(config: Config) -> Result<(Arc<Broker>, ClusterServices), NodeError> {
+        let peers_cfg = config.parsed_peers().map_err(NodeError::Config)?;
+        let me = config.node_id;
+        if !peers_cfg.is_empty() && !peers_cfg.iter().any(|p| p.id == me) {
+            return Err(NodeError::Config(format!(
+                "--peers does not list this node's id {me}"
+            )));
+        }
+        let dir: PathBuf = config.data_dir.join(format!("node-{me}"));
         std::fs::create_dir_all(&dir)?;
         let store = NodeStore::open_with(
             &dir.join("raft"),
@@ -77,42 +107,127 @@ impl Broker {
             },
         )?;
         let epoch = next_epoch(store.db())?;
-        let origin = Origin {
-            node: config.node_id,
+        let origin = Origin { node: me, epoch };
+        let cluster_id = store
+            .db()
+            .get("node/cluster_id")?
+            .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
+            .map(u64::from_be_bytes)
+            .unwrap_or(0);
+        let peers = Arc::new(Peers::new(me, cluster_id));
+        peers.set_addr(me, &config.advertised());
+        for p in &peers_cfg {
+            if p.id != me {
+                peers.set_addr(p.id, &p.addr);
+            }
+        }
+        let detector = Detector::new(
+            me,
             epoch,
-        };
-        let consumers = ConsumerRegistry::new(config.node_id, epoch);
-        let sm = store.state_machine::<TypeConfig, MetaHost>(META_GROUP, MetaHost::new())?;
+            config.amqp_advertised(),
+            config.advertised(),
+            peers.clone(),
+        );
+        let forwarder = Forwarder::new(peers.clone(), detector.clone());
+        let consumers = ConsumerRegistry::new(me, epoch);
+        consumers.set_remote(RemoteDeliveries::new(peers.clone(), detector.clone()));
+        let groups = Arc::new(GroupTable::default());
+
+        let meta_changed = watch::Sender::new(0);
+        let sm = store.state_machine::<TypeConfig, MetaHost>(
+            META_GROUP,
+            MetaHost::new().with_notifier(meta_changed.clone()),
+        )?;
         let meta = sm.machine();
         let log = store.log_store::<TypeConfig>(META_GROUP)?;
-        let raft_cfg =
-            Arc::new(raft_config(META_GROUP).map_err(|e| NodeError::Raft(e.to_string()))?);
+        let raft_cfg = Arc::new(meta_raft_config().map_err(|e| NodeError::Raft(e.to_string()))?);
         let meta_raft = Raft::new(
-            config.node_id,
+            me,
             raft_cfg,
-            Network { group: META_GROUP },
+            Network {
+                group: META_GROUP,
+                peers: peers.clone(),
+                groups: groups.clone(),
+            },
             log,
             sm,
         )
         .await
         .map_err(|e| NodeError::Raft(e.to_string()))?;
-        initialize_single(&meta_raft, config.node_id, &config.cluster_listen).await?;
+        groups.insert(
+            META_GROUP,
+            Arc::new(MetaReplica {
+                raft: meta_raft.clone(),
+            }),
+        );
+        // Formation: every node of the static list initializes the meta group
+        // with the same voters (at most 5, lowest ids), so any majority of
+        // them forms the cluster. A restarted node keeps its state.
+        let mut voters: Vec<u64> = peers_cfg.iter().map(|p| p.id).collect();
+        if voters.is_empty() {
+            voters.push(me);
+        }
+        voters.truncate(5);
+        if voters.contains(&me) {
+            initialize(&meta_raft, &voters).await?;
+        }
+        let services = ClusterServices {
+            peers: peers.clone(),
+            groups: groups.clone(),
+            detector: detector.clone(),
+            consumers: consumers.clone(),
+            origin,
+        };
         let broker = Arc::new(Broker {
             config,
             store,
             origin,
             meta_raft,
             meta,
+            meta_changed,
             queues: RwLock::new(HashMap::new()),
             consumers,
             next_connection: AtomicU64::new(1),
             groups_lock: tokio::sync::Mutex::new(()),
             events: watch::Sender::new(0),
             stopping: AtomicBool::new(false),
+            peers,
+            groups,
+            detector,
+            forwarder,
         });
-        broker.wait_leader(&broker.meta_raft).await?;
-        broker.restore_queues().await?;
-        Ok(broker)
+        Ok((broker, services))
+    }
+
+    /// Starts the failure detector, elections and the topology reconciler,
+    /// and waits (up to 30 s) for a meta leader; a single node elects itself
+    /// at once. Call once the cluster listener serves [`Broker::open`]'s
+    /// services.
+    pub async fn start(self: &Arc<Self>) -> Result<(), NodeError> {
+        self.detector.spawn();
+        elections::spawn(
+            self.node_id(),
+            Arc::downgrade(&self.groups),
+            self.detector.clone(),
+        );
+        let single = self.peers.others().is_empty();
+        if single && self.meta_raft.current_leader().await != Some(self.node_id()) {
+            // A single voter would wait a whole election timeout.
+            let _ = self.meta_raft.trigger().elect().await;
+        }
+        let waited = self
+            .meta_raft
+            .wait(Some(Duration::from_secs(if single { 30 } else { 10 })))
+            .metrics(|m| m.current_leader.is_some(), "meta leader elected")
+            .await;
+        if waited.is_err() {
+            tracing::warn!("no meta leader yet (waiting for a majority of the cluster's nodes); serving anyway");
+        }
+        self.drop_own_local_queues().await;
+        self.reconcile().await;
+        tokio::spawn(reconciler(Arc::downgrade(self)));
+        tokio::spawn(peer_watch(Arc::downgrade(self)));
+        Ok(())
     }
 
     /// This node's id.
@@ -149,29 +264,65 @@ impl Broker {
         self.meta.lock().ok().map(|m| f(m.topology()))
     }
 
-    async fn wait_leader(&self, raft: &Raft) -> Result<(), NodeError> {
-        let id = self.config.node_id;
-        // A restarted single-voter group would wait a whole election
-        // timeout; ask for the election at once.
-        if raft.current_leader().await != Some(id) {
-            let _ = raft.trigger().elect().await;
+    /// Proposes a topology change to the meta group: on this node when it
+    /// leads, else forwarded to the leader; returns once the local replica
+    /// applied it too (so this node's routing sees its own writes).
+    ///
+    /// Errors: 541 INTERNAL_ERROR when no meta leader answered in 30 s.
+    pub async fn meta_write(&self, cmd: MetaCommand) -> Result<MetaReply, ProtocolError> {
+        let started = std::time::Instant::now();
+        let me = self.node_id();
+        let mut last = String::from("no meta leader");
+        while started.elapsed() < META_WRITE_FOR {
+            let leader = self.meta_raft.metrics().borrow().current_leader;
+            match leader {
+                Some(l) if l == me => {
+                    match self
+                        .meta_raft
+                        .client_write(GroupCommand::Meta(cmd.clone()))
+                        .await
+                    {
+                        Ok(resp) => {
+                            return match resp.data {
+                                GroupReply::Meta(r) => Ok(r),
+                                _ => Err(ProtocolError::internal("unexpected meta reply")),
+                            }
+                        }
+                        Err(e) => last = e.to_string(),
+                    }
+                }
+                Some(l) => {
+                    let bytes = raft_log::codec::encode(&cmd).map_err(ProtocolError::internal)?;
+                    match self
+                        .forwarder
+                        .propose(l, META_GROUP, bytes.into(), Duration::from_secs(10))
+                        .await
+                    {
+                        Forwarded::Reply(GroupReply::Meta(r), index) => {
+                            self.await_meta_applied(index).await;
+                            return Ok(r);
+                        }
+                        Forwarded::Reply(..) => {
+                            return Err(ProtocolError::internal("unexpected meta reply"))
+                        }
+                        other => last = format!("{other:?}"),
+                    }
+                }
+                None => {}
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        raft.wait(Some(Duration::from_secs(30)))
-            .metrics(|m| m.current_leader == Some(id), "leader elected")
-            .await
-            .map(|_| ())
-            .map_err(|e| NodeError::Raft(e.to_string()))
+        Err(ProtocolError::internal(format!("meta group: {last}")))
     }
 
-    /// Proposes a topology change to the meta group.
-    pub async fn meta_write(&self, cmd: MetaCommand) -> Result<MetaReply, ProtocolError> {
-        match self.meta_raft.client_write(GroupCommand::Meta(cmd)).await {
-            Ok(resp) => match resp.data {
-                GroupReply::Meta(r) => Ok(r),
-                _ => Err(ProtocolError::internal("unexpected meta reply")),
-            },
-            Err(e) => Err(ProtocolError::internal(format!("meta group: {e}"))),
-        }
+    /// Waits (≤ 5 s) until the local meta replica applied log index
+    /// `index` (a write this node forwarded), so its routing sees it.
+    async fn await_meta_applied(&self, index: u64) {
+        let _ = self
+            .meta_raft
+            .wait(Some(Duration::from_secs(5)))
+            .applied_index_at_least(Some(index), "forwarded meta write applied locally")
+            .await;
     }
 
     /// Signals a topology change or a queue regaining room, so held
@@ -248,7 +399,46 @@ impl Broker {
             .unwrap_or_default()
     }
 
-    /// Opens the group of a declared queue if this node doesn't run it yet.
+    /// Replica placement of a new quorum queue declared on this node:
+    /// `x-quorum-initial-group-size` nodes (default 3, capped at the
+    /// cluster size), this node first (its preferred leader, RabbitMQ's
+    /// `client-local` leader locator), then the nodes holding the fewest
+    /// replicas, live ones before down ones, lower ids first.
+    pub fn place(&self, arguments: &FieldTable) -> Vec<u64> {
+        let size = match arguments.inner().get("x-quorum-initial-group-size") {
+            Some(v) => int_arg(v).unwrap_or(DEFAULT_GROUP_SIZE),
+            None => DEFAULT_GROUP_SIZE,
+        };
+        let me = self.node_id();
+        let mut nodes: Vec<u64> = self.peers.all().into_iter().map(|(id, _)| id).collect();
+        if !nodes.contains(&me) {
+            nodes.push(me);
+        }
+        let size = (size.max(1) as usize).min(nodes.len());
+        let mut load: HashMap<u64, usize> = HashMap::new();
+        self.with_topology(|t| {
+            for q in t.queues() {
+                for m in &q.members {
+                    *load.entry(*m).or_default() += 1;
+                }
+            }
+        });
+        let mut others: Vec<u64> = nodes.into_iter().filter(|n| *n != me).collect();
+        others.sort_by_key(|n| {
+            (
+                !self.detector.is_alive(*n),
+                load.get(n).copied().unwrap_or(0),
+                *n,
+            )
+        });
+        let mut members = vec![me];
+        members.extend(others.into_iter().take(size - 1));
+        members
+    }
+
+    /// The reference to a declared queue, opening this node's replica of it
+    /// (a member) or a forwarding reference (not a member) if there is none
+    /// yet. The declaring node waits (≤ 5 s) for the new group's leader.
     pub async fn ensure_queue(
         self: &Arc<Self>,
         rec: &QueueRecord,
@@ -256,38 +446,75 @@ impl Broker {
         if let Some(h) = self.queue_by_group(rec.group_id) {
             return Ok(h);
         }
-        let _guard = self.groups_lock.lock().await;
-        if let Some(h) = self.queue_by_group(rec.group_id) {
-            return Ok(h);
-        }
-        let handle = self
-            .open_queue(rec)
-            .await
-            .map_err(ProtocolError::internal)?;
-        if let Ok(mut q) = self.queues.write() {
-            q.insert(rec.group_id, handle.clone());
-        }
+        let handle = {
+            let _guard = self.groups_lock.lock().await;
+            if let Some(h) = self.queue_by_group(rec.group_id) {
+                return Ok(h);
+            }
+            let handle = self
+                .open_queue(rec)
+                .await
+                .map_err(ProtocolError::internal)?;
+            if let Ok(mut q) = self.queues.write() {
+                q.insert(rec.group_id, handle.clone());
+            }
+            handle
+        };
         self.topology_changed();
+        if let Some(route) = handle.route() {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while route.leader().is_none() && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
         Ok(handle)
+    }
+
+    fn context(
+        &self,
+        group: u64,
+    ) -> (
+        Arc<QueueContext>,
+        tokio::sync::mpsc::UnboundedReceiver<crate::queue::host::LeaderEffect>,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let ctx = Arc::new(QueueContext {
+            group,
+            node: self.config.node_id,
+            consumers: self.consumers.clone(),
+            effects: tx,
+            closed: AtomicBool::new(false),
+            live: AtomicBool::new(false),
+        });
+        (ctx, rx)
     }
 
     async fn open_queue(
         self: &Arc<Self>,
         rec: &QueueRecord,
     ) -> Result<Arc<QueueHandle>, NodeError> {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let ctx = Arc::new(QueueContext {
-            group: rec.group_id,
-            node: self.config.node_id,
-            consumers: self.consumers.clone(),
-            effects: tx,
-            closed: AtomicBool::new(false),
-        });
-
+        let me = self.config.node_id;
+        let (ctx, rx) = self.context(rec.group_id);
         let config = self.effective_config(&rec.vhost, &rec.name);
-        let machine = QueueMachine::new(config.clone());
         let handle = match rec.kind {
+            QueueKind::Quorum if !rec.members.contains(&me) => {
+                let route = Route::new(
+                    rec.group_id,
+                    None,
+                    rec.members.clone(),
+                    self.forwarder.clone(),
+                );
+                // No replica here: nothing to run but the forwarding proposer.
+                return Ok(Arc::new(QueueHandle::remote(
+                    rec.vhost.clone(),
+                    rec.name.clone(),
+                    ctx,
+                    route,
+                    self.origin,
+                )));
+            }
             QueueKind::Quorum => {
+                let machine = QueueMachine::new(config.clone());
                 let bodies = SegmentBodies::open(&self.bodies_dir(rec.group_id), MEMORY_BUDGET)?;
                 let host = QueueHost::new(machine, Box::new(bodies), ctx.clone());
                 let sm = self
@@ -298,51 +525,76 @@ impl Broker {
                     h.finish_open();
                 }
                 let log = self.store.log_store::<TypeConfig>(rec.group_id)?;
-
                 let cfg = Arc::new(
                     raft_config(rec.group_id).map_err(|e| NodeError::Raft(e.to_string()))?,
                 );
                 let raft = Raft::new(
-                    self.config.node_id,
+                    me,
                     cfg,
                     Network {
                         group: rec.group_id,
+                        peers: self.peers.clone(),
+                        groups: self.groups.clone(),
                     },
                     log,
                     sm,
                 )
                 .await
                 .map_err(|e| NodeError::Raft(e.to_string()))?;
-                initialize_single(&raft, self.config.node_id, &self.config.cluster_listen).await?;
-                self.wait_leader(&raft).await?;
-                let h = Arc::new(QueueHandle::raft(
+                ctx.live.store(true, Ordering::Release);
+                initialize(&raft, &rec.members).await?;
+                self.groups.insert(
+                    rec.group_id,
+                    Arc::new(QueueReplica {
+                        raft: raft.clone(),
+                        host: host.clone(),
+                    }),
+                );
+                // The preferred leader (first member) campaigns at once; the
+                // election sweep takes over if that fails.
+                if rec.members.first() == Some(&me) && raft.current_leader().await.is_none() {
+                    let _ = raft.trigger().elect().await;
+                }
+                let route = Route::new(
+                    rec.group_id,
+                    Some(raft),
+                    rec.members.clone(),
+                    self.forwarder.clone(),
+                );
+                let h = Arc::new(QueueHandle::replica(
                     rec.vhost.clone(),
                     rec.name.clone(),
-                    raft,
                     host,
                     ctx,
+                    route,
                     self.origin,
                     self.store.flusher().busy_hint(),
                 ));
-                // Consumers of this node's earlier boots are gone (spec §2.3).
-                let _ = h
-                    .call(QueueCommand::NodeRestarted {
-                        now_ms: crate::now_ms(),
-                        node: self.config.node_id,
-                        epoch: self.origin.epoch,
-                    })
-                    .await;
-                // Adopt policy changes made while the queue was down.
-                let _ = h
-                    .call(QueueCommand::UpdateConfig {
-                        now_ms: crate::now_ms(),
-                        config,
-                    })
-                    .await;
+                // Consumers of this node's earlier boots are gone (spec §2.3),
+                // and policy changes made while the queue was down apply.
+                let h2 = h.clone();
+                let epoch = self.origin.epoch;
+                tokio::spawn(async move {
+                    let _ = h2
+                        .call(QueueCommand::NodeRestarted {
+                            now_ms: crate::now_ms(),
+                            node: me,
+                            epoch,
+                        })
+                        .await;
+                    let _ = h2
+                        .call(QueueCommand::UpdateConfig {
+                            now_ms: crate::now_ms(),
+                            config,
+                        })
+                        .await;
+                });
                 h
             }
             QueueKind::Local { .. } => {
+                let machine = QueueMachine::new(config);
                 let host = QueueHost::new(machine, Box::new(MemBodies::default()), ctx.clone());
+                ctx.live.store(true, Ordering::Release);
                 Arc::new(QueueHandle::local(
                     rec.vhost.clone(),
                     rec.name.clone(),
@@ -355,7 +607,8 @@ impl Broker {
         Ok(handle)
     }
 
-    /// Deletes a queue: the meta record, then the group and its storage.
+    /// Deletes a queue: the meta record, then the group and its storage
+    /// (other nodes drop theirs when they apply the deletion).
     pub async fn delete_queue(
         &self,
         vhost: &str,
@@ -381,8 +634,9 @@ impl Broker {
         let handle = self.queues.write().ok().and_then(|mut q| q.remove(&group));
         if let Some(h) = handle {
             self.consumers.cancel_group(group);
+            self.groups.remove(group);
             h.shutdown().await;
-            if h.is_quorum() {
+            if h.is_quorum() && h.has_replica() {
                 if let Err(e) = self.store.drop_group(group) {
                     tracing::warn!(group, error = %e, "failed to drop group storage");
                 }
@@ -409,30 +663,103 @@ impl Broker {
         }
     }
 
-    /// Opens every quorum queue of the topology; local queues of an earlier
-    /// boot are gone with it (they are not durable), so their records go.
-    async fn restore_queues(self: &Arc<Self>) -> Result<(), NodeError> {
-        let records: Vec<QueueRecord> = self
-            .with_topology(|t| t.queues().cloned().collect())
+    /// Local (non-replicated) queues this node held in an earlier boot are
+    /// gone with it: their records go.
+    async fn drop_own_local_queues(&self) {
+        let me = self.node_id();
+        let stale: Vec<QueueRecord> = self
+            .with_topology(|t| {
+                t.queues()
+                    .filter(|q| matches!(q.kind, QueueKind::Local { node } if node == me))
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default();
-        for rec in records {
-            match rec.kind {
-                QueueKind::Quorum => {
-                    if let Err(e) = self.ensure_queue(&rec).await {
+        for rec in stale {
+            let _ = self
+                .meta_write(MetaCommand::DeleteQueue {
+                    vhost: rec.vhost.clone(),
+                    name: rec.name.clone(),
+                })
+                .await;
+        }
+    }
+
+    /// Brings the node's queues in line with the topology: opens replicas
+    /// and references for new quorum queues (a node that was down creates
+    /// its replicas now), drops those of deleted queues, updates member
+    /// lists, fixes the cluster id.
+    async fn reconcile(self: &Arc<Self>) {
+        let me = self.node_id();
+        let (records, cluster_id) = self
+            .with_topology(|t| {
+                let recs: Vec<QueueRecord> = t
+                    .queues()
+                    .filter(|q| {
+                        q.kind == QueueKind::Quorum || q.kind == QueueKind::Local { node: me }
+                    })
+                    .cloned()
+                    .collect();
+                (recs, t.cluster_id())
+            })
+            .unwrap_or_default();
+        self.adopt_cluster_id(cluster_id).await;
+        let live: HashSet<u64> = records.iter().map(|r| r.group_id).collect();
+        for rec in &records {
+            match self.queue_by_group(rec.group_id) {
+                Some(h) => {
+                    if let Some(r) = h.route() {
+                        if r.members() != rec.members {
+                            r.set_members(rec.members.clone());
+                        }
+                    }
+                }
+                None if rec.kind == QueueKind::Quorum => {
+                    if let Err(e) = self.ensure_queue(rec).await {
                         tracing::error!(queue = %rec.name, error = ?e, "failed to open queue");
                     }
                 }
-                QueueKind::Local { .. } => {
-                    let _ = self
-                        .meta_write(MetaCommand::DeleteQueue {
-                            vhost: rec.vhost.clone(),
-                            name: rec.name.clone(),
-                        })
-                        .await;
-                }
+                None => {}
             }
         }
-        Ok(())
+        let gone: Vec<u64> = self
+            .queue_handles()
+            .iter()
+            .map(|h| h.group)
+            .filter(|g| !live.contains(g))
+            .collect();
+        for g in gone {
+            self.drop_queue_group(g).await;
+        }
+    }
+
+    /// Learns (or, as meta leader, fixes) the cluster id.
+    async fn adopt_cluster_id(&self, in_meta: u64) {
+        if in_meta == 0 {
+            if self.meta_raft.metrics().borrow().current_leader == Some(self.node_id()) {
+                let id = rand::random::<u64>() | 1;
+                let _ = self.meta_write(MetaCommand::SetClusterId(id)).await;
+            }
+            return;
+        }
+        let known = self.peers.cluster_id();
+        if known == in_meta {
+            return;
+        }
+        if known != 0 {
+            tracing::error!(
+                ours = known,
+                meta = in_meta,
+                "this node's data belongs to another cluster"
+            );
+            return;
+        }
+        self.peers.set_cluster_id(in_meta);
+        let db = self.store.db();
+        if db.insert("node/cluster_id", &in_meta.to_be_bytes()).is_ok() {
+            let _ = db.flush();
+        }
+        tracing::info!(cluster_id = format!("{in_meta:016x}"), "joined cluster");
     }
 
     /// Applies changed policies: every queue whose effective configuration
@@ -454,36 +781,58 @@ impl Broker {
     }
 
     /// The cluster as this node sees it (nodes, liveness, meta leader).
-    pub fn cluster_status(&self) -> crate::cluster::status::ClusterStatus {
-        use crate::cluster::status::{ClusterStatus, NodeStatus};
+    pub fn cluster_status(&self) -> ClusterStatus {
+        let mut ids: Vec<(u64, String)> = self.peers.all();
+        if let Some(m) = self
+            .meta_raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .find(|id| !ids.iter().any(|(i, _)| i == id))
+        {
+            ids.push((m, String::new()));
+        }
+        ids.sort();
         ClusterStatus {
-            nodes: vec![NodeStatus {
-                id: self.config.node_id,
-                cluster_addr: self.config.advertised(),
-                amqp_addr: self.config.amqp_advertised(),
-                running: true,
-            }],
-            meta_leader: Some(self.config.node_id),
+            nodes: ids
+                .into_iter()
+                .map(|(id, addr)| NodeStatus {
+                    id,
+                    cluster_addr: addr,
+                    amqp_addr: self.detector.amqp_addr_of(id).unwrap_or_default(),
+                    running: self.detector.is_alive(id),
+                })
+                .collect(),
+            meta_leader: self.meta_raft.metrics().borrow().current_leader,
         }
     }
 
     /// Placement (leader, members, online members) and counts of a queue.
-    pub async fn queue_status(&self, rec: &QueueRecord) -> crate::cluster::status::QueueStatus {
-        let mut st = crate::cluster::status::QueueStatus::default();
-        if let Some(h) = self.queue_by_group(rec.group_id) {
-            if let Some((r, u, c, held)) = h.read(|host| {
-                let m = host.machine();
-                (m.ready_count(), m.unacked_count(), m.consumer_count(), m.held_count())
-            }) {
-                st.messages_ready = r;
-                st.messages_unacknowledged = u;
-                st.consumers = c;
-                st.dead_letter_held = held;
-            }
-            st.leader = Some(self.config.node_id);
-            st.members = vec![self.config.node_id];
-            st.online = vec![self.config.node_id];
-        }
+    pub async fn queue_status(&self, rec: &QueueRecord) -> QueueStatus {
+        let Some(h) = self.queue_by_group(rec.group_id) else {
+            return QueueStatus {
+                members: rec.members.clone(),
+                ..QueueStatus::default()
+            };
+        };
+        let mut members = rec.members.clone();
+        members.sort_unstable();
+        let (mut st, leader) = match h.route() {
+            Some(r) => (r.status(h.local_status()).await, r.leader()),
+            None => (h.local_status().unwrap_or_default(), Some(self.node_id())),
+        };
+        st.online = members
+            .iter()
+            .copied()
+            .filter(|m| self.detector.is_alive(*m))
+            .collect();
+        st.leader = leader.filter(|l| self.detector.is_alive(*l));
+        st.members = members;
         st
     }
 
@@ -505,9 +854,65 @@ impl Broker {
     }
 }
 
-/// Initializes a fresh group with this node as its only voter; a group
-/// that already has state keeps it.
-async fn initialize_single(raft: &Raft, node: u64, addr: &str) -> Result<(), NodeError> {
+/// Re-reconciles after every meta change (and every 2 s as a fallback).
+async fn reconciler(broker: std::sync::Weak<Broker>) {
+    let Some(mut changed) = broker.upgrade().map(|b| b.meta_changed.subscribe()) else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            r = changed.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+        }
+        let Some(b) = broker.upgrade() else { return };
+        if b.is_stopping() {
+            return;
+        }
+        b.reconcile().await;
+    }
+}
+
+/// When a peer restarts (a new boot epoch in its beats), the queues this
+/// node leads return the messages checked out to that peer's consumers of
+/// earlier boots (`NodeRestarted`, as the node itself does for its own
+/// replicas at start).
+async fn peer_watch(broker: std::sync::Weak<Broker>) {
+    let Some(mut changes) = broker.upgrade().map(|b| b.detector.subscribe()) else {
+        return;
+    };
+    while changes.changed().await.is_ok() {
+        let Some(b) = broker.upgrade() else { return };
+        let peers = b.peers.others();
+        for h in b.queue_handles() {
+            if !h.is_quorum() || !h.is_local_leader() {
+                continue;
+            }
+            for &p in &peers {
+                let Some(epoch) = b.detector.epoch_of(p) else {
+                    continue;
+                };
+                if h.read(|host| host.machine().has_consumers_before(p, epoch))
+                    .unwrap_or(false)
+                {
+                    drop(
+                        h.propose(QueueCommand::NodeRestarted {
+                            now_ms: crate::now_ms(),
+                            node: p,
+                            epoch,
+                        })
+                        .await,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Initializes a fresh group with `voters` (every member calls this with
+/// the same list, so the first log entry is the same everywhere); a group
+/// that already has state keeps it. Node addresses live in [`Peers`], not in
+/// the membership, so every member writes an identical entry.
+async fn initialize(raft: &Raft, voters: &[u64]) -> Result<(), NodeError> {
     if raft
         .is_initialized()
         .await
@@ -515,14 +920,28 @@ async fn initialize_single(raft: &Raft, node: u64, addr: &str) -> Result<(), Nod
     {
         return Ok(());
     }
-    let mut members = BTreeMap::new();
-    members.insert(node, BasicNode::new(addr));
+    let members: BTreeMap<u64, BasicNode> =
+        voters.iter().map(|v| (*v, BasicNode::new(""))).collect();
     match raft.initialize(members).await {
         Ok(()) => Ok(()),
         Err(openraft::error::RaftError::APIError(
             openraft::error::InitializeError::NotAllowed(_),
         )) => Ok(()),
         Err(e) => Err(NodeError::Raft(e.to_string())),
+    }
+}
+
+/// An integer argument value (`x-quorum-initial-group-size`).
+fn int_arg(v: &AMQPValue) -> Option<u64> {
+    match v {
+        AMQPValue::ShortShortInt(n) => u64::try_from(*n).ok(),
+        AMQPValue::ShortShortUInt(n) => Some(u64::from(*n)),
+        AMQPValue::ShortInt(n) => u64::try_from(*n).ok(),
+        AMQPValue::ShortUInt(n) => Some(u64::from(*n)),
+        AMQPValue::LongInt(n) => u64::try_from(*n).ok(),
+        AMQPValue::LongUInt(n) => Some(u64::from(*n)),
+        AMQPValue::LongLongInt(n) => u64::try_from(*n).ok(),
+        _ => None,
     }
 }
 

@@ -38,4 +38,13 @@ pub trait Machine<C: RaftTypeConfig>: Send + Sync + 'static {
     /// Errors: malformed bytes; fatal for the group when it happens inside `install_snapshot`
     /// (pitfall P6), so validate untrusted snapshots before they reach Raft.
     fn restore(&mut self, data: &[u8]) -> Result<(), StoreError>;
+
+    /// A leader's blank entry was applied: the first entry a leader appends when its term
+    /// begins (openraft `EntryPayload::Blank`). `leader` proposed it in term `meta.term`; every
+    /// entry applied after it (until the next blank) was proposed in that leadership. The queue
+    /// uses it to re-issue leader-only effects a former leader may not have carried out.
+    /// Default: nothing.
+    fn leader_blank(&mut self, meta: &ApplyMeta, leader: C::NodeId) {
+        let _ = (meta, leader);
+    }
 }

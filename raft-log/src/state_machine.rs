@@ -199,7 +199,15 @@ impl<C: GroupTypeConfig, M: Machine<C>> RaftStateMachine<C> for GroupStateMachin
         for entry in entries {
             let log_id = entry.log_id;
             let reply = match entry.payload {
-                EntryPayload::Blank => C::R::default(),
+                EntryPayload::Blank => {
+                    let meta = ApplyMeta {
+                        group,
+                        index: log_id.index,
+                        term: log_id.leader_id.term,
+                    };
+                    machine.leader_blank(&meta, log_id.leader_id.node_id.clone());
+                    C::R::default()
+                }
                 EntryPayload::Normal(cmd) => {
                     let meta = ApplyMeta {
                         group,

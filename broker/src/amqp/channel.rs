@@ -48,6 +48,8 @@ struct Unacked {
 }
 
 struct ConsumerEntry {
+    /// Deliveries already handed to the client (see [`RecentDeliveries`]).
+    recent: RecentDeliveries,
     id: ConsumerId,
     queue: Arc<QueueHandle>,
     no_ack: bool,
@@ -380,6 +382,11 @@ impl Conn {
         match m {
             queue::AMQPMethod::Declare(d) => {
                 let mut name = d.queue.as_str().to_string();
+                let members = if d.durable && !d.exclusive && !d.auto_delete && !d.passive {
+                    self.broker.place(&d.arguments)
+                } else {
+                    Vec::new()
+                };
                 let mut declare = QueueDeclare {
                     vhost: self.vhost.clone(),
                     name: name.clone(),
@@ -391,6 +398,7 @@ impl Conn {
                     node: self.broker.node_id(),
                     connection: self.id,
                     server_named: false,
+                    members,
                 };
                 if name.is_empty() && !d.passive {
                     Topology::check_server_named(&declare)?;
@@ -411,7 +419,7 @@ impl Conn {
                     (record, handle)
                 };
                 self.chan(ch)?.last_queue = Some(name.clone());
-                let (ready, _unacked, consumers) = handle.counts();
+                let (ready, _unacked, consumers) = handle.counts().await;
                 if !d.nowait {
                     self.send(
                         ch,
@@ -493,7 +501,7 @@ impl Conn {
                             self.vhost
                         )));
                     }
-                    let (ready, unacked, consumers) = handle.counts();
+                    let (ready, unacked, consumers) = handle.counts().await;
                     if d.if_unused && consumers > 0 {
                         return Err(ProtocolError::precondition(format!(
                             "queue '{name}' in vhost '{}' in use",
@@ -644,6 +652,7 @@ impl Conn {
         self.chan(ch)?.consumers.insert(
             tag.clone(),
             ConsumerEntry {
+                recent: RecentDeliveries::default(),
                 id,
                 queue: handle.clone(),
                 no_ack: c.no_ack,
@@ -709,9 +718,10 @@ impl Conn {
         let name = self.default_queue_name(ch, g.queue.as_str())?;
         let (_, handle) = self.lookup_queue(&name)?;
         let sac = handle.is_quorum()
-            && handle
-                .read(|h| h.machine().config().single_active_consumer)
-                .unwrap_or(false);
+            && self
+                .broker
+                .effective_config(&self.vhost, &name)
+                .single_active_consumer;
         if sac {
             return Err(ProtocolError::channel(
                 405,
@@ -1167,13 +1177,20 @@ impl Conn {
                 return None;
             }
             s.consumers
-                .iter()
+                .iter_mut()
                 .find(|(_, c)| c.id == d.consumer)
-                .map(|(tag, c)| (*ch, tag.clone(), c.no_ack, c.queue.clone()))
+                .map(|(tag, c)| {
+                    let fresh = c.recent.insert(d.delivery.id, d.delivery.delivery_count);
+                    (*ch, tag.clone(), c.no_ack, c.queue.clone(), fresh)
+                })
         });
-        let Some((ch, tag, no_ack, queue)) = found else {
+        let Some((ch, tag, no_ack, queue, fresh)) = found else {
             return;
         };
+        if !fresh {
+            // A new leader re-sent a delivery this consumer already has.
+            return;
+        }
         let Some(msg) = d
             .delivery
             .payload
@@ -1220,6 +1237,37 @@ impl Conn {
                 self.frame_max,
             );
         }
+    }
+}
+
+/// The last deliveries of one consumer, as (message id, delivery count):
+/// when a queue's leader changes, the new leader re-sends every message
+/// checked out to the consumer (`QueueMachine::leader_effects`); a copy
+/// already handed to the client is dropped here instead of reaching it
+/// twice. A returned message comes back with a higher delivery count, so it
+/// is not mistaken for a copy. Bounded: the oldest entries go first.
+#[derive(Default)]
+struct RecentDeliveries {
+    seen: std::collections::HashSet<(MsgId, u32)>,
+    order: std::collections::VecDeque<(MsgId, u32)>,
+}
+
+impl RecentDeliveries {
+    /// Entries kept per consumer.
+    const CAPACITY: usize = 65_536;
+
+    /// Records a delivery; false if it was seen before.
+    fn insert(&mut self, id: MsgId, count: u32) -> bool {
+        if !self.seen.insert((id, count)) {
+            return false;
+        }
+        self.order.push_back((id, count));
+        if self.order.len() > Self::CAPACITY {
+            if let Some(old) = self.order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+        true
     }
 }
 

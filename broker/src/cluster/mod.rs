@@ -1,24 +1,59 @@
-//! Raft plumbing shared by all groups: type configuration, the transport,
-//! and per-group Raft settings.
+//! Everything between nodes: the openraft type configuration, the node
+//! table and its channels, the group-tagged Raft transport (client and
+//! server), forwarding to leaders, deliveries to remote consumers, the
+//! failure detector and the elections it starts, and per-group Raft settings.
 
-pub mod network;
+pub mod deliveries;
+pub mod detector;
+pub mod elections;
+pub mod forward;
+pub mod groups;
+pub mod peers;
+pub mod server;
 pub mod status;
+pub mod transport;
 pub mod types;
 
 use openraft::{Config, SnapshotPolicy};
 
-/// Raft settings for a group (`cluster_name` = group id, so openraft's
-/// spans name the group). Single-node elections settle in under a second.
+/// Raft settings of a queue group (`cluster_name` = group id, so openraft's
+/// spans name the group). Queue groups are quiescent: no heartbeats and no
+/// election timer (a node-level failure detector starts elections, see
+/// [`elections`]); `heartbeat_interval` only paces openraft's tick task, and
+/// `election_timeout_max` is the leader lease (a follower that heard from
+/// its leader this recently refuses to vote for another candidate).
 // openraft's own error type; called once per group start, so its size does not matter.
 #[allow(clippy::result_large_err)]
 pub fn raft_config(group: u64) -> Result<Config, openraft::ConfigError> {
     Config {
         cluster_name: format!("group-{group}"),
         heartbeat_interval: 100,
-        election_timeout_min: 300,
-        election_timeout_max: 600,
+        election_timeout_min: 101,
+        election_timeout_max: 150,
+        enable_heartbeat: false,
+        enable_elect: false,
         // A snapshot holds only the queue's compact index, so taking one
         // every 4096 entries keeps the log (which carries bodies) short.
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(4096),
+        max_in_snapshot_log_to_keep: 256,
+        purge_batch_size: 256,
+        max_payload_entries: 64,
+        // Do not replicate to a member more than this many entries behind by
+        // log: send it the snapshot (with bodies) instead.
+        replication_lag_threshold: 5000,
+        ..Default::default()
+    }
+    .validate()
+}
+
+/// Raft settings of the meta group: ordinary heartbeats and elections.
+#[allow(clippy::result_large_err)]
+pub fn meta_raft_config() -> Result<Config, openraft::ConfigError> {
+    Config {
+        cluster_name: "meta".into(),
+        heartbeat_interval: 100,
+        election_timeout_min: 400,
+        election_timeout_max: 800,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(4096),
         max_in_snapshot_log_to_keep: 256,
         purge_batch_size: 256,

@@ -64,7 +64,10 @@ async fn run(broker: Weak<Broker>, queue: Arc<QueueHandle>, wake: Arc<Notify>) {
         if b.is_stopping() {
             return;
         }
-        let progress = forward_round(&b, &queue, &mut settled_targets).await;
+        // The worker runs beside the leader only (spec §5.8); a new leader is
+        // woken by the held messages it re-announces.
+        let progress =
+            queue.is_local_leader() && forward_round(&b, &queue, &mut settled_targets).await;
         drop(b);
         if progress {
             continue;

@@ -70,12 +70,17 @@ pub enum MetaCommand {
     SetPolicy(Policy),
     /// quorumqctl clear_policy.
     ClearPolicy { vhost: String, name: String },
+    /// Fixes the cluster id (proposed by the first meta leader; later ones
+    /// change nothing). Replies `ClusterId` with the id in force.
+    SetClusterId(u64),
 }
 
 /// Result of a [`MetaCommand`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum MetaReply {
     Ok,
+    /// The cluster id in force.
+    ClusterId(u64),
     Error(AmqpError),
     /// The queue now exists; `created` = this command created it.
     QueueDeclared {

@@ -10,6 +10,9 @@ use crate::cluster::types::{GroupCommand, GroupReply, TypeConfig};
 #[derive(Default)]
 pub struct MetaHost {
     topology: Topology,
+    /// Bumped after every applied command (the node reconciles its queue
+    /// replicas and handles with the topology).
+    changed: Option<tokio::sync::watch::Sender<u64>>,
 }
 
 impl MetaHost {
@@ -17,6 +20,19 @@ impl MetaHost {
     pub fn new() -> Self {
         MetaHost {
             topology: Topology::new(),
+            changed: None,
+        }
+    }
+
+    /// Notifies `tx` after every applied command and snapshot install.
+    pub fn with_notifier(mut self, tx: tokio::sync::watch::Sender<u64>) -> Self {
+        self.changed = Some(tx);
+        self
+    }
+
+    fn notify(&self) {
+        if let Some(tx) = &self.changed {
+            tx.send_modify(|g| *g = g.wrapping_add(1));
         }
     }
 
@@ -115,7 +131,9 @@ impl MetaHost {
             MetaCommand::ClearPolicy { vhost, name } => {
                 t.clear_policy(&vhost, &name).map(|_| MetaReply::Ok)
             }
+            MetaCommand::SetClusterId(id) => Ok(MetaReply::ClusterId(t.set_cluster_id(id))),
         };
+        self.notify();
         r.unwrap_or_else(MetaReply::Error)
     }
 }
@@ -134,6 +152,7 @@ impl raft_log::Machine<TypeConfig> for MetaHost {
 
     fn restore(&mut self, data: &[u8]) -> Result<(), raft_log::StoreError> {
         self.topology = raft_log::codec::decode(data)?;
+        self.notify();
         Ok(())
     }
 }

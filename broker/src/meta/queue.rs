@@ -31,6 +31,9 @@ pub struct QueueRecord {
     /// Raft group id of the queue (fresh, never reused, >= 1; 0 is the meta
     /// group). Local queues get one too, as a unique queue id.
     pub group_id: u64,
+    /// Nodes holding a replica of a quorum queue (its group's voters), the
+    /// preferred leader first; the declaring node for a local queue.
+    pub members: Vec<u64>,
 }
 
 /// A queue.declare as received (after the caller replaced an empty name by a
@@ -52,6 +55,10 @@ pub struct QueueDeclare {
     /// `amq.` prefix is allowed.
     #[serde(default)]
     pub server_named: bool,
+    /// Replica placement chosen by the declaring node for a new quorum
+    /// queue (`x-quorum-initial-group-size` nodes, preferred leader first).
+    /// Empty = the declaring node alone.
+    pub members: Vec<u64>,
 }
 
 /// Outcome of `Topology::check_queue_declare`.

@@ -82,6 +82,8 @@ pub struct Topology {
     vhosts: BTreeMap<String, VHost>,
     /// Highest queue group id handed out so far (0 = the meta group).
     last_group_id: u64,
+    /// The cluster's id, fixed by the first meta leader (0 = not yet).
+    cluster_id: u64,
 }
 
 fn check_not_default_exchange(name: &str) -> Result<(), AmqpError> {
@@ -418,6 +420,11 @@ impl Topology {
             arguments: args,
             kind,
             group_id: self.last_group_id + 1,
+            members: if d.members.is_empty() {
+                vec![d.node]
+            } else {
+                d.members.clone()
+            },
         }))
     }
 
@@ -432,6 +439,19 @@ impl Topology {
             .or_insert_with(VHost::with_defaults)
             .queues
             .insert(rec.name.clone(), rec);
+    }
+
+    /// The cluster id (0 until the first meta leader fixed it).
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster_id
+    }
+
+    /// Fixes the cluster id once; later calls change nothing. Returns the id in force.
+    pub fn set_cluster_id(&mut self, id: u64) -> u64 {
+        if self.cluster_id == 0 {
+            self.cluster_id = id;
+        }
+        self.cluster_id
     }
 
     /// The highest group id handed out so far.

@@ -39,6 +39,7 @@ fn decl(
         node: 7,
         connection: 100,
         server_named: false,
+        members: Vec::new(),
     }
 }
 

@@ -35,6 +35,8 @@ pub trait BodyStore: Send + Sync + 'static {
     fn put(&mut self, id: MsgId, payload: &Bytes);
     /// The payload of `id`, if stored.
     fn get(&self, id: MsgId) -> Option<Bytes>;
+    /// Ids of every stored body.
+    fn ids(&self) -> Vec<MsgId>;
     /// Deletes the payload of `id` (no-op if absent).
     fn remove(&mut self, id: MsgId);
     /// Makes every stored body independent of the Raft log and returns the
@@ -239,6 +241,14 @@ impl BodyStore for SegmentBodies {
         }
     }
 
+    fn ids(&self) -> Vec<MsgId> {
+        self.mem
+            .keys()
+            .chain(self.spilled.keys())
+            .copied()
+            .collect()
+    }
+
     fn remove(&mut self, id: MsgId) {
         if let Some(old) = self.mem.remove(&id) {
             self.mem_bytes -= old.len();
@@ -340,6 +350,10 @@ impl BodyStore for MemBodies {
 
     fn get(&self, id: MsgId) -> Option<Bytes> {
         self.map.get(&id).cloned()
+    }
+
+    fn ids(&self) -> Vec<MsgId> {
+        self.map.keys().copied().collect()
     }
 
     fn remove(&mut self, id: MsgId) {

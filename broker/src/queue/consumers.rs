@@ -202,7 +202,6 @@ impl Consumers {
     }
 
     /// Every record, in id order.
-    #[cfg(test)]
     pub fn iter(&self) -> impl Iterator<Item = (&ConsumerId, &Consumer)> + '_ {
         self.records.iter()
     }

@@ -1,23 +1,40 @@
-//! A queue as the rest of the node sees it: propose commands, read counts.
-//! Quorum queues propose through their Raft group; a proposer task batches
-//! whatever arrived meanwhile into one `Batch` entry (group commit: one log
-//! append and one flush for many publishes and acks). Local queues apply
-//! directly under their lock.
+//! A queue as the rest of the node sees it — the one seam between the AMQP
+//! front end and the cluster: propose commands, read counts. Whether the
+//! queue's leader is this node or another is this module's business.
+//!
+//! Quorum queues propose through one proposer task per queue and node: it
+//! folds whatever arrived meanwhile into one `Batch` entry (group commit),
+//! tags it with this node's proposer id and a sequence number
+//! (`QueueCommand::Deduped`), and writes it to the local Raft group when this
+//! node leads, else forwards it to the leader over gRPC. A write whose reply
+//! was lost (leader change, dropped connection) is resent, in order, to the
+//! new leader; the machine applies each sequence number once. Local
+//! (non-replicated) queues apply directly under their lock.
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
+use openraft::error::{ClientWriteError, RaftError};
 use raft_log::BusyHint;
 use tokio::sync::{mpsc, oneshot};
 
 use super::host::{QueueContext, QueueHost};
-use super::types::{QueueCommand, QueueReply};
+use super::types::{ProposerId, QueueCommand, QueueReply};
 use super::QueueMachine;
+use crate::cluster::forward::{Forwarded, Forwarder};
+use crate::cluster::status::QueueStatus;
 use crate::cluster::types::{GroupCommand, GroupReply, Origin, Raft};
 
 /// Most commands folded into one Raft entry.
 const MAX_BATCH: usize = 1024;
 /// Proposals waiting for the proposer before `propose` applies backpressure.
 const QUEUE_DEPTH: usize = 8192;
+/// How long a proposal is retried (leader elections, forwarding) before its
+/// callers get an error.
+const RETRY_FOR: Duration = Duration::from_secs(60);
+/// One forwarded call's time limit (a leader seen down is given up at once).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a proposal failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -25,7 +42,7 @@ pub enum QueueError {
     /// The queue's group is shut down (queue deleted or node stopping).
     #[error("queue is unavailable")]
     Unavailable,
-    /// Raft refused or lost the write (e.g. leadership lost).
+    /// Raft refused or lost the write (e.g. no leader reachable in time).
     #[error("raft write failed: {0}")]
     Raft(String),
 }
@@ -39,11 +56,122 @@ struct Proposal {
 }
 
 enum Backend {
-    Raft {
-        raft: Raft,
-        tx: mpsc::Sender<Proposal>,
-    },
+    Raft { tx: mpsc::Sender<Proposal> },
     Local,
+}
+
+/// Where a quorum queue's leader is: the local replica's view, else the last
+/// leader a forwarded call named, else the members in turn.
+pub struct Route {
+    group: u64,
+    raft: Option<Raft>,
+    members: RwLock<Vec<u64>>,
+    /// Last known leader (0 = none).
+    hint: AtomicU64,
+    forwarder: Arc<Forwarder>,
+}
+
+impl Route {
+    /// The route of `group` with these members; `raft` = the local replica.
+    pub fn new(
+        group: u64,
+        raft: Option<Raft>,
+        members: Vec<u64>,
+        forwarder: Arc<Forwarder>,
+    ) -> Arc<Route> {
+        Arc::new(Route {
+            group,
+            raft,
+            members: RwLock::new(members),
+            hint: AtomicU64::new(0),
+            forwarder,
+        })
+    }
+
+    fn me(&self) -> u64 {
+        self.forwarder.me()
+    }
+
+    /// The group's members (node ids).
+    pub fn members(&self) -> Vec<u64> {
+        self.members.read().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// Replaces the member list (membership changed in the meta record).
+    pub fn set_members(&self, members: Vec<u64>) {
+        if let Ok(mut m) = self.members.write() {
+            *m = members;
+        }
+    }
+
+    /// The local replica's Raft handle when this node is its leader.
+    pub fn local_leader(&self) -> Option<&Raft> {
+        let raft = self.raft.as_ref()?;
+        (raft.metrics().borrow().current_leader == Some(self.me())).then_some(raft)
+    }
+
+    /// The leader as far as this node knows (None = unknown).
+    pub fn leader(&self) -> Option<u64> {
+        if let Some(raft) = &self.raft {
+            if let Some(l) = raft.metrics().borrow().current_leader {
+                return Some(l);
+            }
+        }
+        match self.hint.load(Ordering::Relaxed) {
+            0 => None,
+            l => Some(l),
+        }
+    }
+
+    fn set_hint(&self, leader: Option<u64>) {
+        self.hint.store(leader.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// The node to send the next attempt to: the known leader if it is up,
+    /// else the `attempt`-th live member.
+    fn target(&self, attempt: usize) -> Option<u64> {
+        let detector = self.forwarder.detector();
+        if let Some(l) = self.leader().filter(|l| detector.is_alive(*l)) {
+            return Some(l);
+        }
+        let live: Vec<u64> = self
+            .members()
+            .into_iter()
+            .filter(|m| detector.is_alive(*m))
+            .collect();
+        if live.is_empty() {
+            return None;
+        }
+        Some(live[attempt % live.len()])
+    }
+
+    /// Counts from the leader's replica (or any member's), this node's own
+    /// when it leads or nothing else answers.
+    pub async fn status(&self, local: Option<QueueStatus>) -> QueueStatus {
+        let leader = self.leader();
+        if leader == Some(self.me()) {
+            if let Some(s) = local {
+                return s;
+            }
+        }
+        let mut order: Vec<u64> = leader.into_iter().collect();
+        order.extend(self.members().into_iter().filter(|m| Some(*m) != leader));
+        for node in order {
+            if node == self.me() {
+                if let Some(s) = &local {
+                    return s.clone();
+                }
+                continue;
+            }
+            if !self.forwarder.detector().is_alive(node) {
+                continue;
+            }
+            if let Some(s) = self.forwarder.query(node, self.group).await {
+                return s;
+            }
+        }
+        local.unwrap_or_default()
+    }
 }
 
 /// Handle to one queue on this node.
@@ -54,32 +182,69 @@ pub struct QueueHandle {
     pub vhost: String,
     /// Queue name.
     pub name: String,
-    host: Arc<Mutex<QueueHost>>,
+    host: Option<Arc<Mutex<QueueHost>>>,
     ctx: Arc<QueueContext>,
     backend: Backend,
+    route: Option<Arc<Route>>,
     usage: Mutex<ConsumerUse>,
 }
 
 impl QueueHandle {
-    /// A quorum queue over a started Raft group; spawns its proposer.
-    pub fn raft(
+    /// A quorum queue with a replica on this node (`host`, its Raft group in
+    /// `route`); spawns its proposer.
+    pub fn replica(
         vhost: String,
         name: String,
-        raft: Raft,
         host: Arc<Mutex<QueueHost>>,
         ctx: Arc<QueueContext>,
+        route: Arc<Route>,
+        origin: Origin,
+        busy: BusyHint,
+    ) -> Self {
+        Self::quorum(vhost, name, Some(host), ctx, route, origin, busy)
+    }
+
+    /// A quorum queue without a replica on this node: every command is
+    /// forwarded to its leader.
+    pub fn remote(
+        vhost: String,
+        name: String,
+        ctx: Arc<QueueContext>,
+        route: Arc<Route>,
+        origin: Origin,
+    ) -> Self {
+        Self::quorum(vhost, name, None, ctx, route, origin, BusyHint::default())
+    }
+
+    fn quorum(
+        vhost: String,
+        name: String,
+        host: Option<Arc<Mutex<QueueHost>>>,
+        ctx: Arc<QueueContext>,
+        route: Arc<Route>,
         origin: Origin,
         busy: BusyHint,
     ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
-        tokio::spawn(run_proposer(raft.clone(), rx, origin, busy));
+        let proposer = Proposer {
+            route: route.clone(),
+            origin,
+            id: ProposerId {
+                node: origin.node,
+                epoch: origin.epoch,
+            },
+            seq: 0,
+            busy,
+        };
+        tokio::spawn(proposer.run(rx));
         QueueHandle {
             group: ctx.group,
             vhost,
             name,
             host,
             ctx,
-            backend: Backend::Raft { raft, tx },
+            backend: Backend::Raft { tx },
+            route: Some(route),
             usage: Mutex::default(),
         }
     }
@@ -95,9 +260,10 @@ impl QueueHandle {
             group: ctx.group,
             vhost,
             name,
-            host,
+            host: Some(host),
             ctx,
             backend: Backend::Local,
+            route: None,
             usage: Mutex::default(),
         }
     }
@@ -105,6 +271,24 @@ impl QueueHandle {
     /// True for a Raft-replicated quorum queue.
     pub fn is_quorum(&self) -> bool {
         matches!(self.backend, Backend::Raft { .. })
+    }
+
+    /// True when this node holds a replica (or the queue is local here).
+    pub fn has_replica(&self) -> bool {
+        self.host.is_some()
+    }
+
+    /// True when this node leads the queue's group (always for local queues).
+    pub fn is_local_leader(&self) -> bool {
+        match &self.route {
+            Some(r) => r.local_leader().is_some(),
+            None => true,
+        }
+    }
+
+    /// Where the leader is (quorum queues).
+    pub fn route(&self) -> Option<&Arc<Route>> {
+        self.route.as_ref()
     }
 
     /// The queue's shared context (leader effects, consumers).
@@ -123,9 +307,9 @@ impl QueueHandle {
                 }
             }
             Backend::Local => {
-                let r = match self.host.lock() {
-                    Ok(mut h) => Ok(h.apply(cmd, true)),
-                    Err(_) => Err(QueueError::Unavailable),
+                let r = match self.host.as_ref().map(|h| h.lock()) {
+                    Some(Ok(mut h)) => Ok(h.apply(cmd, true)),
+                    _ => Err(QueueError::Unavailable),
                 };
                 let _ = reply.send(r);
             }
@@ -141,26 +325,39 @@ impl QueueHandle {
             .unwrap_or(Err(QueueError::Unavailable))
     }
 
-    /// Reads the local replica's machine.
+    /// Reads the local replica's machine (None without a local replica).
     pub fn read<R>(&self, f: impl FnOnce(&QueueHost) -> R) -> Option<R> {
-        self.host.lock().ok().map(|h| f(&h))
+        self.host.as_ref()?.lock().ok().map(|h| f(&h))
     }
 
-    /// Ready, unacked and consumer counts from the local replica.
-    pub fn counts(&self) -> (u64, u64, u64) {
+    /// Counts of the local replica (None without one).
+    pub fn local_status(&self) -> Option<QueueStatus> {
         self.read(|h| {
             let m: &QueueMachine = h.machine();
-            (m.ready_count(), m.unacked_count(), m.consumer_count())
+            QueueStatus {
+                messages_ready: m.ready_count(),
+                messages_unacknowledged: m.unacked_count(),
+                consumers: m.consumer_count(),
+                dead_letter_held: m.held_count(),
+                ..QueueStatus::default()
+            }
         })
-        .unwrap_or_default()
+    }
+
+    /// Ready, unacked and consumer counts: the leader's (asked over the
+    /// network when it is elsewhere), else the local replica's.
+    pub async fn counts(&self) -> (u64, u64, u64) {
+        let s = match &self.route {
+            Some(r) => r.status(self.local_status()).await,
+            None => self.local_status().unwrap_or_default(),
+        };
+        (s.messages_ready, s.messages_unacknowledged, s.consumers)
     }
 
     /// Stops the group (queue deleted or node stopping).
     pub async fn shutdown(&self) {
-        self.ctx
-            .closed
-            .store(true, std::sync::atomic::Ordering::Release);
-        if let Backend::Raft { raft, .. } = &self.backend {
+        self.ctx.closed.store(true, Ordering::Release);
+        if let Some(raft) = self.route.as_ref().and_then(|r| r.raft.clone()) {
             if let Err(e) = raft.shutdown().await {
                 tracing::warn!(group = self.group, error = %e, "raft shutdown failed");
             }
@@ -168,81 +365,176 @@ impl QueueHandle {
     }
 }
 
-/// Raft writes a queue's proposer keeps in flight. With one, a batch waits for the previous
-/// batch's apply and reply; with two, the next batch's log append overlaps with them. (Measured
-/// on the 2-core VM: 1 and 2 within run-to-run noise; 4 was slower — smaller batches, more
-/// syncs per message.) Replies still arrive in log order.
+/// Raft writes a queue's proposer keeps in flight when this node leads. With one, a batch waits
+/// for the previous batch's apply and reply; with two, the next batch's log append overlaps with
+/// them. (Measured on the 2-core VM: 1 and 2 within run-to-run noise; 4 was slower — smaller
+/// batches, more syncs per message.) Replies still arrive in log order. Forwarded writes go one
+/// at a time: two concurrent calls could reach the leader out of order, and a resend must never
+/// follow a later sequence number.
 const PIPELINE_DEPTH: usize = 2;
 
 type Replies = Vec<oneshot::Sender<Result<QueueReply, QueueError>>>;
 
-async fn run_proposer(
-    raft: Raft,
-    mut rx: mpsc::Receiver<Proposal>,
+struct Proposer {
+    route: Arc<Route>,
     origin: Origin,
+    id: ProposerId,
+    seq: u64,
     busy: BusyHint,
-) {
-    use futures::stream::{FuturesOrdered, StreamExt};
-    let mut batch: Vec<Proposal> = Vec::with_capacity(64);
-    let mut inflight = FuturesOrdered::new();
-    let mut open = true;
-    while open || !inflight.is_empty() {
-        tokio::select! {
-            Some((result, replies)) = inflight.next(), if !inflight.is_empty() => {
-                deliver(result, replies);
-            }
-            first = rx.recv(), if open && inflight.len() < PIPELINE_DEPTH => {
-                let Some(first) = first else {
-                    open = false;
-                    continue;
-                };
-                batch.push(first);
-                while batch.len() < MAX_BATCH {
-                    match rx.try_recv() {
-                        Ok(p) => batch.push(p),
-                        Err(_) => break,
+}
+
+type WriteResult = Result<GroupReply, String>;
+
+impl Proposer {
+    async fn run(mut self, mut rx: mpsc::Receiver<Proposal>) {
+        use futures::stream::{FuturesOrdered, StreamExt};
+        let mut batch: Vec<Proposal> = Vec::with_capacity(64);
+        let mut inflight = FuturesOrdered::new();
+        let mut open = true;
+        while open || !inflight.is_empty() {
+            tokio::select! {
+                Some((result, cmd, replies)) = inflight.next(), if !inflight.is_empty() => {
+                    self.finish(result, cmd, replies).await;
+                }
+                first = rx.recv(), if open && inflight.len() < PIPELINE_DEPTH => {
+                    let Some(first) = first else {
+                        open = false;
+                        continue;
+                    };
+                    batch.push(first);
+                    while batch.len() < MAX_BATCH {
+                        match rx.try_recv() {
+                            Ok(p) => batch.push(p),
+                            Err(_) => break,
+                        }
+                    }
+                    if batch.len() > 1 {
+                        // Commands queued up while earlier writes were in flight.
+                        self.busy.note();
+                    }
+                    let (cmds, replies): (Vec<_>, Replies) =
+                        batch.drain(..).map(|p| (p.cmd, p.reply)).unzip();
+                    let inner = if cmds.len() == 1 {
+                        cmds.into_iter().next().unwrap_or(QueueCommand::Batch(Vec::new()))
+                    } else {
+                        QueueCommand::Batch(cmds)
+                    };
+                    self.seq += 1;
+                    let cmd = QueueCommand::Deduped { proposer: self.id, seq: self.seq, cmd: Box::new(inner) };
+                    if let Some(raft) = self.route.local_leader() {
+                        let submitted = raft
+                            .client_write_ff(GroupCommand::Queue { origin: self.origin, cmd: cmd.clone() })
+                            .await;
+                        inflight.push_back(async move {
+                            let result = match submitted {
+                                Ok(rx) => match rx.await {
+                                    Ok(Ok(resp)) => Ok(resp.data),
+                                    Ok(Err(e)) => Err(e.to_string()),
+                                    Err(_) => Err("raft dropped the write".to_string()),
+                                },
+                                Err(e) => Err(e.to_string()),
+                            };
+                            (result, cmd, replies)
+                        });
+                    } else {
+                        // Forwarding: after everything in flight, one call at a time.
+                        while let Some((result, c, r)) = inflight.next().await {
+                            self.finish(result, c, r).await;
+                        }
+                        let result = self.send_until_done(&cmd).await;
+                        answer(result, &cmd, replies);
                     }
                 }
-                if batch.len() > 1 {
-                    // Commands queued up while earlier writes were in flight.
-                    busy.note();
-                }
-                let (cmds, replies): (Vec<_>, Replies) =
-                    batch.drain(..).map(|p| (p.cmd, p.reply)).unzip();
-                let cmd = if cmds.len() == 1 {
-                    cmds.into_iter().next().unwrap_or(QueueCommand::Batch(Vec::new()))
-                } else {
-                    QueueCommand::Batch(cmds)
-                };
-                let n = replies.len();
-                let started = std::time::Instant::now();
-                let submitted = raft.client_write_ff(GroupCommand::Queue { origin, cmd }).await;
-                inflight.push_back(async move {
-                    let result = match submitted {
-                        Ok(rx) => match rx.await {
-                            Ok(Ok(resp)) => Ok(resp.data),
-                            Ok(Err(e)) => Err(e.to_string()),
-                            Err(_) => Err("raft dropped the write".to_string()),
-                        },
-                        Err(e) => Err(e.to_string()),
-                    };
-                    tracing::trace!(
-                        commands = n,
-                        elapsed_us = started.elapsed().as_micros() as u64,
-                        "raft write"
-                    );
-                    (result, replies)
-                });
             }
         }
+    }
+
+    /// A write came back: answer it, or resend it first if it failed.
+    async fn finish(&mut self, result: WriteResult, cmd: QueueCommand, replies: Replies) {
+        let result = match result {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                tracing::debug!(group = self.route.group, error = %e, "write failed; resending");
+                self.send_until_done(&cmd).await
+            }
+        };
+        answer(result, &cmd, replies);
+    }
+
+    /// Sends `cmd` to whoever leads until it is applied or [`RETRY_FOR`] passed.
+    async fn send_until_done(&mut self, cmd: &QueueCommand) -> WriteResult {
+        let started = Instant::now();
+        let mut attempt = 0usize;
+        let me = self.route.me();
+        let bytes = raft_log::codec::encode(cmd).map_err(|e| e.to_string())?;
+        let mut last_error = String::from("no leader");
+        while started.elapsed() < RETRY_FOR {
+            let target = self.route.target(attempt);
+            match target {
+                Some(t) if t == me && self.route.raft.is_some() => {
+                    let raft = self.route.raft.clone().ok_or("no local replica")?;
+                    let write = raft.client_write(GroupCommand::Queue {
+                        origin: self.origin,
+                        cmd: cmd.clone(),
+                    });
+                    match tokio::time::timeout(FORWARD_TIMEOUT, write).await {
+                        Ok(Ok(resp)) => return Ok(resp.data),
+                        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                            self.route.set_hint(f.leader_id.filter(|l| *l != me));
+                            if f.leader_id.is_some_and(|l| l != me) {
+                                continue;
+                            }
+                            last_error = "no leader elected".into();
+                        }
+                        Ok(Err(e)) => last_error = e.to_string(),
+                        Err(_) => last_error = "local write timed out".into(),
+                    }
+                }
+                Some(t) if t != me => {
+                    match self
+                        .route
+                        .forwarder
+                        .propose(t, self.route.group, bytes.clone().into(), FORWARD_TIMEOUT)
+                        .await
+                    {
+                        Forwarded::Reply(r, _) => {
+                            self.route.set_hint(Some(t));
+                            return Ok(r);
+                        }
+                        Forwarded::Leader(l) if l != 0 && l != t => {
+                            self.route.set_hint(Some(l));
+                            continue;
+                        }
+                        Forwarded::Leader(_) => {
+                            self.route.set_hint(None);
+                            last_error = format!("node {t} knows no leader");
+                        }
+                        Forwarded::NoGroup => {
+                            self.route.set_hint(None);
+                            last_error = format!("node {t} does not run the queue yet");
+                        }
+                        Forwarded::Failed(e) => {
+                            self.route.set_hint(None);
+                            last_error = e;
+                        }
+                    }
+                }
+                _ => last_error = "no member of the queue is reachable".into(),
+            }
+            attempt += 1;
+            tokio::time::sleep(Duration::from_millis(if attempt < 10 { 20 } else { 100 })).await;
+        }
+        tracing::warn!(group = self.route.group, error = %last_error, "giving up on a write");
+        Err(last_error)
     }
 }
 
 /// Hand each proposal of one batch its reply (or the batch's error).
-fn deliver(result: Result<GroupReply, String>, replies: Replies) {
+fn answer(result: WriteResult, cmd: &QueueCommand, replies: Replies) {
     match result {
         Ok(data) => {
             let reply = match data {
+                GroupReply::Queue(QueueReply::Resent) => QueueReply::for_resend(cmd),
                 GroupReply::Queue(r) => r,
                 _ => QueueReply::Ok,
             };

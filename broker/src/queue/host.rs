@@ -47,6 +47,9 @@ pub struct QueueContext {
     /// Set when the queue's group is shut down (deleted or node stopping):
     /// its runtime and dead-letter worker end.
     pub closed: AtomicBool,
+    /// Set once the group finished opening: entries applied before it are
+    /// replays of the log at start, whose leader effects are not re-run.
+    pub live: AtomicBool,
 }
 
 /// The queue state machine plus its body store.
@@ -85,6 +88,32 @@ impl QueueHost {
     /// current leadership, so effects are carried out here.
     pub fn apply(&mut self, cmd: QueueCommand, lead: bool) -> QueueReply {
         let (mut reply, effects) = self.machine.apply(cmd);
+        let drops = self.carry_out(effects, lead);
+        self.fill_payloads(&mut reply);
+        for id in drops {
+            self.bodies.remove(id);
+        }
+        reply
+    }
+
+    /// This node just became the leader (its blank entry applied, not a
+    /// replay): carry out the machine's [`QueueMachine::leader_effects`] —
+    /// re-deliver checked-out messages, wake the dead-letter worker, re-arm
+    /// the expiry timer — since a former leader's effects may be lost.
+    pub fn became_leader(&mut self) {
+        let effects = self.machine.leader_effects();
+        tracing::debug!(
+            group = self.ctx.group,
+            effects = effects.len(),
+            "leader: re-issuing effects"
+        );
+        let drops = self.carry_out(effects, true);
+        debug_assert!(drops.is_empty());
+    }
+
+    /// Carries out `effects` (leader-only ones only when `lead`); returns
+    /// the bodies to drop once the reply has read them.
+    fn carry_out(&mut self, effects: Vec<Effect>, lead: bool) -> Vec<MsgId> {
         let mut drops = Vec::new();
         for effect in effects {
             match effect {
@@ -129,11 +158,7 @@ impl QueueHost {
                 _ => {}
             }
         }
-        self.fill_payloads(&mut reply);
-        for id in drops {
-            self.bodies.remove(id);
-        }
-        reply
+        drops
     }
 
     /// Attaches payloads to basic.get replies (before bodies are dropped).
@@ -195,5 +220,66 @@ impl raft_log::Machine<crate::cluster::types::TypeConfig> for QueueHost {
 
     fn restore(&mut self, data: &[u8]) -> Result<(), raft_log::StoreError> {
         QueueHost::restore(self, data)
+    }
+
+    fn leader_blank(&mut self, _meta: &raft_log::ApplyMeta, leader: u64) {
+        if leader == self.ctx.node && self.ctx.live.load(std::sync::atomic::Ordering::Acquire) {
+            self.became_leader();
+        }
+    }
+}
+
+impl QueueHost {
+    /// Sender side of a snapshot install: the ids of every message the
+    /// snapshot's machine owns (their bodies must go with it).
+    ///
+    /// Errors: the snapshot bytes do not decode.
+    pub fn snapshot_body_ids(snapshot: &[u8]) -> Result<Vec<MsgId>, String> {
+        let payload = raft_log::SnapshotPayload::<u64, openraft::BasicNode>::decode(snapshot)
+            .map_err(|e| e.to_string())?;
+        let (machine, _index): (QueueMachine, Vec<u8>) =
+            raft_log::codec::decode(&payload.machine).map_err(|e| e.to_string())?;
+        Ok(machine.all_message_ids())
+    }
+
+    /// Receiver side: stores bodies received with a snapshot.
+    pub fn import_bodies(&mut self, bodies: Vec<(MsgId, Bytes)>) {
+        for (id, body) in bodies {
+            self.bodies.put(id, &body);
+        }
+    }
+
+    /// Receiver side, after all bodies: drops bodies the snapshot does not
+    /// own, persists the rest, and returns the snapshot bytes with the body
+    /// index replaced by this replica's own.
+    ///
+    /// Errors: the snapshot bytes do not decode or re-encode.
+    pub fn finish_import(
+        &mut self,
+        snapshot: Vec<u8>,
+        received: &std::collections::HashSet<MsgId>,
+    ) -> Result<Vec<u8>, String> {
+        let mut payload = raft_log::SnapshotPayload::<u64, openraft::BasicNode>::decode(&snapshot)
+            .map_err(|e| e.to_string())?;
+        let (machine, _theirs): (QueueMachine, Vec<u8>) =
+            raft_log::codec::decode(&payload.machine).map_err(|e| e.to_string())?;
+        let owned: std::collections::HashSet<MsgId> =
+            machine.all_message_ids().into_iter().collect();
+        let missing = owned.iter().filter(|id| !received.contains(id)).count();
+        if missing > 0 {
+            tracing::warn!(
+                group = self.ctx.group,
+                missing,
+                "snapshot arrived without some of its message bodies"
+            );
+        }
+        for id in self.bodies.ids() {
+            if !owned.contains(&id) {
+                self.bodies.remove(id);
+            }
+        }
+        let index = self.bodies.persist_all();
+        payload.machine = raft_log::codec::encode(&(&machine, index)).map_err(|e| e.to_string())?;
+        payload.encode().map_err(|e| e.to_string())
     }
 }

@@ -1,11 +1,13 @@
 //! The queue state value and its single entry point, `apply`.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::consumers::Consumers;
 use super::dead_letter::HeldArea;
 use super::messages::ReadyQueue;
-use super::types::{Effect, QueueCommand, QueueConfig, QueueReply};
+use super::types::{Effect, ProposerId, QueueCommand, QueueConfig, QueueReply};
 
 /// The replicated state of one quorum queue (RabbitMQ 3.10 `rabbit_fifo` +
 /// `rabbit_fifo_dlx`, spec §2, §5, §6).
@@ -51,6 +53,9 @@ pub struct QueueMachine {
     pub(super) expired_notified: bool,
     /// The last `ExpiryTimer` emitted (None: none pending).
     pub(super) timer_at: Option<u64>,
+    /// Last applied `Deduped` sequence per proposer (resends are skipped).
+    /// A proposer's entries go when its node restarts (`NodeRestarted`).
+    pub(super) proposers: BTreeMap<ProposerId, u64>,
 }
 
 impl QueueMachine {
@@ -91,6 +96,14 @@ impl QueueMachine {
                         .collect(),
                 );
             }
+            C::Deduped { proposer, seq, cmd } => {
+                let last = self.proposers.entry(proposer).or_insert(0);
+                if seq <= *last {
+                    return QueueReply::Resent;
+                }
+                *last = seq;
+                return self.apply_one(*cmd, effects, tick);
+            }
             C::Enqueue { now_ms, msgs } => {
                 self.start_lease(now_ms);
                 (
@@ -124,6 +137,8 @@ impl QueueMachine {
                 epoch,
             } => {
                 self.start_lease(now_ms);
+                self.proposers
+                    .retain(|p, _| p.node != node || p.epoch >= epoch);
                 self.node_restarted(now_ms, node, epoch, effects);
                 (now_ms, QueueReply::Ok)
             }
@@ -190,6 +205,39 @@ impl QueueMachine {
         };
         self.after_command(now, effects);
         reply
+    }
+
+    /// Leader-only effects that re-create what a leader must be doing for
+    /// the current state, for a node that just became leader (a former
+    /// leader's deliveries may have been lost in flight, and entries it
+    /// proposed were applied here without their effects): `Deliver` for
+    /// every checked-out message of an active or cancelled consumer (the
+    /// consumer's channel drops copies it already holds), `DeadLetterHeld`
+    /// for every held dead letter, `PublishersBlocked` if blocked, and the
+    /// head's `ExpiryTimer`. Pure: the state is not changed.
+    pub fn leader_effects(&self) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        for (consumer, c) in self.consumers.iter() {
+            for msg in c.checked_out.values() {
+                effects.push(Effect::Deliver {
+                    consumer: *consumer,
+                    delivery: msg.delivery(),
+                });
+            }
+        }
+        for h in self.held.iter() {
+            effects.push(Effect::DeadLetterHeld {
+                id: h.id,
+                reason: h.reason,
+            });
+        }
+        if self.blocked {
+            effects.push(Effect::PublishersBlocked(true));
+        }
+        if let Some(at_ms) = self.next_expiry_ms() {
+            effects.push(Effect::ExpiryTimer { at_ms });
+        }
+        effects
     }
 
     /// The x-expires lease starts with the first command the queue sees.

@@ -68,7 +68,6 @@ impl ReadyQueue {
     }
 
     /// Ready messages in delivery order.
-    #[cfg(test)]
     pub fn iter(&self) -> impl Iterator<Item = &Msg> + '_ {
         self.returns.iter().chain(self.main.iter())
     }

@@ -18,6 +18,7 @@
 pub mod bodies;
 pub mod handle;
 pub mod host;
+pub mod replica;
 pub mod runtime;
 pub mod types;
 

@@ -81,4 +81,22 @@ impl QueueMachine {
     pub fn next_msg_id(&self) -> MsgId {
         self.next_id
     }
+
+    /// Every message the queue still owns (ready, checked out, held dead
+    /// letters), in no particular order: the bodies a snapshot of the queue
+    /// needs on another node.
+    pub fn all_message_ids(&self) -> Vec<MsgId> {
+        let mut ids: Vec<MsgId> = self.ready.iter().map(|m| m.id).collect();
+        for (_, c) in self.consumers.iter() {
+            ids.extend(c.checked_out.keys().copied());
+        }
+        ids.extend(self.held.iter().map(|h| h.id));
+        ids
+    }
+
+    /// True when a consumer of `node` from a boot before `epoch` is attached
+    /// (the leader then proposes `NodeRestarted`).
+    pub fn has_consumers_before(&self, node: u64, epoch: u32) -> bool {
+        !self.consumers.of_node_before(node, epoch).is_empty()
+    }
 }

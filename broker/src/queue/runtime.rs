@@ -67,12 +67,16 @@ async fn run(
             }
             _ = async { match sleep_for { Some(d) => tokio::time::sleep(d).await, None => std::future::pending().await } } => {
                 next_tick = None;
-                drop(queue.propose(QueueCommand::Tick { now_ms: crate::now_ms() }).await);
+                // Only the leader ticks; a new leader re-arms its timer.
+                if queue.is_local_leader() {
+                    drop(queue.propose(QueueCommand::Tick { now_ms: crate::now_ms() }).await);
+                }
             }
             _ = idle.tick() => {
-                let wants_tick = queue
-                    .read(|h| h.machine().config().expires_ms.is_some())
-                    .unwrap_or(false);
+                let wants_tick = queue.is_local_leader()
+                    && queue
+                        .read(|h| h.machine().config().expires_ms.is_some())
+                        .unwrap_or(false);
                 if wants_tick {
                     drop(queue.propose(QueueCommand::Tick { now_ms: crate::now_ms() }).await);
                 }

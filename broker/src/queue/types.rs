@@ -163,6 +163,26 @@ pub enum QueueCommand {
     DeadLetterSettled { now_ms: u64, ids: Vec<MsgId> },
     /// Several commands applied in order as one Raft entry (group commit).
     Batch(Vec<QueueCommand>),
+    /// `cmd` as proposed by `proposer`'s `seq`-th proposal to this queue. A
+    /// proposal whose reply was lost (leader change, dropped connection) is
+    /// resent with the same `seq`; the machine applies a `seq` at most once
+    /// per proposer (rabbit_fifo's enqueuer sequence numbers), so an internal
+    /// retry never stores a message twice. Sequences of one proposer
+    /// increase; anything at or below the last applied one is a resend.
+    Deduped {
+        proposer: ProposerId,
+        seq: u64,
+        cmd: Box<QueueCommand>,
+    },
+}
+
+/// Who proposes to a queue: one proposer per (node, boot epoch) and queue,
+/// the node's queue reference (cluster issue §6: publishing node, channel
+/// epoch, sequence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ProposerId {
+    pub node: u64,
+    pub epoch: u32,
 }
 
 /// Outcome for one message of an `Enqueue`.
@@ -196,6 +216,33 @@ pub enum QueueReply {
     /// Number of messages purged.
     Purged(u64),
     Batch(Vec<QueueReply>),
+    /// A `Deduped` resend of a proposal already applied: nothing was done
+    /// again. The proposer answers its callers as if the first copy's reply
+    /// had arrived (messages accepted; see `QueueReply::for_resend`).
+    Resent,
+}
+
+impl QueueReply {
+    /// The reply a caller gets when its proposal turned out to be a resend of
+    /// one already applied (its first reply was lost): `Enqueued` with every
+    /// message accepted (the first copy was applied; a reject-publish refusal
+    /// of that copy cannot be recovered and is reported as accepted),
+    /// `Dequeued(None)` for a basic.get (the message taken then is returned
+    /// when the channel's get slot goes down), `Ok` otherwise.
+    pub fn for_resend(cmd: &QueueCommand) -> QueueReply {
+        match cmd {
+            QueueCommand::Enqueue { msgs, .. } => {
+                QueueReply::Enqueued(vec![EnqueueOutcome::Accepted; msgs.len()])
+            }
+            QueueCommand::Dequeue { .. } => QueueReply::Dequeued(None),
+            QueueCommand::Purge { .. } => QueueReply::Purged(0),
+            QueueCommand::Batch(cmds) => {
+                QueueReply::Batch(cmds.iter().map(QueueReply::for_resend).collect())
+            }
+            QueueCommand::Deduped { cmd, .. } => QueueReply::for_resend(cmd),
+            _ => QueueReply::Ok,
+        }
+    }
 }
 
 /// Side effects, as data. `StoreBody`/`DropBody` are carried out by every

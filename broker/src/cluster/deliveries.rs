@@ -1,0 +1,111 @@
+//! Deliveries from a queue leader to consumers attached on other nodes: one
+//! outbox and one sender task per peer node, deliveries batched per `Deliver`
+//! call in the order the leader made them. A failed call is retried (the
+//! deliveries are checked out to those consumers and would otherwise be
+//! stuck) until it succeeds or the peer restarted (its consumers are gone;
+//! the queue returns their messages on `NodeRestarted`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use quorumq_proto::v1::cluster_client::ClusterClient;
+use quorumq_proto::v1::DeliverRequest;
+use tokio::sync::mpsc;
+
+use super::detector::Detector;
+use super::peers::{Peers, MAX_MESSAGE_BYTES};
+use crate::consumers::QueueDelivery;
+
+/// Most deliveries per `Deliver` call.
+const BATCH: usize = 512;
+
+/// The per-peer outboxes.
+pub struct RemoteDeliveries {
+    peers: Arc<Peers>,
+    detector: Arc<Detector>,
+    outboxes: Mutex<HashMap<u64, mpsc::UnboundedSender<QueueDelivery>>>,
+}
+
+impl RemoteDeliveries {
+    /// Outboxes over the shared peer channels.
+    pub fn new(peers: Arc<Peers>, detector: Arc<Detector>) -> Arc<Self> {
+        Arc::new(RemoteDeliveries {
+            peers,
+            detector,
+            outboxes: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Queues `d` for its consumer's node (`d.consumer.node`).
+    pub fn send(self: &Arc<Self>, d: QueueDelivery) {
+        let node = d.consumer.node;
+        let Ok(mut o) = self.outboxes.lock() else {
+            return;
+        };
+        let tx = o.entry(node).or_insert_with(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(run(Arc::downgrade(self), node, rx));
+            tx
+        });
+        if let Err(mpsc::error::SendError(d)) = tx.send(d) {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(run(Arc::downgrade(self), node, rx));
+            let _ = tx.send(d);
+            o.insert(node, tx);
+        }
+    }
+}
+
+async fn run(
+    owner: Weak<RemoteDeliveries>,
+    node: u64,
+    mut rx: mpsc::UnboundedReceiver<QueueDelivery>,
+) {
+    let mut batch: Vec<QueueDelivery> = Vec::with_capacity(BATCH);
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(d) => batch.push(d),
+                Err(_) => break,
+            }
+        }
+        let wire: Vec<_> = batch
+            .drain(..)
+            .map(|d| (d.group, d.consumer, d.delivery))
+            .collect();
+        let Ok(bytes) = raft_log::codec::encode(&wire) else {
+            continue;
+        };
+        let mut tries = 0u32;
+        loop {
+            let Some(me) = owner.upgrade() else { return };
+            // Consumers of an earlier boot of that node are gone.
+            if let (Some(now), Some((_, c, _))) = (me.detector.epoch_of(node), wire.first()) {
+                if c.epoch < now {
+                    break;
+                }
+            }
+            let Some(ch) = me.peers.channel(node) else {
+                break;
+            };
+            let mut client = ClusterClient::new(ch).max_encoding_message_size(MAX_MESSAGE_BYTES);
+            let req = DeliverRequest {
+                deliveries: bytes.clone().into(),
+                from_node: me.peers.me(),
+            };
+            drop(me);
+            match tokio::time::timeout(Duration::from_secs(5), client.deliver(req)).await {
+                Ok(Ok(_)) => break,
+                r => {
+                    tries += 1;
+                    if tries == 1 || tries % 50 == 0 {
+                        tracing::warn!(node, tries, error = ?r.err().map(|_| "timeout"), "delivery to remote consumers failed; retrying");
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! The node-level failure detector (Ra's aten, CockroachDB's liveness): one
+//! long-lived `Heartbeat` stream per node pair carries a beat every
+//! [`BEAT_MS`] in both directions. A peer is down when its stream breaks (a
+//! killed process closes its connections: noticed at once) or when no beat
+//! arrived for [`DEAD_AFTER_MS`] (a paused or partitioned node). Idle Raft
+//! groups send nothing; this detector is what starts their elections
+//! (`cluster::elections`). A beat also carries the peer's boot epoch, so a
+//! restart is seen even when it was quicker than the detector.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use quorumq_proto::v1::cluster_client::ClusterClient;
+use quorumq_proto::v1::Beat;
+use tokio::sync::watch;
+
+use super::peers::Peers;
+
+/// Interval between two beats on a stream (ms).
+pub const BEAT_MS: u64 = 100;
+/// A peer with no beat for this long is down (ms).
+pub const DEAD_AFTER_MS: u64 = 800;
+
+#[derive(Debug, Clone)]
+struct PeerState {
+    alive: bool,
+    epoch: u32,
+    last_seen: Instant,
+    amqp_addr: String,
+}
+
+/// Liveness of every peer as this node sees it.
+pub struct Detector {
+    me: u64,
+    epoch: u32,
+    amqp_addr: String,
+    cluster_addr: String,
+    peers: Arc<Peers>,
+    state: Mutex<HashMap<u64, PeerState>>,
+    changes: watch::Sender<u64>,
+}
+
+/// A stream of beats (the server side's reply stream).
+pub type BeatStream = Pin<Box<dyn Stream<Item = Result<Beat, tonic::Status>> + Send + 'static>>;
+
+impl Detector {
+    /// The detector of node `me` in boot `epoch`, advertising its addresses.
+    pub fn new(
+        me: u64,
+        epoch: u32,
+        amqp_addr: String,
+        cluster_addr: String,
+        peers: Arc<Peers>,
+    ) -> Arc<Self> {
+        Arc::new(Detector {
+            me,
+            epoch,
+            amqp_addr,
+            cluster_addr,
+            peers,
+            state: Mutex::new(HashMap::new()),
+            changes: watch::Sender::new(0),
+        })
+    }
+
+    /// Starts dialling every known peer (and peers learnt later).
+    pub fn spawn(self: &Arc<Self>) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut dialling = std::collections::HashSet::new();
+            let mut check = tokio::time::interval(Duration::from_millis(BEAT_MS / 2));
+            loop {
+                check.tick().await;
+                if Arc::strong_count(&me) == 1 {
+                    return;
+                }
+                for peer in me.peers.others() {
+                    if dialling.insert(peer) {
+                        tokio::spawn(dial(Arc::downgrade(&me), peer));
+                    }
+                }
+                me.expire();
+            }
+        });
+    }
+
+    /// True when `node` is this node or answers beats.
+    pub fn is_alive(&self, node: u64) -> bool {
+        node == self.me
+            || self
+                .state
+                .lock()
+                .map(|s| s.get(&node).is_some_and(|p| p.alive))
+                .unwrap_or(false)
+    }
+
+    /// The boot epoch `node` last reported (this node's own for itself).
+    pub fn epoch_of(&self, node: u64) -> Option<u32> {
+        if node == self.me {
+            return Some(self.epoch);
+        }
+        self.state.lock().ok()?.get(&node).map(|p| p.epoch)
+    }
+
+    /// The AMQP address `node` reported, if it ever beat.
+    pub fn amqp_addr_of(&self, node: u64) -> Option<String> {
+        if node == self.me {
+            return Some(self.amqp_addr.clone());
+        }
+        self.state
+            .lock()
+            .ok()?
+            .get(&node)
+            .map(|p| p.amqp_addr.clone())
+    }
+
+    /// Bumped whenever a peer goes up or down or restarts.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Waits until `node` is seen down (returns at once if it is).
+    pub async fn wait_down(&self, node: u64) {
+        let mut rx = self.subscribe();
+        loop {
+            if !self.is_alive(node) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
+    fn beat(&self) -> Beat {
+        Beat {
+            node_id: self.me,
+            epoch: self.epoch,
+            cluster_id: self.peers.cluster_id(),
+            amqp_addr: self.amqp_addr.clone(),
+            cluster_addr: self.cluster_addr.clone(),
+        }
+    }
+
+    /// A beat arrived (either direction).
+    pub fn on_beat(&self, b: &Beat) {
+        if b.node_id == self.me || b.node_id == 0 {
+            return;
+        }
+        if !b.cluster_addr.is_empty() && self.peers.addr(b.node_id).is_none() {
+            self.peers.set_addr(b.node_id, &b.cluster_addr);
+        }
+        let changed = {
+            let Ok(mut s) = self.state.lock() else { return };
+            let now = Instant::now();
+            let p = s.entry(b.node_id).or_insert(PeerState {
+                alive: false,
+                epoch: b.epoch,
+                last_seen: now,
+                amqp_addr: String::new(),
+            });
+            let changed = !p.alive || p.epoch != b.epoch;
+            if changed {
+                tracing::info!(
+                    node = b.node_id,
+                    epoch = b.epoch,
+                    restarted = p.epoch != b.epoch,
+                    "peer up"
+                );
+            }
+            p.alive = true;
+            p.epoch = p.epoch.max(b.epoch);
+            p.last_seen = now;
+            p.amqp_addr = b.amqp_addr.clone();
+            changed
+        };
+        if changed {
+            self.changes.send_modify(|g| *g += 1);
+        }
+    }
+
+    /// `node`'s stream broke: down at once.
+    fn mark_down(&self, node: u64, why: &str) {
+        let changed = self
+            .state
+            .lock()
+            .map(|mut s| match s.get_mut(&node) {
+                Some(p) if p.alive => {
+                    p.alive = false;
+                    true
+                }
+                _ => false,
+            })
+            .unwrap_or(false);
+        if changed {
+            tracing::warn!(node, why, "peer down");
+            self.changes.send_modify(|g| *g += 1);
+        }
+    }
+
+    /// Marks down every peer silent for longer than [`DEAD_AFTER_MS`].
+    fn expire(&self) {
+        let silent: Vec<u64> = self
+            .state
+            .lock()
+            .map(|s| {
+                s.iter()
+                    .filter(|(_, p)| {
+                        p.alive && p.last_seen.elapsed() > Duration::from_millis(DEAD_AFTER_MS)
+                    })
+                    .map(|(id, _)| *id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for node in silent {
+            self.mark_down(node, "no beat");
+        }
+    }
+
+    /// Server side of a peer's `Heartbeat` stream: its beats in, ours out.
+    pub fn serve(self: &Arc<Self>, mut inbound: tonic::Streaming<Beat>) -> BeatStream {
+        let me = self.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Beat, tonic::Status>>(4);
+        tokio::spawn(async move {
+            let mut from = None;
+            let mut tick = tokio::time::interval(Duration::from_millis(BEAT_MS));
+            loop {
+                tokio::select! {
+                    b = inbound.next() => match b {
+                        Some(Ok(b)) => {
+                            if !me.peers.accepts(b.cluster_id) {
+                                tracing::error!(node = b.node_id, theirs = b.cluster_id, ours = me.peers.cluster_id(), "refusing a node of another cluster");
+                                let _ = tx.send(Err(tonic::Status::failed_precondition("cluster id mismatch"))).await;
+                                return;
+                            }
+                            from = Some(b.node_id);
+                            me.on_beat(&b);
+                        }
+                        _ => {
+                            if let Some(n) = from { me.mark_down(n, "stream closed"); }
+                            return;
+                        }
+                    },
+                    _ = tick.tick() => {
+                        if tx.send(Ok(me.beat())).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|v| (v, rx))
+        }))
+    }
+}
+
+/// Keeps one outbound `Heartbeat` stream to `peer` open while the detector lives.
+async fn dial(detector: std::sync::Weak<Detector>, peer: u64) {
+    loop {
+        let Some(d) = detector.upgrade() else { return };
+        if let Some(ch) = d.peers.channel(peer) {
+            let mut client = ClusterClient::new(ch);
+            let beats = {
+                let d = Arc::downgrade(&d);
+                futures::stream::unfold((), move |()| {
+                    let d = d.clone();
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(BEAT_MS)).await;
+                        d.upgrade().map(|d| (d.beat(), ()))
+                    }
+                })
+            };
+            let first = futures::stream::iter([d.beat()]);
+            let call = client.heartbeat(first.chain(beats));
+            drop(d);
+            match tokio::time::timeout(Duration::from_millis(DEAD_AFTER_MS), call).await {
+                Ok(Ok(resp)) => {
+                    let mut inbound = resp.into_inner();
+                    loop {
+                        match tokio::time::timeout(
+                            Duration::from_millis(DEAD_AFTER_MS),
+                            inbound.next(),
+                        )
+                        .await
+                        {
+                            Ok(Some(Ok(b))) => match detector.upgrade() {
+                                Some(d) => d.on_beat(&b),
+                                None => return,
+                            },
+                            Ok(Some(Err(status)))
+                                if status.code() == tonic::Code::FailedPrecondition =>
+                            {
+                                tracing::error!(peer, "peer refused us: {}", status.message());
+                                break;
+                            }
+                            _ => break,
+                        }
+                    }
+                    if let Some(d) = detector.upgrade() {
+                        d.mark_down(peer, "stream closed");
+                    }
+                }
+                Ok(Err(_)) | Err(_) => {
+                    if let Some(d) = detector.upgrade() {
+                        d.mark_down(peer, "unreachable");
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(BEAT_MS)).await;
+    }
+}

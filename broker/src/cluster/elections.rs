@@ -1,0 +1,91 @@
+//! Elections for quiescent groups. Queue groups run without openraft's
+//! heartbeats and election timers (an idle queue costs nothing); this sweep
+//! starts an election in a group whose leader is unknown or seen down by the
+//! failure detector. Members take turns by rank (the lowest-id live voter
+//! first, the next one [`RANK_DELAY_MS`] later, ...), so a member whose log
+//! is behind (its vote is refused) is followed by the next one instead of
+//! every member campaigning at once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use super::detector::Detector;
+use super::groups::GroupTable;
+use super::types::META_GROUP;
+
+/// Sweep interval when nothing changes (ms).
+const SWEEP_MS: u64 = 100;
+/// Delay between two members' turns (ms).
+const RANK_DELAY_MS: u64 = 250;
+/// A member does not campaign again within this long (ms).
+const RETRY_MS: u64 = 400;
+
+#[derive(Default)]
+struct Leaderless {
+    since: Option<Instant>,
+    last_try: Option<Instant>,
+}
+
+/// Runs the sweep until `groups` is dropped.
+pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
+    tokio::spawn(async move {
+        let mut changes = detector.subscribe();
+        let mut state: HashMap<u64, Leaderless> = HashMap::new();
+        loop {
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(SWEEP_MS)) => {}
+            }
+            let Some(groups) = groups.upgrade() else {
+                return;
+            };
+            let now = Instant::now();
+            let mut seen = Vec::new();
+            for (group, replica) in groups.all() {
+                if group == META_GROUP {
+                    continue;
+                }
+                let raft = replica.raft();
+                let (leader, voters) = {
+                    let m = raft.metrics();
+                    let m = m.borrow();
+                    let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
+                    (m.current_leader, voters)
+                };
+                if !voters.contains(&me) {
+                    continue;
+                }
+                if leader.is_some_and(|l| detector.is_alive(l)) {
+                    continue;
+                }
+                seen.push(group);
+                let st = state.entry(group).or_default();
+                let since = *st.since.get_or_insert(now);
+                let mut live: Vec<u64> = voters
+                    .iter()
+                    .copied()
+                    .filter(|v| detector.is_alive(*v))
+                    .collect();
+                live.sort_unstable();
+                let rank = live.iter().position(|v| *v == me).unwrap_or(0) as u64;
+                // Turns repeat: rank r campaigns at r, r + n, r + 2n, ... delays.
+                let n = live.len().max(1) as u64;
+                let waited = now.duration_since(since).as_millis() as u64 / RANK_DELAY_MS;
+                let my_turn = waited >= rank && (waited - rank) % n == 0;
+                let rested = st
+                    .last_try
+                    .is_none_or(|t| now.duration_since(t) >= Duration::from_millis(RETRY_MS));
+                if my_turn && rested {
+                    st.last_try = Some(now);
+                    tracing::debug!(group, ?leader, rank, "leaderless group: campaigning");
+                    let raft = raft.clone();
+                    tokio::spawn(async move {
+                        let _ = raft.trigger().elect().await;
+                    });
+                }
+            }
+            state.retain(|g, _| seen.contains(g));
+        }
+    });
+}

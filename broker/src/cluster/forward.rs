@@ -1,0 +1,129 @@
+//! Client side of the node-to-node `Cluster` calls a queue reference makes
+//! when the leader is elsewhere: propose a command on the node that leads a
+//! group, read a queue's counts from a replica.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use quorumq_proto::v1::cluster_client::ClusterClient;
+use quorumq_proto::v1::{ProposeRequest, QueryRequest};
+use tonic::transport::Channel;
+
+use super::detector::Detector;
+use super::peers::{Peers, MAX_MESSAGE_BYTES};
+use super::status::QueueStatus;
+use super::types::GroupReply;
+
+/// Outcome of one forwarded proposal.
+#[derive(Debug)]
+pub enum Forwarded {
+    /// Committed and applied on the leader: its reply and log index.
+    Reply(GroupReply, u64),
+    /// The node is not the leader; it names the one it knows (0 = none).
+    Leader(u64),
+    /// The node does not run the group (not a member, or not opened yet).
+    NoGroup,
+    /// Unreachable, timed out, went down, or the write failed there; the
+    /// proposal may or may not have been applied (resend it: proposals are
+    /// de-duplicated).
+    Failed(String),
+}
+
+/// Forwarding client over the shared peer channels.
+pub struct Forwarder {
+    peers: Arc<Peers>,
+    detector: Arc<Detector>,
+}
+
+impl Forwarder {
+    /// A forwarder over `peers`, giving up on a node as soon as `detector`
+    /// sees it down.
+    pub fn new(peers: Arc<Peers>, detector: Arc<Detector>) -> Arc<Self> {
+        Arc::new(Forwarder { peers, detector })
+    }
+
+    /// The failure detector (liveness of leaders and members).
+    pub fn detector(&self) -> &Arc<Detector> {
+        &self.detector
+    }
+
+    /// This node's id.
+    pub fn me(&self) -> u64 {
+        self.peers.me()
+    }
+
+    fn client(&self, node: u64) -> Option<ClusterClient<Channel>> {
+        Some(
+            ClusterClient::new(self.peers.channel(node)?)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
+    }
+
+    /// Proposes `command` (bincode of the group's command: `MetaCommand`
+    /// for group 0, `QueueCommand` otherwise) on `node`, waiting at most
+    /// `timeout` and no longer than `node` is seen alive.
+    pub async fn propose(
+        &self,
+        node: u64,
+        group: u64,
+        command: Bytes,
+        timeout: Duration,
+    ) -> Forwarded {
+        let Some(mut client) = self.client(node) else {
+            return Forwarded::Failed(format!("no address for node {node}"));
+        };
+        let req = ProposeRequest {
+            group_id: group,
+            command,
+            cluster_id: self.peers.cluster_id(),
+        };
+        let call = tokio::time::timeout(timeout, client.propose(req));
+        let reply = tokio::select! {
+            r = call => r,
+            _ = self.detector.wait_down(node) => {
+                return Forwarded::Failed(format!("node {node} is down"));
+            }
+        };
+        match reply {
+            Err(_) => Forwarded::Failed(format!("node {node}: no reply within {timeout:?}")),
+            Ok(Err(status)) => Forwarded::Failed(format!("node {node}: {status}")),
+            Ok(Ok(r)) => {
+                let r = r.into_inner();
+                if r.no_group {
+                    Forwarded::NoGroup
+                } else if !r.reply.is_empty() {
+                    match raft_log::codec::decode::<GroupReply>(&r.reply) {
+                        Ok(g) => Forwarded::Reply(g, r.log_index),
+                        Err(e) => Forwarded::Failed(format!("node {node}: bad reply: {e}")),
+                    }
+                } else if r.error.is_empty() {
+                    Forwarded::Leader(r.leader_hint)
+                } else {
+                    Forwarded::Failed(format!("node {node}: {}", r.error))
+                }
+            }
+        }
+    }
+
+    /// Counts of `group` as the replica on `node` sees them.
+    pub async fn query(&self, node: u64, group: u64) -> Option<QueueStatus> {
+        let mut client = self.client(node)?;
+        let r = tokio::time::timeout(
+            Duration::from_secs(2),
+            client.query(QueryRequest { group_id: group }),
+        )
+        .await
+        .ok()?
+        .ok()?
+        .into_inner();
+        r.found.then(|| QueueStatus {
+            messages_ready: r.messages_ready,
+            messages_unacknowledged: r.messages_unacknowledged,
+            consumers: r.consumers,
+            dead_letter_held: r.dead_letter_held,
+            ..QueueStatus::default()
+        })
+    }
+}

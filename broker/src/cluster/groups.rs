@@ -1,0 +1,95 @@
+//! The Raft groups this node runs a replica of, by group id: what the
+//! transport server routes incoming RPCs to. A replica is seen through the
+//! narrow [`GroupReplica`] capability (its Raft handle, its counts, and the
+//! message bodies a snapshot of it indexes), never through the queue itself.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+
+use super::status::QueueStatus;
+use super::types::Raft;
+
+/// What the transport needs of one local replica.
+pub trait GroupReplica: Send + Sync + 'static {
+    /// The group's Raft handle.
+    fn raft(&self) -> &Raft;
+
+    /// Counts of the local replica (queue groups; zeros for the meta group).
+    fn counts(&self) -> QueueStatus {
+        QueueStatus::default()
+    }
+
+    /// Sender side of a snapshot install: the message ids whose bodies the
+    /// snapshot (the bytes openraft holds, `raft_log::SnapshotPayload`)
+    /// needs. Empty for groups without bodies.
+    ///
+    /// Errors: the snapshot does not decode.
+    fn snapshot_body_ids(&self, snapshot: &[u8]) -> Result<Vec<u64>, String> {
+        let _ = snapshot;
+        Ok(Vec::new())
+    }
+
+    /// Sender side: the bodies of `ids` (None where this replica has none).
+    fn read_bodies(&self, ids: &[u64]) -> Vec<(u64, Option<Bytes>)> {
+        ids.iter().map(|id| (*id, None)).collect()
+    }
+
+    /// Receiver side: store received bodies in this replica's body store.
+    ///
+    /// Errors: the store could not take them.
+    fn write_bodies(&self, bodies: Vec<(u64, Bytes)>) -> Result<(), String> {
+        let _ = bodies;
+        Ok(())
+    }
+
+    /// Receiver side, after every body arrived: the snapshot bytes rewritten
+    /// to index this replica's own body store (bodies not in `received`
+    /// are dropped from it: the snapshot replaces the whole state).
+    ///
+    /// Errors: the snapshot does not decode, or the store failed.
+    fn finish_snapshot(
+        &self,
+        snapshot: Vec<u8>,
+        received: &HashSet<u64>,
+    ) -> Result<Vec<u8>, String> {
+        let _ = received;
+        Ok(snapshot)
+    }
+}
+
+/// Local replicas by group id.
+#[derive(Default)]
+pub struct GroupTable {
+    groups: RwLock<HashMap<u64, Arc<dyn GroupReplica>>>,
+}
+
+impl GroupTable {
+    /// Registers (or replaces) the replica of `group`.
+    pub fn insert(&self, group: u64, replica: Arc<dyn GroupReplica>) {
+        if let Ok(mut g) = self.groups.write() {
+            g.insert(group, replica);
+        }
+    }
+
+    /// Forgets `group` (deleted queue, node stopping).
+    pub fn remove(&self, group: u64) {
+        if let Ok(mut g) = self.groups.write() {
+            g.remove(&group);
+        }
+    }
+
+    /// The replica of `group`, if this node runs one.
+    pub fn get(&self, group: u64) -> Option<Arc<dyn GroupReplica>> {
+        self.groups.read().ok()?.get(&group).cloned()
+    }
+
+    /// Every local replica, with its group id.
+    pub fn all(&self) -> Vec<(u64, Arc<dyn GroupReplica>)> {
+        self.groups
+            .read()
+            .map(|g| g.iter().map(|(k, v)| (*k, v.clone())).collect())
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,109 @@
+//! The node table of the transport: node id → cluster address, and one
+//! lazily connected HTTP/2 channel per peer node, shared by every Raft group
+//! and every node-to-node call (architecture: "one tonic channel per peer").
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+/// Largest gRPC message either side accepts (bytes): Raft batches carry
+/// message bodies (tonic's default is 4 MiB).
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+/// Known nodes and their channels.
+pub struct Peers {
+    me: u64,
+    cluster_id: AtomicU64,
+    addrs: RwLock<BTreeMap<u64, String>>,
+    channels: RwLock<HashMap<u64, (String, Channel)>>,
+}
+
+impl Peers {
+    /// The table of node `me`; `cluster_id` 0 = not yet known.
+    pub fn new(me: u64, cluster_id: u64) -> Self {
+        Peers {
+            me,
+            cluster_id: AtomicU64::new(cluster_id),
+            addrs: RwLock::new(BTreeMap::new()),
+            channels: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// This node's id.
+    pub fn me(&self) -> u64 {
+        self.me
+    }
+
+    /// The cluster id (0 until formation fixed it).
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster_id.load(Ordering::Acquire)
+    }
+
+    /// Fixes the cluster id (learned at formation or from the meta group).
+    pub fn set_cluster_id(&self, id: u64) {
+        self.cluster_id.store(id, Ordering::Release);
+    }
+
+    /// A request from cluster `theirs` is acceptable: equal ids, or either
+    /// side not yet formed (0).
+    pub fn accepts(&self, theirs: u64) -> bool {
+        let mine = self.cluster_id();
+        mine == 0 || theirs == 0 || mine == theirs
+    }
+
+    /// Records (or changes) node `id`'s cluster address (`host:port`).
+    pub fn set_addr(&self, id: u64, addr: &str) {
+        if let Ok(mut a) = self.addrs.write() {
+            if a.get(&id).map(String::as_str) != Some(addr) {
+                a.insert(id, addr.to_string());
+            }
+        }
+    }
+
+    /// Node `id`'s cluster address, if known.
+    pub fn addr(&self, id: u64) -> Option<String> {
+        self.addrs.read().ok()?.get(&id).cloned()
+    }
+
+    /// Every known node but this one, by id.
+    pub fn others(&self) -> Vec<u64> {
+        self.addrs
+            .read()
+            .map(|a| a.keys().copied().filter(|id| *id != self.me).collect())
+            .unwrap_or_default()
+    }
+
+    /// Every known node (this one included) with its address, by id.
+    pub fn all(&self) -> Vec<(u64, String)> {
+        self.addrs
+            .read()
+            .map(|a| a.iter().map(|(k, v)| (*k, v.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// The channel to node `id` (connected on first use, reconnected by
+    /// tonic after failures); None when its address is unknown or invalid.
+    pub fn channel(&self, id: u64) -> Option<Channel> {
+        let addr = self.addr(id)?;
+        if let Some((a, ch)) = self.channels.read().ok()?.get(&id) {
+            if *a == addr {
+                return Some(ch.clone());
+            }
+        }
+        let ch = Endpoint::from_shared(format!("http://{addr}"))
+            .ok()?
+            .connect_timeout(Duration::from_millis(500))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .keep_alive_while_idle(true)
+            .connect_lazy();
+        if let Ok(mut c) = self.channels.write() {
+            c.insert(id, (addr, ch.clone()));
+        }
+        Some(ch)
+    }
+}

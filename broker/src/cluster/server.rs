@@ -1,0 +1,266 @@
+//! Server side of the cluster port: the group-tagged Raft transport
+//! (`RaftTransport`: routed by group id to the local replica) and the
+//! node-to-node `Cluster` calls (propose on this node's leader, deliveries
+//! for local consumers, counts, failure-detector beats).
+
+use std::collections::HashSet;
+use std::io::Cursor;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use openraft::error::ClientWriteError;
+use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::{Snapshot, SnapshotMeta, Vote};
+use quorumq_proto::v1::cluster_server::{Cluster, ClusterServer};
+use quorumq_proto::v1::raft_transport_server::{RaftTransport, RaftTransportServer};
+use quorumq_proto::v1::{
+    Beat, DeliverReply, DeliverRequest, JoinReply, JoinRequest, ProposeReply, ProposeRequest,
+    QueryReply, QueryRequest, RaftReply, RaftRequest, SnapshotChunk,
+};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::detector::{BeatStream, Detector};
+use super::groups::{GroupReplica, GroupTable};
+use super::peers::{Peers, MAX_MESSAGE_BYTES};
+use super::types::{GroupCommand, NodeId, Origin, TypeConfig, META_GROUP};
+use crate::consumers::{ConsumerRegistry, QueueDelivery};
+use crate::meta::command::MetaCommand;
+use crate::queue::types::{ConsumerId, Delivery, QueueCommand};
+
+/// State both services serve from.
+#[derive(Clone)]
+pub struct ClusterServices {
+    /// Node table and cluster id.
+    pub peers: Arc<Peers>,
+    /// Local replicas by group.
+    pub groups: Arc<GroupTable>,
+    /// Failure detector (beats).
+    pub detector: Arc<Detector>,
+    /// Local consumers (deliveries from remote leaders).
+    pub consumers: Arc<ConsumerRegistry>,
+    /// This node in this boot: proposals made here carry it.
+    pub origin: Origin,
+}
+
+impl ClusterServices {
+    /// The tonic services, with the message size limit raised.
+    pub fn servers(
+        self,
+    ) -> (
+        RaftTransportServer<ClusterServices>,
+        ClusterServer<ClusterServices>,
+    ) {
+        (
+            RaftTransportServer::new(self.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            ClusterServer::new(self)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
+    }
+
+    fn check_cluster(&self, theirs: u64) -> Result<(), Status> {
+        if self.peers.accepts(theirs) {
+            Ok(())
+        } else {
+            tracing::error!(
+                theirs,
+                ours = self.peers.cluster_id(),
+                "refusing a request from a node of another cluster"
+            );
+            Err(Status::failed_precondition(format!(
+                "cluster id mismatch: this node belongs to cluster {:x}, the request to {theirs:x}",
+                self.peers.cluster_id()
+            )))
+        }
+    }
+
+    fn replica(&self, group: u64) -> Result<Arc<dyn GroupReplica>, Status> {
+        self.groups
+            .get(group)
+            .ok_or_else(|| Status::not_found(format!("group {group} is not open on this node")))
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, Status> {
+    raft_log::codec::decode(b)
+        .map_err(|e| Status::invalid_argument(format!("undecodable request: {e}")))
+}
+
+fn encode<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, Status> {
+    raft_log::codec::encode(v).map_err(|e| Status::internal(e.to_string()))
+}
+
+#[tonic::async_trait]
+impl RaftTransport for ClusterServices {
+    async fn append_entries(
+        &self,
+        req: Request<RaftRequest>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let req = req.into_inner();
+        self.check_cluster(req.cluster_id)?;
+        let replica = self.replica(req.group_id)?;
+        let rpc: AppendEntriesRequest<TypeConfig> = decode(&req.payload)?;
+        let r = replica.raft().append_entries(rpc).await;
+        Ok(Response::new(RaftReply {
+            payload: encode(&r)?.into(),
+        }))
+    }
+
+    async fn vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let req = req.into_inner();
+        self.check_cluster(req.cluster_id)?;
+        let replica = self.replica(req.group_id)?;
+        let rpc: VoteRequest<NodeId> = decode(&req.payload)?;
+        let r = replica.raft().vote(rpc).await;
+        Ok(Response::new(RaftReply {
+            payload: encode(&r)?.into(),
+        }))
+    }
+
+    async fn install_snapshot(
+        &self,
+        req: Request<Streaming<SnapshotChunk>>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let mut stream = req.into_inner();
+        let mut header: Option<(Vote<NodeId>, SnapshotMeta<NodeId, openraft::BasicNode>)> = None;
+        let mut replica: Option<Arc<dyn GroupReplica>> = None;
+        let mut data = Vec::new();
+        let mut received = HashSet::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            if replica.is_none() {
+                self.check_cluster(chunk.cluster_id)?;
+                replica = Some(self.replica(chunk.group_id)?);
+            }
+            if !chunk.header.is_empty() {
+                header = Some(decode(&chunk.header)?);
+            }
+            data.extend_from_slice(&chunk.data);
+            if !chunk.bodies.is_empty() {
+                let bodies: Vec<_> = chunk.body_ids.into_iter().zip(chunk.bodies).collect();
+                received.extend(bodies.iter().map(|(id, _)| *id));
+                if let Some(r) = &replica {
+                    r.write_bodies(bodies).map_err(Status::internal)?;
+                }
+            }
+        }
+        let (Some(replica), Some((vote, meta))) = (replica, header) else {
+            return Err(Status::invalid_argument("snapshot stream without a header"));
+        };
+        let result: Result<openraft::raft::SnapshotResponse<NodeId>, String> =
+            match replica.finish_snapshot(data, &received) {
+                Err(e) => Err(e),
+                Ok(data) => replica
+                    .raft()
+                    .install_full_snapshot(
+                        vote,
+                        Snapshot {
+                            meta,
+                            snapshot: Box::new(Cursor::new(data)),
+                        },
+                    )
+                    .await
+                    .map_err(|e| e.to_string()),
+            };
+        Ok(Response::new(RaftReply {
+            payload: encode(&result)?.into(),
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterServices {
+    async fn propose(
+        &self,
+        req: Request<ProposeRequest>,
+    ) -> Result<Response<ProposeReply>, Status> {
+        let req = req.into_inner();
+        self.check_cluster(req.cluster_id)?;
+        let Some(replica) = self.groups.get(req.group_id) else {
+            return Ok(Response::new(ProposeReply {
+                no_group: true,
+                ..Default::default()
+            }));
+        };
+        let cmd = if req.group_id == META_GROUP {
+            GroupCommand::Meta(decode::<MetaCommand>(&req.command)?)
+        } else {
+            GroupCommand::Queue {
+                origin: self.origin,
+                cmd: decode::<QueueCommand>(&req.command)?,
+            }
+        };
+        let reply = match replica.raft().client_write(cmd).await {
+            Ok(resp) => ProposeReply {
+                reply: encode(&resp.data)?.into(),
+                log_index: resp.log_id.index,
+                ..Default::default()
+            },
+            Err(openraft::error::RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                ProposeReply {
+                    leader_hint: f.leader_id.unwrap_or(0),
+                    ..Default::default()
+                }
+            }
+            Err(e) => ProposeReply {
+                error: e.to_string(),
+                ..Default::default()
+            },
+        };
+        Ok(Response::new(reply))
+    }
+
+    async fn deliver(
+        &self,
+        req: Request<DeliverRequest>,
+    ) -> Result<Response<DeliverReply>, Status> {
+        let wire: Vec<(u64, ConsumerId, Delivery)> = decode(&req.into_inner().deliveries)?;
+        let mut gone = Vec::new();
+        for (group, consumer, delivery) in wire {
+            if !self.consumers.deliver(QueueDelivery {
+                consumer,
+                group,
+                delivery,
+            }) {
+                gone.push(consumer);
+            }
+        }
+        Ok(Response::new(DeliverReply {
+            gone: encode(&gone)?.into(),
+        }))
+    }
+
+    async fn query(&self, req: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
+        let group = req.into_inner().group_id;
+        let Some(replica) = self.groups.get(group) else {
+            return Ok(Response::new(QueryReply::default()));
+        };
+        let c = replica.counts();
+        Ok(Response::new(QueryReply {
+            found: true,
+            messages_ready: c.messages_ready,
+            messages_unacknowledged: c.messages_unacknowledged,
+            consumers: c.consumers,
+            dead_letter_held: c.dead_letter_held,
+        }))
+    }
+
+    type HeartbeatStream = BeatStream;
+
+    async fn heartbeat(
+        &self,
+        req: Request<Streaming<Beat>>,
+    ) -> Result<Response<BeatStream>, Status> {
+        Ok(Response::new(self.detector.serve(req.into_inner())))
+    }
+
+    async fn join(&self, _req: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
+        Ok(Response::new(JoinReply {
+            accepted: false,
+            error: "join is not supported yet: start every node with the same --peers list".into(),
+            cluster_id: self.peers.cluster_id(),
+        }))
+    }
+}
