@@ -1,5 +1,7 @@
 //! Test harness for quorumq integration, crash and compatibility tests.
 //!
+//! * [`cluster::Cluster`] starts an n-node quorumq cluster (static `--peers`)
+//!   with per-node kill -9 / SIGTERM / SIGSTOP / restart and quorumqctl views.
 //! * [`Broker`] starts the `quorumq` binary on a free loopback port with its own
 //!   temporary data dir (or, when `QUORUMQ_TEST_URI` is set, hands out that URI
 //!   so the same tests run against another broker such as RabbitMQ 3.10.8).
@@ -33,6 +35,7 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
+pub mod cluster;
 pub mod dlx;
 pub mod lean;
 pub mod raw;

@@ -1,0 +1,750 @@
+//! A multi-node quorumq cluster under test: `n` `quorumq` processes on
+//! loopback, one static `--peers` list, one temporary directory for all data
+//! (each node uses `DIR/node-I/`) and one stderr log file per node.
+//!
+//! * [`Cluster::start`] spawns nodes 1..=n and waits for each node's own
+//!   `quorumq ready` line (only the part of its log written by this launch);
+//!   a node that lost a port race to a parallel test makes the whole cluster
+//!   start again on fresh ports (as [`crate::Broker::spawn`] does).
+//! * Faults, per node id (1-based): [`Cluster::kill9`], [`Cluster::stop`]
+//!   (SIGTERM, ≤ 30 s), [`Cluster::restart`] (same ports, flags and data),
+//!   [`Cluster::sigstop`] / [`Cluster::sigcont`].
+//! * Observation through `quorumqctl --node http://127.0.0.1:C ... --formatter json`:
+//!   [`Cluster::list_queues`] ([`QueueView`]), [`Cluster::cluster_status`]
+//!   ([`ClusterView`]), [`Cluster::queue_view`], [`Cluster::wait_queue_leader`].
+//! * Every method takes `&self` (process handles sit behind a mutex), so one
+//!   `Arc<Cluster>` can be shared by a test's publisher, consumer and fault tasks.
+//! * Dropping the cluster SIGCONTs stopped nodes, kills every node and, when
+//!   the thread is panicking (a failed assertion), prints each node's log tail.
+//!
+//! Every wait is bounded: start ([`crate::START_TIMEOUT`] per launch), stop
+//! (30 s), quorumqctl calls ([`CTL_TIMEOUT`]), polls (caller's timeout).
+
+use crate::{free_port, quorumq_bin, read_from, tail_of, BIN_ENV, READY_LINE, START_TIMEOUT};
+use anyhow::{anyhow, bail, Context};
+use serde::Deserialize;
+use std::{
+    collections::HashSet,
+    future::Future,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Mutex, MutexGuard},
+    time::{Duration, Instant},
+};
+
+/// Bound on one `quorumqctl` invocation (a SIGSTOPped or electing node may not answer).
+pub const CTL_TIMEOUT: Duration = Duration::from_secs(15);
+/// Bound on a graceful stop ([`Cluster::stop`]) before SIGKILL.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Poll interval of the waiting helpers.
+pub const POLL: Duration = Duration::from_millis(100);
+
+/// One queue as `quorumqctl list_queues --formatter json` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct QueueView {
+    /// Queue name.
+    pub name: String,
+    /// Virtual host ("/").
+    #[serde(default)]
+    pub vhost: String,
+    /// Queue type ("quorum").
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// Node id of the queue's Raft leader, if known to the answering node.
+    pub leader: Option<u64>,
+    /// Node ids holding a replica (the group's voters).
+    pub members: Vec<u64>,
+    /// Members that are running as the answering node's failure detector sees them.
+    pub online: Vec<u64>,
+    /// Ready messages (count).
+    pub messages_ready: u64,
+    /// Delivered, not yet acknowledged (count).
+    pub messages_unacknowledged: u64,
+    /// Attached consumers (count).
+    pub consumers: u64,
+    /// At-least-once dead letters held in the queue (count).
+    pub dead_letter_held: u64,
+    /// Name of the effective policy, "" when none (absent in the JSON reads as "").
+    #[serde(default)]
+    pub policy: String,
+}
+
+/// One node as `quorumqctl cluster_status --formatter json` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct NodeView {
+    /// Node id.
+    pub id: u64,
+    /// Cluster gRPC address (`host:port`).
+    pub cluster_addr: String,
+    /// AMQP address (`host:port`), empty while unknown.
+    pub amqp_addr: String,
+    /// The node answers the answering node's failure detector.
+    pub running: bool,
+}
+
+/// `quorumqctl cluster_status --formatter json`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ClusterView {
+    /// Every node of the cluster.
+    pub nodes: Vec<NodeView>,
+    /// Leader of the meta group, if known.
+    pub meta_leader: Option<u64>,
+}
+
+/// A running (or partly killed) cluster of quorumq processes.
+pub struct Cluster {
+    bin: PathBuf,
+    /// Holds `data/` (shared by all nodes) and `node-I.log`; removed on drop.
+    root: tempfile::TempDir,
+    nodes: Vec<Node>,
+}
+
+struct Node {
+    id: u64,
+    amqp_port: u16,
+    cluster_port: u16,
+    proc: Mutex<Proc>,
+}
+
+#[derive(Default)]
+struct Proc {
+    child: Option<Child>,
+    /// Length of the log file when the current process was launched.
+    launched_at: u64,
+    /// SIGSTOP sent and no SIGCONT since.
+    stopped: bool,
+}
+
+impl Cluster {
+    /// Spawns nodes 1..=n on fresh loopback ports and waits until each has
+    /// logged `quorumq ready` (its listeners are bound; the meta group may
+    /// still be electing). Retries on fresh ports (up to 3 attempts) when a
+    /// node lost a port race.
+    ///
+    /// Errors: the binary is missing, a node exited or was not ready within
+    /// [`START_TIMEOUT`] (the error carries its log tail).
+    pub async fn start(n: usize) -> anyhow::Result<Cluster> {
+        if n == 0 {
+            bail!("a cluster needs at least one node");
+        }
+        let bin = quorumq_bin();
+        if !bin.exists() {
+            bail!(
+                "quorumq binary not found at {} (build it with `cargo build --bin quorumq --bin quorumqctl`, \
+                 or set {BIN_ENV})",
+                bin.display()
+            );
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let root = tempfile::Builder::new()
+                .prefix("quorumq-cluster-")
+                .tempdir()?;
+            std::fs::create_dir_all(root.path().join("data"))?;
+            let ports = distinct_free_ports(2 * n)?;
+            let nodes = (0..n)
+                .map(|i| Node {
+                    id: i as u64 + 1,
+                    amqp_port: ports[2 * i],
+                    cluster_port: ports[2 * i + 1],
+                    proc: Mutex::new(Proc::default()),
+                })
+                .collect();
+            let cluster = Cluster {
+                bin: bin.clone(),
+                root,
+                nodes,
+            };
+            match cluster.launch_all().await {
+                Ok(()) => return Ok(cluster),
+                Err(e) if attempt < 3 && cluster.any_log_contains("binding") => {
+                    eprintln!("a quorumq node lost a port race, restarting the cluster on fresh ports: {e:#}");
+                    // Dropping `cluster` kills the nodes that did start.
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn launch_all(&self) -> anyhow::Result<()> {
+        for id in self.ids() {
+            self.spawn_node(id)?;
+        }
+        for id in self.ids() {
+            self.wait_ready(id).await?;
+        }
+        Ok(())
+    }
+
+    /// Node ids, 1..=n.
+    pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.nodes.iter().map(|n| n.id)
+    }
+
+    /// Number of nodes.
+    pub fn size(&self) -> usize {
+        self.nodes.len()
+    }
+
+    #[track_caller]
+    fn node(&self, id: u64) -> &Node {
+        id.checked_sub(1)
+            .and_then(|i| self.nodes.get(i as usize))
+            .unwrap_or_else(|| panic!("no node {id} in a cluster of {}", self.nodes.len()))
+    }
+
+    fn proc(&self, id: u64) -> MutexGuard<'_, Proc> {
+        // A poisoned lock only means another test thread panicked while holding it;
+        // the process handle inside is still valid.
+        self.node(id).proc.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// AMQP URI of node `id` (`amqp://guest:guest@127.0.0.1:P/%2f`).
+    pub fn uri(&self, id: u64) -> String {
+        format!(
+            "amqp://guest:guest@127.0.0.1:{}/%2f",
+            self.node(id).amqp_port
+        )
+    }
+
+    /// AMQP address of node `id` (`127.0.0.1:P`).
+    pub fn amqp_addr(&self, id: u64) -> String {
+        format!("127.0.0.1:{}", self.node(id).amqp_port)
+    }
+
+    /// Cluster (gRPC) address of node `id` (`127.0.0.1:C`), as in `--peers`.
+    pub fn cluster_addr(&self, id: u64) -> String {
+        format!("127.0.0.1:{}", self.node(id).cluster_port)
+    }
+
+    /// Admin address of node `id` for quorumqctl's `--node` (`http://127.0.0.1:C`).
+    pub fn admin_addr(&self, id: u64) -> String {
+        format!("http://127.0.0.1:{}", self.node(id).cluster_port)
+    }
+
+    /// The data dir every node is started with (node I keeps its files in `node-I/`).
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.path().join("data")
+    }
+
+    /// The file receiving node `id`'s stdout and stderr (appended across restarts).
+    pub fn log_path(&self, id: u64) -> PathBuf {
+        self.root
+            .path()
+            .join(format!("node-{}.log", self.node(id).id))
+    }
+
+    /// Last `max_bytes` of node `id`'s log.
+    pub fn log_tail(&self, id: u64, max_bytes: u64) -> String {
+        tail_of(&self.log_path(id), max_bytes)
+    }
+
+    /// Prints the last `max_bytes` of every node's log to stderr.
+    pub fn print_logs(&self, max_bytes: u64) {
+        for id in self.ids() {
+            eprintln!(
+                "---- node {id} log tail ({}) ----\n{}\n---- end node {id} ----",
+                self.log_path(id).display(),
+                self.log_tail(id, max_bytes)
+            );
+        }
+    }
+
+    fn any_log_contains(&self, needle: &str) -> bool {
+        self.ids()
+            .any(|id| self.log_tail(id, 8000).contains(needle))
+    }
+
+    /// `--peers` value: every node as `ID=127.0.0.1:C`, comma separated.
+    fn peers_arg(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("{}=127.0.0.1:{}", n.id, n.cluster_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Starts node `id`'s process (it must not be running); does not wait for readiness.
+    fn spawn_node(&self, id: u64) -> anyhow::Result<()> {
+        let log_path = self.log_path(id);
+        let launched_at = std::fs::metadata(&log_path).map_or(0, |m| m.len());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("opening {}", log_path.display()))?;
+        let node = self.node(id);
+        let child = Command::new(&self.bin)
+            .arg("--node-id")
+            .arg(id.to_string())
+            .arg("--amqp-listen")
+            .arg(format!("127.0.0.1:{}", node.amqp_port))
+            .arg("--cluster-listen")
+            .arg(format!("127.0.0.1:{}", node.cluster_port))
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--peers")
+            .arg(self.peers_arg())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("spawning node {id}: {}", self.bin.display()))?;
+        let mut p = self.proc(id);
+        p.child = Some(child);
+        p.launched_at = launched_at;
+        p.stopped = false;
+        Ok(())
+    }
+
+    /// Waits until node `id`'s current launch logged [`READY_LINE`].
+    async fn wait_ready(&self, id: u64) -> anyhow::Result<()> {
+        let log_path = self.log_path(id);
+        let launched_at = self.proc(id).launched_at;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if read_from(&log_path, launched_at).contains(READY_LINE) {
+                return Ok(());
+            }
+            let exited = {
+                let mut p = self.proc(id);
+                match p.child.as_mut().map(|c| c.try_wait()) {
+                    Some(Ok(Some(status))) => {
+                        p.child = None;
+                        Some(status.to_string())
+                    }
+                    None => Some("no process".to_string()),
+                    _ => None,
+                }
+            };
+            if let Some(status) = exited {
+                bail!(
+                    "node {id} exited ({status}) before it was ready (amqp {}, cluster {}); log tail:\n{}",
+                    self.amqp_addr(id),
+                    self.cluster_addr(id),
+                    self.log_tail(id, 4000)
+                );
+            }
+            if Instant::now() > deadline {
+                self.kill9(id);
+                bail!(
+                    "node {id} was not ready within {START_TIMEOUT:?}; log tail:\n{}",
+                    self.log_tail(id, 4000)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The OS pid of node `id`'s process, if it has one (running or SIGSTOPped).
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        let mut p = self.proc(id);
+        reap(&mut p);
+        p.child.as_ref().map(|c| c.id())
+    }
+
+    /// True when node `id`'s process is alive and not SIGSTOPped.
+    pub fn is_running(&self, id: u64) -> bool {
+        let mut p = self.proc(id);
+        reap(&mut p);
+        p.child.is_some() && !p.stopped
+    }
+
+    /// Ids of the nodes that are running ([`Cluster::is_running`]).
+    pub fn running(&self) -> Vec<u64> {
+        self.ids().filter(|&id| self.is_running(id)).collect()
+    }
+
+    /// SIGKILL node `id` and reap it. No-op when it is not running.
+    pub fn kill9(&self, id: u64) {
+        let mut p = self.proc(id);
+        if let Some(mut child) = p.child.take() {
+            // SIGKILL also ends a SIGSTOPped process.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        p.stopped = false;
+    }
+
+    /// SIGTERM node `id` and wait up to [`STOP_TIMEOUT`] for it to exit
+    /// (SIGCONT first if it was SIGSTOPped).
+    ///
+    /// Errors: it did not exit in time (it is SIGKILLed then) or exited non-zero.
+    pub async fn stop(&self, id: u64) -> anyhow::Result<()> {
+        let Some(pid) = self.pid(id) else {
+            return Ok(());
+        };
+        if self.proc(id).stopped {
+            signal(pid, "CONT")?;
+        }
+        signal(pid, "TERM")?;
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            {
+                let mut p = self.proc(id);
+                p.stopped = false;
+                match p.child.as_mut().map(|c| c.try_wait()) {
+                    None => return Ok(()),
+                    Some(Ok(Some(status))) => {
+                        p.child = None;
+                        if !status.success() {
+                            bail!("node {id} exited with {status} after SIGTERM");
+                        }
+                        return Ok(());
+                    }
+                    Some(Err(e)) => bail!("waiting for node {id}: {e}"),
+                    Some(Ok(None)) => {}
+                }
+            }
+            if Instant::now() > deadline {
+                self.kill9(id);
+                bail!("node {id} did not exit within {STOP_TIMEOUT:?} of SIGTERM; killed");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts node `id` again with the same ports, flags and data dir and waits
+    /// for its `quorumq ready` line. A still running process is SIGKILLed first.
+    pub async fn restart(&self, id: u64) -> anyhow::Result<()> {
+        self.kill9(id);
+        self.spawn_node(id)?;
+        self.wait_ready(id).await
+    }
+
+    /// SIGSTOP node `id` (it stays alive but answers nothing until [`Cluster::sigcont`]).
+    pub fn sigstop(&self, id: u64) -> anyhow::Result<()> {
+        let pid = self
+            .pid(id)
+            .ok_or_else(|| anyhow!("node {id} is not running"))?;
+        signal(pid, "STOP")?;
+        self.proc(id).stopped = true;
+        Ok(())
+    }
+
+    /// SIGCONT node `id`.
+    pub fn sigcont(&self, id: u64) -> anyhow::Result<()> {
+        let pid = self
+            .pid(id)
+            .ok_or_else(|| anyhow!("node {id} is not running"))?;
+        signal(pid, "CONT")?;
+        self.proc(id).stopped = false;
+        Ok(())
+    }
+
+    /// Runs `quorumqctl --node <admin addr of via> ARGS...` (≤ [`CTL_TIMEOUT`]) and returns its stdout.
+    ///
+    /// Errors: non-zero exit (with its output), timeout, binary missing.
+    pub async fn ctl(&self, via: u64, args: &[&str]) -> anyhow::Result<String> {
+        let mut cmd = vec![
+            quorumqctl_bin().display().to_string(),
+            "--node".to_string(),
+            self.admin_addr(via),
+        ];
+        cmd.extend(args.iter().map(|a| a.to_string()));
+        run_bounded(cmd, CTL_TIMEOUT).await
+    }
+
+    /// `quorumqctl list_queues --formatter json` through node `via`.
+    pub async fn list_queues(&self, via: u64) -> anyhow::Result<Vec<QueueView>> {
+        let out = self
+            .ctl(via, &["list_queues", "--formatter", "json"])
+            .await?;
+        serde_json::from_str(&out)
+            .with_context(|| format!("parsing list_queues JSON from node {via}: {out}"))
+    }
+
+    /// `quorumqctl cluster_status --formatter json` through node `via`.
+    pub async fn cluster_status(&self, via: u64) -> anyhow::Result<ClusterView> {
+        let out = self
+            .ctl(via, &["cluster_status", "--formatter", "json"])
+            .await?;
+        serde_json::from_str(&out)
+            .with_context(|| format!("parsing cluster_status JSON from node {via}: {out}"))
+    }
+
+    /// Queue `name` in vhost "/" as node `via` lists it; `None` if it does not list it.
+    pub async fn queue_view(&self, via: u64, name: &str) -> anyhow::Result<Option<QueueView>> {
+        Ok(self
+            .list_queues(via)
+            .await?
+            .into_iter()
+            .find(|q| q.name == name && (q.vhost.is_empty() || q.vhost == "/")))
+    }
+
+    /// `quorumqctl set_policy NAME PATTERN DEFINITION --apply-to queues` through node `via`.
+    pub async fn set_policy(
+        &self,
+        via: u64,
+        name: &str,
+        pattern: &str,
+        definition: &str,
+    ) -> anyhow::Result<()> {
+        self.ctl(
+            via,
+            &[
+                "set_policy",
+                name,
+                pattern,
+                definition,
+                "--apply-to",
+                "queues",
+            ],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Polls node `via` until it reports a leader for queue `name` whose
+    /// node is running ([`Cluster::is_running`]); returns that node id.
+    ///
+    /// Errors: none within `timeout` (with the last view or error seen).
+    pub async fn wait_queue_leader(
+        &self,
+        via: u64,
+        name: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<u64> {
+        wait_until_some(timeout, &format!("a running leader of {name} via node {via}"), || async {
+            let view = self
+                .queue_view(via, name)
+                .await?
+                .ok_or_else(|| anyhow!("node {via} does not list queue {name}"))?;
+            match view.leader {
+                Some(l) if self.is_running(l) => Ok(Some(l)),
+                other => Err(anyhow!(
+                    "node {via} reports leader {other:?} for {name} (members {:?}, online {:?}; running nodes {:?})",
+                    view.members,
+                    view.online,
+                    self.running()
+                )),
+            }
+        })
+        .await
+    }
+
+    /// Polls node `via` until its `cluster_status` names a running meta leader; returns its id.
+    pub async fn wait_meta_leader(&self, via: u64, timeout: Duration) -> anyhow::Result<u64> {
+        wait_until_some(
+            timeout,
+            &format!("a meta leader via node {via}"),
+            || async {
+                Ok(self
+                    .cluster_status(via)
+                    .await?
+                    .meta_leader
+                    .filter(|&l| self.is_running(l)))
+            },
+        )
+        .await
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.print_logs(8000);
+        }
+        for id in self.ids().collect::<Vec<_>>() {
+            let pid = self.pid(id);
+            if let (Some(pid), true) = (pid, self.proc(id).stopped) {
+                let _ = signal(pid, "CONT");
+            }
+            self.kill9(id);
+        }
+    }
+}
+
+/// Reaps an exited child so later checks see it gone.
+fn reap(p: &mut Proc) {
+    if let Some(Ok(Some(_)) | Err(_)) = p.child.as_mut().map(|c| c.try_wait()) {
+        p.child = None;
+        p.stopped = false;
+    }
+}
+
+/// `kill -SIG pid` (no libc dependency in this crate).
+fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
+    let status = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .with_context(|| format!("kill -{sig} {pid}"))?;
+    if !status.success() {
+        bail!("kill -{sig} {pid} failed: {status}");
+    }
+    Ok(())
+}
+
+/// `n` distinct ports that were free a moment ago on 127.0.0.1.
+fn distinct_free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n * 20 {
+        let p = free_port()?;
+        if seen.insert(p) {
+            out.push(p);
+            if out.len() == n {
+                return Ok(out);
+            }
+        }
+    }
+    bail!("could not find {n} distinct free ports")
+}
+
+/// The quorumqctl binary: env `QUORUMQCTL_BIN`, else next to the quorumq binary
+/// (`QUORUMQ_BIN`'s directory or `<workspace>/target/debug/`).
+pub fn quorumqctl_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("QUORUMQCTL_BIN") {
+        return PathBuf::from(p);
+    }
+    quorumq_bin()
+        .parent()
+        .map(|d| d.join("quorumqctl"))
+        .unwrap_or_else(|| Path::new("quorumqctl").to_path_buf())
+}
+
+/// Runs `cmd` (program + args) off the async threads, bounded by `limit`; its stdout.
+async fn run_bounded(cmd: Vec<String>, limit: Duration) -> anyhow::Result<String> {
+    let shown = cmd.join(" ");
+    let child = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running `{shown}`"))?;
+    let pid = child.id();
+    let waited = tokio::time::timeout(
+        limit,
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await;
+    let out = match waited {
+        Ok(joined) => joined
+            .context("joining the quorumqctl waiter")?
+            .with_context(|| format!("running `{shown}`"))?,
+        Err(_) => {
+            // The waiter thread reaps it once it is killed.
+            let _ = signal(pid, "KILL");
+            bail!("`{shown}` did not finish within {limit:?}");
+        }
+    };
+    if !out.status.success() {
+        bail!(
+            "`{shown}` failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Polls `pred` every [`POLL`] until it returns true.
+///
+/// Errors: still false after `timeout` (the message names `what`).
+pub async fn wait_for<F, Fut>(timeout: Duration, what: &str, mut pred: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if pred().await {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Polls `f` every [`POLL`] until it returns `Ok(Some(v))`; errors in between
+/// are retried (a node may still be electing).
+///
+/// Errors: no value within `timeout` (with the last error, if any).
+pub async fn wait_until_some<T, F, Fut>(
+    timeout: Duration,
+    what: &str,
+    mut f: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last_err: Option<anyhow::Error>;
+    loop {
+        match f().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => last_err = None,
+            Err(e) => last_err = Some(e),
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(match last_err {
+                Some(e) => e.context(format!("timed out after {timeout:?} waiting for {what}")),
+                None => anyhow!("timed out after {timeout:?} waiting for {what}"),
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Runs `f` until it succeeds, retrying every 250 ms for up to `timeout`
+/// (e.g. a queue.declare while the meta group elects its first leader).
+///
+/// Errors: the last error, once `timeout` has passed.
+pub async fn retry<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e) if tokio::time::Instant::now() > deadline => {
+                return Err(e.context(format!(
+                    "{what}: still failing after {attempts} attempts in {timeout:?}"
+                )))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_quorumqctl_json() {
+        let queues: Vec<QueueView> = serde_json::from_str(
+            r#"[
+{"name":"q1","vhost":"/","type":"quorum","leader":2,"members":[1,2,3],"online":[2,3],
+ "messages_ready":7,"messages_unacknowledged":1,"consumers":1,"dead_letter_held":0,"policy":"p"},
+{"name":"q2","vhost":"/","type":"quorum","leader":null,"members":[],"online":[],
+ "messages_ready":0,"messages_unacknowledged":0,"consumers":0,"dead_letter_held":3}
+]"#,
+        )
+        .expect("list_queues JSON");
+        assert_eq!(queues[0].leader, Some(2));
+        assert_eq!(queues[0].members, vec![1, 2, 3]);
+        assert_eq!(queues[0].kind, "quorum");
+        assert_eq!(queues[0].policy, "p");
+        assert_eq!((queues[1].leader, queues[1].dead_letter_held), (None, 3));
+        assert_eq!(queues[1].policy, "");
+        let status: ClusterView = serde_json::from_str(
+            r#"{"nodes":[{"id":1,"cluster_addr":"127.0.0.1:1","amqp_addr":"127.0.0.1:2","running":true},
+                {"id":2,"cluster_addr":"127.0.0.1:3","amqp_addr":"","running":false}],"meta_leader":1}"#,
+        )
+        .expect("cluster_status JSON");
+        assert_eq!(status.meta_leader, Some(1));
+        assert!(!status.nodes[1].running);
+    }
+}
