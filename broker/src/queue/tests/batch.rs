@@ -134,3 +134,96 @@ fn batch_emits_the_expiry_timer_once_at_the_end() {
     assert_eq!(timers(&e), vec![15]);
     assert_eq!(e.last(), Some(&Effect::ExpiryTimer { at_ms: 15 }));
 }
+
+/// A resend (same proposer, sequence at or below the last applied) is not
+/// applied again; a new sequence is; another proposer's sequences are its
+/// own; a proposer's node restarting forgets its sequences.
+#[test]
+fn deduped_resends_are_applied_once() {
+    use crate::queue::types::{EnqueueMsg, ProposerId};
+    let mut q = QueueMachine::new(QueueConfig::default());
+    let p1 = ProposerId { node: 1, epoch: 1 };
+    let p2 = ProposerId { node: 2, epoch: 1 };
+    let enq = |p: ProposerId, seq: u64| QueueCommand::Deduped {
+        proposer: p,
+        seq,
+        cmd: Box::new(QueueCommand::Enqueue {
+            now_ms: 1,
+            msgs: vec![EnqueueMsg {
+                payload: bytes::Bytes::from_static(b"x"),
+                body_size: 1,
+                ttl_ms: None,
+            }],
+        }),
+    };
+    assert!(matches!(q.apply(enq(p1, 1)).0, QueueReply::Enqueued(_)));
+    assert_eq!(q.apply(enq(p1, 1)).0, QueueReply::Resent);
+    assert_eq!(q.ready_count(), 1);
+    assert!(matches!(q.apply(enq(p1, 3)).0, QueueReply::Enqueued(_)));
+    assert_eq!(
+        q.apply(enq(p1, 2)).0,
+        QueueReply::Resent,
+        "below the last applied"
+    );
+    assert!(matches!(q.apply(enq(p2, 1)).0, QueueReply::Enqueued(_)));
+    assert_eq!(q.ready_count(), 3);
+    q.apply(QueueCommand::NodeRestarted {
+        now_ms: 2,
+        node: 1,
+        epoch: 2,
+    });
+    assert!(
+        matches!(q.apply(enq(p1, 1)).0, QueueReply::Enqueued(_)),
+        "forgotten with its boot"
+    );
+    assert_eq!(q.ready_count(), 4);
+    // The reply a resend's callers get: every message accepted.
+    assert_eq!(
+        QueueReply::for_resend(&enq(p1, 9)),
+        QueueReply::Enqueued(vec![crate::queue::types::EnqueueOutcome::Accepted])
+    );
+}
+
+/// A new leader re-issues deliveries of checked-out messages, held dead
+/// letters and the expiry timer, without changing the state.
+#[test]
+fn leader_effects_reissue_checked_out_and_held() {
+    use crate::queue::types::{ConsumerId, Effect, EnqueueMsg};
+    let mut q = QueueMachine::new(QueueConfig::default());
+    let c = ConsumerId {
+        node: 2,
+        epoch: 1,
+        seq: 1,
+    };
+    q.apply(QueueCommand::Checkout {
+        now_ms: 1,
+        consumer: c,
+        prefetch: 1,
+        no_ack: false,
+    });
+    let msg = |ttl| EnqueueMsg {
+        payload: bytes::Bytes::from_static(b"x"),
+        body_size: 1,
+        ttl_ms: ttl,
+    };
+    q.apply(QueueCommand::Enqueue {
+        now_ms: 1,
+        msgs: vec![msg(None), msg(Some(100))],
+    });
+    let before = q.clone();
+    let fx = q.leader_effects();
+    assert_eq!(q, before, "pure");
+    let delivered: Vec<u64> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Deliver { consumer, delivery } if *consumer == c => Some(delivery.id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        delivered,
+        vec![0],
+        "the checked-out message, not the ready one"
+    );
+    assert!(fx.contains(&Effect::ExpiryTimer { at_ms: 101 }), "{fx:?}");
+}

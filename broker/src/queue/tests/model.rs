@@ -53,6 +53,8 @@ pub struct Model {
     lease: Option<u64>,
     expired_sent: bool,
     timer: Option<u64>,
+    /// Highest applied sequence per proposer (`Deduped`).
+    seqs: BTreeMap<crate::queue::types::ProposerId, u64>,
 }
 
 impl Model {
@@ -290,6 +292,13 @@ impl Model {
     fn one(&mut self, cmd: QueueCommand, fx: &mut Vec<Effect>, ticked: &mut bool) -> QueueReply {
         use QueueCommand as C;
         let now = match &cmd {
+            C::Deduped { proposer, seq, cmd } => {
+                if self.seqs.get(proposer).is_some_and(|last| seq <= last) {
+                    return QueueReply::Resent;
+                }
+                self.seqs.insert(*proposer, *seq);
+                return self.one((**cmd).clone(), fx, ticked);
+            }
             C::Batch(cmds) => {
                 return QueueReply::Batch(
                     cmds.clone()
@@ -318,7 +327,7 @@ impl Model {
         let mut reply = QueueReply::Ok;
         let is_tick = matches!(cmd, C::Tick { .. });
         match cmd {
-            C::Batch(_) => {}
+            C::Batch(_) | C::Deduped { .. } => {}
             C::Enqueue { msgs, .. } => {
                 let mut out = Vec::new();
                 for m in msgs {
@@ -377,6 +386,7 @@ impl Model {
             }
             C::ConsumerDown { consumer, .. } => self.down(now, consumer, fx),
             C::NodeRestarted { node, epoch, .. } => {
+                self.seqs.retain(|p, _| p.node != node || p.epoch >= epoch);
                 let gone: Vec<ConsumerId> = self
                     .cons
                     .keys()

@@ -60,6 +60,9 @@ enum Op {
     DlSettled(Vec<usize>),
     /// Several commands in one Batch (commands that do not return messages).
     Batch(Vec<(u32, Option<u64>)>, usize, bool),
+    /// An enqueue as proposer (node 1..3, epoch 1..3) with sequence 1..6:
+    /// repeats and lower sequences are resends the machine must skip.
+    Deduped(Vec<(u32, Option<u64>)>, u64, u32, u64),
 }
 
 fn config_strategy() -> impl Strategy<Value = QueueConfig> {
@@ -135,6 +138,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => config_strategy().prop_map(Op::Config),
         2 => picks().prop_map(Op::DlSettled),
         1 => (msgs_strategy(), 0usize..2, any::<bool>()).prop_map(|(m, c, n)| Op::Batch(m, c, n)),
+        2 => (msgs_strategy(), 1u64..3, 1u32..4, 1u64..7).prop_map(|(m, n, e, s)| Op::Deduped(m, n, e, s)),
     ]
 }
 
@@ -238,6 +242,17 @@ fn concretize(op: &Op, now: &mut u64, q: &QueueMachine) -> Option<QueueCommand> 
         }
         // The Dequeue comes first so that its delivery (in the reply) is
         // also the first in time, before any Deliver effect of the batch.
+        Op::Deduped(m, node, epoch, seq) => QueueCommand::Deduped {
+            proposer: crate::queue::types::ProposerId {
+                node: *node,
+                epoch: *epoch,
+            },
+            seq: *seq,
+            cmd: Box::new(QueueCommand::Enqueue {
+                now_ms,
+                msgs: to_msgs(m),
+            }),
+        },
         Op::Batch(m, c, no_ack) => QueueCommand::Batch(vec![
             QueueCommand::Dequeue {
                 now_ms,
