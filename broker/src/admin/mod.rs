@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use quorumq_proto::v1::admin_server::{Admin, AdminServer};
 use quorumq_proto::v1::{
-    AdminReply, ClearPolicyRequest, ListPoliciesReply, ListPoliciesRequest, ListQueuesReply,
-    ListQueuesRequest, Policy as PbPolicy, QueueInfo, SetPolicyRequest, StatusReply, StatusRequest,
+    AdminReply, ClearPolicyRequest, ClusterStatusNode, ClusterStatusReply, ClusterStatusRequest,
+    ListPoliciesReply, ListPoliciesRequest, ListQueuesReply, ListQueuesRequest, Policy as PbPolicy,
+    QueueInfo, SetPolicyRequest, StatusReply, StatusRequest,
 };
 use tonic::{Request, Response, Status};
 
@@ -59,13 +60,36 @@ fn vhost_or_default(v: &str) -> String {
 impl Admin for AdminService {
     async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
         let queues = self.broker.queue_handles().len() as u64;
+        let cluster = self.broker.cluster_status();
         Ok(Response::new(StatusReply {
             node_id: self.broker.node_id(),
             version: env!("CARGO_PKG_VERSION").into(),
             queues,
             connections: 0,
-            members: vec![self.broker.node_id()],
-            meta_leader: self.broker.node_id(),
+            members: cluster.nodes.iter().map(|n| n.id).collect(),
+            // 0 = unknown (node ids start at 1).
+            meta_leader: cluster.meta_leader.unwrap_or(0),
+        }))
+    }
+
+    async fn cluster_status(
+        &self,
+        _req: Request<ClusterStatusRequest>,
+    ) -> Result<Response<ClusterStatusReply>, Status> {
+        let cluster = self.broker.cluster_status();
+        Ok(Response::new(ClusterStatusReply {
+            nodes: cluster
+                .nodes
+                .into_iter()
+                .map(|n| ClusterStatusNode {
+                    id: n.id,
+                    cluster_addr: n.cluster_addr,
+                    amqp_addr: n.amqp_addr,
+                    running: n.running,
+                })
+                .collect(),
+            meta_leader: cluster.meta_leader,
+            node_id: self.broker.node_id(),
         }))
     }
 
@@ -147,23 +171,13 @@ impl Admin for AdminService {
             .broker
             .with_topology(|t| t.queues().filter(|q| q.vhost == vhost).cloned().collect())
             .unwrap_or_default();
+        // Placement and counts of every queue, asked concurrently (a queue led
+        // elsewhere may need a round trip to its leader).
+        let statuses =
+            futures::future::join_all(records.iter().map(|rec| self.broker.queue_status(rec)))
+                .await;
         let mut queues = Vec::new();
-        for rec in records {
-            let (ready, unacked, consumers, held) = self
-                .broker
-                .queue_by_group(rec.group_id)
-                .and_then(|h| {
-                    h.read(|host| {
-                        let m = host.machine();
-                        (
-                            m.ready_count(),
-                            m.unacked_count(),
-                            m.consumer_count(),
-                            m.held_count(),
-                        )
-                    })
-                })
-                .unwrap_or_default();
+        for (rec, st) in records.into_iter().zip(statuses) {
             let policy = self
                 .broker
                 .with_topology(|t| t.effective_config(&rec.vhost, &rec.name))
@@ -176,12 +190,15 @@ impl Admin for AdminService {
                     QueueKind::Quorum => "quorum".into(),
                     QueueKind::Local { .. } => "classic".into(),
                 },
-                messages_ready: ready,
-                messages_unacknowledged: unacked,
-                consumers,
-                dead_letter_held: held,
+                messages_ready: st.messages_ready,
+                messages_unacknowledged: st.messages_unacknowledged,
+                consumers: st.consumers,
+                dead_letter_held: st.dead_letter_held,
                 group_id: rec.group_id,
                 policy: policy.unwrap_or_default(),
+                leader: st.leader,
+                members: st.members,
+                online: st.online,
             });
         }
         Ok(Response::new(ListQueuesReply { queues }))
