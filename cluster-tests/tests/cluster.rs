@@ -690,11 +690,11 @@ async fn consumer_on_follower_keeps_receiving_across_leader_change() -> anyhow::
 }
 
 /// c. A follower is killed; the others take more than a snapshot interval of
-/// 1 KiB messages; the follower returns, catches up (by snapshot: the leader
-/// has purged the entries it missed) and, with the leader then killed, the
-/// restarted node is needed for quorum and serves every body intact.
+/// 1 KiB messages; the follower returns and catches up, and, with the leader
+/// then killed, the restarted node is needed for quorum and serves every
+/// body intact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_node_catches_up_by_snapshot_with_bodies() -> anyhow::Result<()> {
+async fn killed_node_catches_up_and_serves_every_body() -> anyhow::Result<()> {
     with_cluster(
         "killed_node_catches_up_by_snapshot",
         3,
@@ -740,6 +740,13 @@ async fn killed_node_catches_up_by_snapshot_with_bodies() -> anyhow::Result<()> 
             )
             .await?;
             eprintln!("node {victim} caught up: {caught_up:?}");
+            // Today it catches up by log, not by snapshot: openraft 0.9 does
+            // not purge entries a replication to a down member still has in
+            // flight, so the leader kept everything it missed. Streaming a
+            // snapshot with its bodies is implemented (cluster/transport.rs)
+            // but not forced by this test (cluster issue, open point).
+            let installed = c.log_tail(victim, 4 << 20).contains("installed snapshot");
+            eprintln!("node {victim} installed a snapshot while catching up: {installed}");
 
             // Kill one other node (the leader, unless leadership moved to the
             // victim): the remaining quorum is {victim, one other}.
