@@ -417,9 +417,13 @@ pub async fn queue_policy(broker: &Broker, q: &str) -> anyhow::Result<Option<Str
     } else {
         run(ctl(broker, &["list_queues"])?).await?
     };
+    // RabbitMQ prints the two asked-for columns; quorumqctl's table has
+    // policy 7th (name type ready unacked consumers dead_letter_held policy
+    // leader members online).
+    let column = if broker.is_external() { 1 } else { 6 };
     Ok(out.lines().find_map(|l| {
         let f: Vec<&str> = l.split('\t').collect();
-        (f.len() >= 2 && f[0] == q).then(|| f.last().unwrap().trim().to_string())
+        (f.len() > column && f[0] == q).then(|| f[column].trim().to_string())
     }))
 }
 
