@@ -581,3 +581,42 @@ async fn delete_if_empty_classic_queue() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// A queue deleted while a channel holds an unacked basic.get from it:
+/// closing that channel's connection (which returns the message to a queue
+/// that no longer exists) finishes at once. Regression: the proposer kept
+/// re-sending the get slot's `ConsumerDown` to the deleted group for its
+/// whole 60 s retry window, so connection.close-ok took a minute.
+#[tokio::test]
+async fn closing_after_the_queue_of_an_unacked_get_was_deleted_does_not_hang() -> anyhow::Result<()>
+{
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let conn = connect(broker.uri()).await?;
+        let ch = conn.create_channel().await?;
+        let name = unique("q.deleted-under-get");
+        declare_quorum(&ch, &name, &[]).await?;
+        ch.basic_publish(
+            "".into(),
+            name.as_str().into(),
+            BasicPublishOptions::default(),
+            b"m",
+            BasicProperties::default(),
+        )
+        .await?;
+        let got = ch
+            .basic_get(
+                name.as_str().into(),
+                lapin::options::BasicGetOptions::default(),
+            )
+            .await?;
+        assert!(got.is_some(), "the published message");
+        ch.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+            .await?;
+        tokio::time::timeout(Duration::from_secs(10), close_connection(&conn))
+            .await
+            .map_err(|_| anyhow::anyhow!("connection.close took over 10 s"))??;
+        Ok(())
+    })
+    .await
+}

@@ -228,11 +228,8 @@ impl QueueHandle {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let proposer = Proposer {
             route: route.clone(),
+            ctx: ctx.clone(),
             origin,
-            id: ProposerId {
-                node: origin.node,
-                epoch: origin.epoch,
-            },
             seq: 0,
             busy,
         };
@@ -377,8 +374,9 @@ type Replies = Vec<oneshot::Sender<Result<QueueReply, QueueError>>>;
 
 struct Proposer {
     route: Arc<Route>,
+    /// Its `closed` flag: a deleted queue's proposals fail at once.
+    ctx: Arc<QueueContext>,
     origin: Origin,
-    id: ProposerId,
     seq: u64,
     busy: BusyHint,
 }
@@ -420,7 +418,8 @@ impl Proposer {
                         QueueCommand::Batch(cmds)
                     };
                     self.seq += 1;
-                    let cmd = QueueCommand::Deduped { proposer: self.id, seq: self.seq, cmd: Box::new(inner) };
+                    let proposer = ProposerId { node: self.origin.node, epoch: self.origin.epoch };
+                    let cmd = QueueCommand::Deduped { proposer, seq: self.seq, cmd: Box::new(inner) };
                     if let Some(raft) = self.route.local_leader() {
                         let submitted = raft
                             .client_write_ff(GroupCommand::Queue { origin: self.origin, cmd: cmd.clone() })
@@ -461,7 +460,8 @@ impl Proposer {
         answer(result, &cmd, replies);
     }
 
-    /// Sends `cmd` to whoever leads until it is applied or [`RETRY_FOR`] passed.
+    /// Sends `cmd` to whoever leads until it is applied, [`RETRY_FOR`]
+    /// passed, or the queue's group was shut down (deleted, node stopping).
     async fn send_until_done(&mut self, cmd: &QueueCommand) -> WriteResult {
         let started = Instant::now();
         let mut attempt = 0usize;
@@ -469,10 +469,11 @@ impl Proposer {
         let bytes = raft_log::codec::encode(cmd).map_err(|e| e.to_string())?;
         let mut last_error = String::from("no leader");
         while started.elapsed() < RETRY_FOR {
-            let target = self.route.target(attempt);
-            match target {
-                Some(t) if t == me && self.route.raft.is_some() => {
-                    let raft = self.route.raft.clone().ok_or("no local replica")?;
+            if self.ctx.closed.load(Ordering::Acquire) {
+                return Err(QueueError::Unavailable.to_string());
+            }
+            match (self.route.target(attempt), &self.route.raft) {
+                (Some(t), Some(raft)) if t == me => {
                     let write = raft.client_write(GroupCommand::Queue {
                         origin: self.origin,
                         cmd: cmd.clone(),
@@ -486,11 +487,13 @@ impl Proposer {
                             }
                             last_error = "no leader elected".into();
                         }
+                        // The group is shut down: nothing will ever apply it here.
+                        Ok(Err(RaftError::Fatal(e))) => return Err(e.to_string()),
                         Ok(Err(e)) => last_error = e.to_string(),
                         Err(_) => last_error = "local write timed out".into(),
                     }
                 }
-                Some(t) if t != me => {
+                (Some(t), _) if t != me => {
                     match self
                         .route
                         .forwarder
