@@ -39,9 +39,17 @@ die() {
     exit 1
 }
 
-# A decimal number without leading zeros (bash would read 010 as octal).
-is_uint() {
-    [[ "$1" =~ ^(0|[1-9][0-9]{0,5})$ ]]
+# Dies unless $2 is a decimal integer in $3..$4 (no leading zeros: bash would
+# read 010 as octal); $1 names it in the message.
+check_range() {
+    if ! [[ "$2" =~ ^(0|[1-9][0-9]{0,5})$ ]] || (($2 < $3 || $2 > $4)); then
+        die "$1 must be an integer in $3..$4, not '$2'"
+    fi
+}
+
+# Dies when option $1 has no value (the rest of the arguments, $2..., is empty).
+need_value() {
+    (($# > 1)) || die "$1 needs a value"
 }
 
 # --- arguments ----------------------------------------------------------------
@@ -50,22 +58,16 @@ while (($# > 0)); do
     arg="$1"
     shift
     case "$arg" in
-        --nodes | --amqp-base | --cluster-base | --data)
-            (($# > 0)) || die "$arg needs a value"
-            value="$1"
-            shift
-            ;;
-        --nodes=* | --amqp-base=* | --cluster-base=* | --data=*)
-            value="${arg#*=}"
-            arg="${arg%%=*}"
-            ;;
+        --*=*) set -- "${arg%%=*}" "${arg#*=}" "$@" ;; # --opt=V is --opt V
+        --nodes) need_value "$arg" "$@" && NODES="$1" && shift ;;
+        --amqp-base) need_value "$arg" "$@" && AMQP_BASE="$1" && shift ;;
+        --cluster-base) need_value "$arg" "$@" && CLUSTER_BASE="$1" && shift ;;
+        --data) need_value "$arg" "$@" && DATA="$1" && shift ;;
         -h | --help)
             usage
             exit 0
             ;;
-        -*)
-            die "unknown option $arg (see --help)"
-            ;;
+        -*) die "unknown option $arg (see --help)" ;;
         *)
             if [[ -z "$CMD" ]]; then
                 CMD="$arg"
@@ -74,14 +76,7 @@ while (($# > 0)); do
             else
                 die "unexpected argument $arg"
             fi
-            continue
             ;;
-    esac
-    case "$arg" in
-        --nodes) NODES="$value" ;;
-        --amqp-base) AMQP_BASE="$value" ;;
-        --cluster-base) CLUSTER_BASE="$value" ;;
-        --data) DATA="$value" ;;
     esac
 done
 
@@ -110,13 +105,6 @@ load_conf
 NODES="${NODES:-3}"
 AMQP_BASE="${AMQP_BASE:-5672}"
 CLUSTER_BASE="${CLUSTER_BASE:-5680}"
-# Dies unless $2 is an integer in $3..$4; $1 names it in the message.
-check_range() {
-    if ! is_uint "$2" || (($2 < $3 || $2 > $4)); then
-        die "$1 must be an integer in $3..$4, not '$2'"
-    fi
-}
-
 check_range --nodes "$NODES" 1 99
 check_range --amqp-base "$AMQP_BASE" 1 $((65536 - NODES))
 check_range --cluster-base "$CLUSTER_BASE" 1 $((65536 - NODES))
@@ -154,18 +142,18 @@ bin_dir() {
     echo "${QUORUMQ_BIN_DIR:-$ROOT/target/release}"
 }
 
+# Makes sure the binaries named ($@: quorumq, quorumqctl) are in bin_dir;
+# builds both (release) when one is missing, unless $QUORUMQ_BIN_DIR is set.
 ensure_bins() {
-    local dir
+    local dir b
     dir="$(bin_dir)"
-    if [[ -x "$dir/quorumq" && -x "$dir/quorumqctl" ]]; then
-        return 0
-    fi
-    if [[ -n "${QUORUMQ_BIN_DIR:-}" ]]; then
-        die "quorumq/quorumqctl not found in QUORUMQ_BIN_DIR=$dir"
-    fi
-    echo "building quorumq and quorumqctl (release) ..." >&2
-    cargo build --release --manifest-path "$ROOT/Cargo.toml" --bin quorumq --bin quorumqctl >&2
-    [[ -x "$dir/quorumq" && -x "$dir/quorumqctl" ]] || die "build left no binaries in $dir"
+    for b in "$@"; do
+        [[ ! -x "$dir/$b" ]] || continue
+        [[ -z "${QUORUMQ_BIN_DIR:-}" ]] || die "$b not found in QUORUMQ_BIN_DIR=$dir"
+        echo "building quorumq and quorumqctl (release) ..." >&2
+        cargo build --release --manifest-path "$ROOT/Cargo.toml" --bin quorumq --bin quorumqctl >&2
+        [[ -x "$dir/$b" ]] || die "build left no $b in $dir"
+    done
 }
 
 # True when PID is a live (not zombie) quorumq process.
@@ -251,7 +239,7 @@ wait_ready() {
 start_nodes() {
     local i pid failed=0
     local -a started=() offsets=()
-    ensure_bins
+    ensure_bins quorumq
     mkdir -p "$DATA"
     for i in "$@"; do
         if pid="$(node_pid "$i")"; then
@@ -275,7 +263,7 @@ start_nodes() {
 
 # Stops the given nodes: SIGTERM, then SIGKILL after $STOP_TIMEOUT seconds.
 stop_nodes() {
-    local i pid deadline left
+    local i pid deadline
     local -a pids=() nodes=()
     for i in "$@"; do
         if pid="$(node_pid "$i")"; then
@@ -286,24 +274,14 @@ stop_nodes() {
         fi
     done
     deadline=$((SECONDS + STOP_TIMEOUT))
-    while true; do
-        left=0
-        for pid in ${pids[@]+"${pids[@]}"}; do
-            if alive "$pid"; then
-                left=1
-            fi
+    for pid in ${pids[@]+"${pids[@]}"}; do
+        while alive "$pid" && ((SECONDS < deadline)); do
+            sleep 0.2
         done
-        ((left)) || break
-        if ((SECONDS >= deadline)); then
-            for pid in ${pids[@]+"${pids[@]}"}; do
-                if alive "$pid"; then
-                    echo "pid $pid still running after ${STOP_TIMEOUT}s: SIGKILL" >&2
-                    kill -KILL "$pid" 2>/dev/null || true
-                fi
-            done
-            break
+        if alive "$pid"; then
+            echo "pid $pid still running after ${STOP_TIMEOUT}s: SIGKILL" >&2
+            kill -KILL "$pid" 2>/dev/null || true
         fi
-        sleep 0.2
     done
     for i in ${nodes[@]+"${nodes[@]}"}; do
         rm -f "$(pid_file "$i")"
@@ -362,7 +340,7 @@ case "$CMD" in
             echo "no node running"
             exit 3
         fi
-        ensure_bins
+        ensure_bins quorumqctl
         echo
         "$(bin_dir)/quorumqctl" --node "http://127.0.0.1:$(cluster_port "$first")" cluster_status
         ;;

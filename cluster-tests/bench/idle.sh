@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Idle cost of quorum queues (cluster issue §2): start NODES quorumq nodes
-# (release build), declare QUEUES quorum queues (3 replicas each when
-# NODES >= 3), let the cluster settle, then measure every process's CPU over
-# MEASURE_S seconds (/proc/PID/stat utime+stime) and its RSS (VmRSS), and
-# print them with the per-queue-replica RSS above an empty node's.
+# (release build, with deploy/local-cluster.sh), declare QUEUES quorum queues
+# (3 replicas each when NODES >= 3), let the cluster settle, then measure
+# every process's CPU over MEASURE_S seconds (/proc/PID/stat utime+stime) and
+# its RSS (VmRSS), and print them with the per-queue-replica RSS above an
+# empty node's.
 #
 #   cluster-tests/bench/idle.sh                 # 3 nodes, 1000 queues
 #   NODES=1 cluster-tests/bench/idle.sh         # one node
@@ -18,27 +19,27 @@ AMQP_BASE=${AMQP_BASE:-5901}
 CLUSTER_BASE=${CLUSTER_BASE:-5951}
 BIN=${QUORUMQ_BIN:-target/release/quorumq}
 [ -x "$BIN" ] || cargo build --release --bin quorumq
+[ "$(basename "$BIN")" = quorumq ] || { echo "QUORUMQ_BIN must be a file named quorumq, not $BIN" >&2; exit 1; }
 python3 -c 'import pika' 2>/dev/null || python3 -m pip install --quiet pika || python3 -m pip install --quiet --break-system-packages pika
 DATA=$(mktemp -d /tmp/quorumq-idle.XXXXXX)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$DATA"; }
+cleanup() {
+  for f in "$DATA"/node-*.pid; do
+    if [ -f "$f" ]; then kill -9 "$(cat "$f")" 2>/dev/null || true; fi
+  done
+  rm -rf "$DATA"
+}
 trap cleanup EXIT
-peers=""
-for i in $(seq 1 "$NODES"); do peers+="${peers:+,}$i=127.0.0.1:$((CLUSTER_BASE + i - 1))"; done
-for i in $(seq 1 "$NODES"); do
-  "$BIN" --node-id "$i" --amqp-listen "127.0.0.1:$((AMQP_BASE + i - 1))" \
-    --cluster-listen "127.0.0.1:$((CLUSTER_BASE + i - 1))" --data-dir "$DATA" \
-    --peers "$peers" >"$DATA/node-$i.log" 2>&1 &
-  pids+=("$!")
-done
-for i in $(seq 1 "$NODES"); do
-  for _ in $(seq 1 300); do grep -q "quorumq ready" "$DATA/node-$i.log" && break; sleep 0.1; done
-done
+# Nodes 1..NODES on --peers, each waited for until it logs "quorumq ready"
+# (fails the run if one exits or is not ready in 60 s); pids in DATA/node-I.pid.
+QUORUMQ_BIN_DIR=$(dirname "$BIN") deploy/local-cluster.sh start --data "$DATA" --nodes "$NODES" \
+  --amqp-base "$AMQP_BASE" --cluster-base "$CLUSTER_BASE"
+pids=()
+for i in $(seq 1 "$NODES"); do pids+=("$(cat "$DATA/node-$i.pid")"); done
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 sleep 3
 declare -a empty_rss
-for i in "${!pids[@]}"; do empty_rss[$i]=$(rss_kib "${pids[$i]}"); done
+for i in "${!pids[@]}"; do empty_rss[i]=$(rss_kib "${pids[$i]}"); done
 echo "declaring $QUEUES quorum queues through node 1 ..."
 python3 - "$AMQP_BASE" "$QUEUES" <<'PY'
 import sys, time, pika
@@ -55,7 +56,7 @@ echo "settling ${SETTLE_S} s ..."
 sleep "$SETTLE_S"
 hz=$(getconf CLK_TCK)
 declare -a t0
-for i in "${!pids[@]}"; do t0[$i]=$(cpu_ticks "${pids[$i]}"); done
+for i in "${!pids[@]}"; do t0[i]=$(cpu_ticks "${pids[$i]}"); done
 sleep "$MEASURE_S"
 total=0
 replicas=$(( QUEUES * (NODES < 3 ? NODES : 3) ))
@@ -65,7 +66,7 @@ for i in "${!pids[@]}"; do
   pct=$(awk -v a="${t0[$i]}" -v b="$t1" -v hz="$hz" -v s="$MEASURE_S" 'BEGIN { printf "%.1f", (b - a) * 100 / hz / s }')
   rss=$(rss_kib "${pids[$i]}")
   total=$(awk -v t="$total" -v p="$pct" 'BEGIN { print t + p }')
-  total_rss_delta=$(( total_rss_delta + rss - empty_rss[$i] ))
+  total_rss_delta=$(( total_rss_delta + rss - empty_rss[i] ))
   echo "node $((i + 1)): cpu ${pct}% of a core, RSS ${rss} KiB (empty node ${empty_rss[$i]} KiB)"
 done
 echo "idle: nodes=$NODES queues=$QUEUES cpu_total=${total}% rss_per_replica=$(( total_rss_delta / replicas )) KiB"

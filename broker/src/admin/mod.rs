@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use quorumq_proto::v1::admin_server::{Admin, AdminServer};
 use quorumq_proto::v1::{
     AdminReply, ClearPolicyRequest, ClusterStatusNode, ClusterStatusReply, ClusterStatusRequest,
@@ -15,6 +16,10 @@ use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::policy::Policy;
 use crate::meta::QueueKind;
 use crate::node::Broker;
+
+/// `list_queues` asks at most this many queues' statuses at once (each may be
+/// a gRPC query to the queue's leader on another node).
+const QUEUE_STATUS_CONCURRENCY: usize = 32;
 
 /// Admin API implementation over a running node.
 pub struct AdminService {
@@ -67,8 +72,7 @@ impl Admin for AdminService {
             queues,
             connections: 0,
             members: cluster.nodes.iter().map(|n| n.id).collect(),
-            // 0 = unknown (node ids start at 1).
-            meta_leader: cluster.meta_leader.unwrap_or(0),
+            meta_leader: cluster.meta_leader,
         }))
     }
 
@@ -167,29 +171,40 @@ impl Admin for AdminService {
         req: Request<ListQueuesRequest>,
     ) -> Result<Response<ListQueuesReply>, Status> {
         let vhost = vhost_or_default(&req.into_inner().vhost);
+        // Each queue with its effective policy's name, under one topology lock.
         let records: Vec<_> = self
             .broker
-            .with_topology(|t| t.queues().filter(|q| q.vhost == vhost).cloned().collect())
+            .with_topology(|t| {
+                t.queues()
+                    .filter(|q| q.vhost == vhost)
+                    .map(|q| {
+                        let policy = t.queue_policy(&q.vhost, &q.name).map(|p| p.name.clone());
+                        (q.clone(), policy)
+                    })
+                    .collect()
+            })
             .unwrap_or_default();
-        // Placement and counts of every queue, asked concurrently (a queue led
-        // elsewhere may need a round trip to its leader).
-        let statuses =
-            futures::future::join_all(records.iter().map(|rec| self.broker.queue_status(rec)))
-                .await;
-        let mut queues = Vec::new();
-        for (rec, st) in records.into_iter().zip(statuses) {
-            let policy = self
-                .broker
-                .with_topology(|t| t.effective_config(&rec.vhost, &rec.name))
-                .flatten()
-                .and_then(|(_, _, p)| p);
-            queues.push(QueueInfo {
-                vhost: rec.vhost.clone(),
-                name: rec.name.clone(),
+        // Placement and counts of every queue. A queue led elsewhere costs a
+        // round trip to its leader (up to 2 s per unanswering member), so
+        // these run concurrently, at most QUEUE_STATUS_CONCURRENCY at a time.
+        let asks: Vec<_> = records
+            .iter()
+            .map(|(rec, _)| self.broker.queue_status(rec))
+            .collect();
+        let statuses: Vec<_> = futures::stream::iter(asks)
+            .buffered(QUEUE_STATUS_CONCURRENCY)
+            .collect()
+            .await;
+        let queues = records
+            .into_iter()
+            .zip(statuses)
+            .map(|((rec, policy), st)| QueueInfo {
                 queue_type: match rec.kind {
                     QueueKind::Quorum => "quorum".into(),
                     QueueKind::Local { .. } => "classic".into(),
                 },
+                vhost: rec.vhost,
+                name: rec.name,
                 messages_ready: st.messages_ready,
                 messages_unacknowledged: st.messages_unacknowledged,
                 consumers: st.consumers,
@@ -199,8 +214,8 @@ impl Admin for AdminService {
                 leader: st.leader,
                 members: st.members,
                 online: st.online,
-            });
-        }
+            })
+            .collect();
         Ok(Response::new(ListQueuesReply { queues }))
     }
 }

@@ -19,7 +19,7 @@ use quorumq_proto::v1::{
     ListQueuesRequest, Policy, QueueInfo, SetPolicyRequest, StatusReply, StatusRequest,
 };
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 #[derive(Parser, Debug)]
 #[command(name = "quorumqctl", version, about = "Operate a quorumq node")]
@@ -84,26 +84,15 @@ async fn main() -> anyhow::Result<()> {
         format!("http://{}", args.node)
     };
     let mut c = AdminClient::connect(node).await?;
+    let f = args.formatter;
     match args.cmd {
         Cmd::Status => {
             let s = c.status(StatusRequest {}).await?.into_inner();
-            emit(&match args.formatter {
-                Formatter::Json => format!("{}\n", status_json(&s)),
-                Formatter::Table => format!(
-                    "node_id: {}\nversion: {}\nqueues: {}\nmembers: {:?}\n",
-                    s.node_id, s.version, s.queues, s.members
-                ),
-            });
+            emit(&status_text(f, &s));
         }
         Cmd::ClusterStatus => {
-            let r = c
-                .cluster_status(ClusterStatusRequest {})
-                .await?
-                .into_inner();
-            emit(&match args.formatter {
-                Formatter::Json => format!("{}\n", cluster_status_json(&r)),
-                Formatter::Table => cluster_status_table(&r),
-            });
+            let r = c.cluster_status(ClusterStatusRequest {}).await?;
+            emit(&cluster_status_text(f, r.into_inner()));
         }
         Cmd::SetPolicy {
             name,
@@ -149,25 +138,17 @@ async fn main() -> anyhow::Result<()> {
         }
         Cmd::ListPolicies => {
             let r = c
-                .list_policies(ListPoliciesRequest {
-                    vhost: args.vhost.clone(),
-                })
-                .await?
-                .into_inner();
-            emit(&match args.formatter {
-                Formatter::Json => format!("{}\n", json_array(&policy_rows(&r.policies))),
-                Formatter::Table => policies_table(&r.policies),
-            });
+                .list_policies(ListPoliciesRequest { vhost: args.vhost })
+                .await?;
+            let rows: Vec<Row> = r.into_inner().policies.iter().map(policy_row).collect();
+            emit(&listing(f, POLICY_COLUMNS, &rows));
         }
         Cmd::ListQueues => {
             let r = c
                 .list_queues(ListQueuesRequest { vhost: args.vhost })
-                .await?
-                .into_inner();
-            emit(&match args.formatter {
-                Formatter::Json => format!("{}\n", json_array(&queue_rows(&r.queues))),
-                Formatter::Table => queues_table(&r.queues),
-            });
+                .await?;
+            let rows: Vec<Row> = r.into_inner().queues.iter().map(queue_row).collect();
+            emit(&listing(f, QUEUE_COLUMNS, &rows));
         }
     }
     Ok(())
@@ -186,237 +167,208 @@ fn emit(text: &str) {
     }
 }
 
-/// `list_policies` table: a header line, then one tab-separated line per policy.
-fn policies_table(policies: &[Policy]) -> String {
-    let mut out = String::from("vhost\tname\tpattern\tapply-to\tdefinition\tpriority\n");
-    for p in policies {
-        out.push_str(&format!(
-            "{}\t{}\t{}\t{}\t{}\t{}\n",
-            p.vhost, p.name, p.pattern, p.apply_to, p.definition_json, p.priority
-        ));
+/// One listed item (a queue, a policy, a node): keys and values in output
+/// order. JSON prints it as an object with the keys in this order (a
+/// `serde_json::Map` would sort them); the table picks its cells by key.
+struct Row(Vec<(&'static str, Value)>);
+
+impl Serialize for Row {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
     }
-    out
 }
 
-/// Node ids as `1,2,3` (table cells).
-fn id_list(ids: &[u64]) -> String {
-    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+impl Row {
+    /// Table cell of `key` ("" when the row has no such key).
+    fn cell(&self, key: &str) -> String {
+        self.0
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or_else(String::new, |(_, v)| cell(v))
+    }
 }
 
-/// One JSON value on one line, keys in declaration order.
+/// A value as a table cell: strings as they are, arrays comma-separated
+/// (`1,2,3`), null empty, anything else as JSON.
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a.iter().map(cell).collect::<Vec<_>>().join(","),
+        v => v.to_string(),
+    }
+}
+
+/// One JSON value on one line.
 fn to_json<T: Serialize>(v: &T) -> String {
-    // Serializing plain structs, strings, numbers and `Value`s cannot fail.
+    // Serializing rows, strings, numbers and `Value`s cannot fail.
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
 }
 
-/// A JSON array laid out as rabbitmqctl's json formatter does: `[`, one
-/// object per line (comma-separated), `]`; `[]` when empty.
-fn json_array<T: Serialize>(rows: &[T]) -> String {
-    if rows.is_empty() {
-        return "[]".into();
+/// A listing command's output. JSON: laid out as rabbitmqctl's json
+/// formatter does — `[`, one object per line (comma-separated), `]`; `[]`
+/// when empty. Table: a header line of `columns`, then one tab-separated line
+/// of those cells per row.
+fn listing(formatter: Formatter, columns: &[&str], rows: &[Row]) -> String {
+    match formatter {
+        Formatter::Json if rows.is_empty() => "[]\n".into(),
+        Formatter::Json => {
+            let lines: Vec<String> = rows.iter().map(to_json).collect();
+            format!("[\n{}\n]\n", lines.join(",\n"))
+        }
+        Formatter::Table => {
+            let mut out = columns.join("\t") + "\n";
+            for row in rows {
+                let cells: Vec<String> = columns.iter().map(|c| row.cell(c)).collect();
+                out += &cells.join("\t");
+                out.push('\n');
+            }
+            out
+        }
     }
-    let lines: Vec<String> = rows.iter().map(to_json).collect();
-    format!("[\n{}\n]", lines.join(",\n"))
 }
 
-/// One queue of `list_queues --formatter json`.
-#[derive(Serialize)]
-struct QueueRow<'a> {
-    name: &'a str,
-    vhost: &'a str,
-    /// "quorum" or "classic".
-    #[serde(rename = "type")]
-    kind: &'a str,
-    /// Node id of the Raft leader; null while unknown.
-    leader: Option<u64>,
-    /// Node ids holding a replica.
-    members: &'a [u64],
-    /// Members the answering node sees running.
-    online: &'a [u64],
-    messages_ready: u64,
-    messages_unacknowledged: u64,
-    consumers: u64,
-    dead_letter_held: u64,
-    /// Effective policy name, "" for none.
-    policy: &'a str,
+/// `list_queues` table columns. The first seven keep their historical order
+/// (test harnesses read them by position); the placement comes last.
+const QUEUE_COLUMNS: &[&str] = &[
+    "name",
+    "type",
+    "messages_ready",
+    "messages_unacknowledged",
+    "consumers",
+    "dead_letter_held",
+    "policy",
+    "leader",
+    "members",
+    "online",
+];
+
+/// One queue of `list_queues`: `name`, `vhost`, `type` ("quorum" |
+/// "classic"), `leader` (node id, null while unknown), `members` (node ids
+/// holding a replica), `online` (those the answering node sees running),
+/// `messages_ready`, `messages_unacknowledged`, `consumers`,
+/// `dead_letter_held` (counts), `policy` (effective policy name, "" for none).
+fn queue_row(q: &QueueInfo) -> Row {
+    Row(vec![
+        ("name", json!(q.name)),
+        ("vhost", json!(q.vhost)),
+        ("type", json!(q.queue_type)),
+        ("leader", json!(q.leader)),
+        ("members", json!(q.members)),
+        ("online", json!(q.online)),
+        ("messages_ready", json!(q.messages_ready)),
+        ("messages_unacknowledged", json!(q.messages_unacknowledged)),
+        ("consumers", json!(q.consumers)),
+        ("dead_letter_held", json!(q.dead_letter_held)),
+        ("policy", json!(q.policy)),
+    ])
 }
 
-/// `list_queues --formatter json` rows, in this key order: `name`, `vhost`,
-/// `type` ("quorum" | "classic"), `leader` (node id, null while unknown),
-/// `members` and `online` (node id arrays), `messages_ready`,
-/// `messages_unacknowledged`, `consumers`, `dead_letter_held` (counts),
-/// `policy` (effective policy name, "" for none).
-fn queue_rows(queues: &[QueueInfo]) -> Vec<QueueRow<'_>> {
-    queues
-        .iter()
-        .map(|q| QueueRow {
-            name: &q.name,
-            vhost: &q.vhost,
-            kind: &q.queue_type,
-            leader: q.leader,
-            members: &q.members,
-            online: &q.online,
-            messages_ready: q.messages_ready,
-            messages_unacknowledged: q.messages_unacknowledged,
-            consumers: q.consumers,
-            dead_letter_held: q.dead_letter_held,
-            policy: &q.policy,
-        })
-        .collect()
+/// `list_policies` columns (table and JSON alike), keyed as rabbitmqctl's.
+const POLICY_COLUMNS: &[&str] = &[
+    "vhost",
+    "name",
+    "pattern",
+    "apply-to",
+    "definition",
+    "priority",
+];
+
+/// One policy of `list_policies`; `definition` is the policy's JSON object
+/// (its text if it does not parse).
+fn policy_row(p: &Policy) -> Row {
+    let definition = serde_json::from_str(&p.definition_json)
+        .unwrap_or_else(|_| Value::String(p.definition_json.clone()));
+    Row(vec![
+        ("vhost", json!(p.vhost)),
+        ("name", json!(p.name)),
+        ("pattern", json!(p.pattern)),
+        ("apply-to", json!(p.apply_to)),
+        ("definition", definition),
+        ("priority", json!(p.priority)),
+    ])
 }
 
-/// `list_queues` table: a header line, then one tab-separated line per queue.
-/// The first seven columns keep their historical order (test harnesses read
-/// them by position); `leader` ("" while unknown), `members` and `online`
-/// (comma-separated node ids) come last.
-fn queues_table(queues: &[QueueInfo]) -> String {
-    let mut out = String::from(
-        "name\ttype\tmessages_ready\tmessages_unacknowledged\tconsumers\tdead_letter_held\tpolicy\tleader\tmembers\tonline\n",
-    );
-    for q in queues {
-        out.push_str(&format!(
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
-            q.name,
-            q.queue_type,
-            q.messages_ready,
-            q.messages_unacknowledged,
-            q.consumers,
-            q.dead_letter_held,
-            q.policy,
-            q.leader.map(|l| l.to_string()).unwrap_or_default(),
-            id_list(&q.members),
-            id_list(&q.online),
-        ));
-    }
-    out
-}
-
-/// One node of `cluster_status --formatter json`.
-#[derive(Serialize)]
-struct NodeRow<'a> {
-    id: u64,
-    cluster_addr: &'a str,
-    /// "" while unknown.
-    amqp_addr: &'a str,
-    running: bool,
-}
+/// `cluster_status` node columns (table and JSON alike).
+const NODE_COLUMNS: &[&str] = &["id", "cluster_addr", "amqp_addr", "running"];
 
 /// `cluster_status --formatter json`.
 #[derive(Serialize)]
-struct ClusterView<'a> {
-    /// Every node, sorted by id.
-    nodes: Vec<NodeRow<'a>>,
+struct ClusterView {
+    /// Every node (`NODE_COLUMNS`), sorted by id.
+    nodes: Vec<Row>,
     /// Ids of the running nodes, sorted.
     running_nodes: Vec<u64>,
     /// Meta group leader; null while unknown.
     meta_leader: Option<u64>,
 }
 
-/// `cluster_status --formatter json`: `{"nodes":[{"id","cluster_addr",
-/// "amqp_addr","running"}...],"running_nodes":[ids],"meta_leader":id|null}`,
-/// nodes sorted by id, on one line.
-fn cluster_status_json(r: &ClusterStatusReply) -> String {
-    let mut nodes: Vec<NodeRow<'_>> = r
+/// `cluster_status`, nodes sorted by id (`amqp_addr` "" while unknown).
+/// JSON, on one line: `{"nodes":[{"id","cluster_addr","amqp_addr",
+/// "running"}...],"running_nodes":[ids],"meta_leader":id|null}`. Table: the
+/// answering node and meta leader ("unknown" while none), then the nodes.
+fn cluster_status_text(formatter: Formatter, mut r: ClusterStatusReply) -> String {
+    r.nodes.sort_by_key(|n| n.id);
+    let nodes: Vec<Row> = r
         .nodes
         .iter()
-        .map(|n| NodeRow {
-            id: n.id,
-            cluster_addr: &n.cluster_addr,
-            amqp_addr: &n.amqp_addr,
-            running: n.running,
+        .map(|n| {
+            Row(vec![
+                ("id", json!(n.id)),
+                ("cluster_addr", json!(n.cluster_addr)),
+                ("amqp_addr", json!(n.amqp_addr)),
+                ("running", json!(n.running)),
+            ])
         })
         .collect();
-    nodes.sort_by_key(|n| n.id);
-    let running_nodes = nodes.iter().filter(|n| n.running).map(|n| n.id).collect();
-    to_json(&ClusterView {
-        nodes,
-        running_nodes,
-        meta_leader: r.meta_leader,
-    })
-}
-
-/// `cluster_status` table: the answering node and meta leader ("unknown"
-/// while none), then one tab-separated line per node, sorted by id.
-fn cluster_status_table(r: &ClusterStatusReply) -> String {
-    let mut nodes = r.nodes.clone();
-    nodes.sort_by_key(|n| n.id);
-    let leader = r
-        .meta_leader
-        .map(|l| l.to_string())
-        .unwrap_or_else(|| "unknown".into());
-    let mut out = format!(
-        "Cluster status of node {} ...\nmeta_leader: {leader}\nid\tcluster_addr\tamqp_addr\trunning\n",
-        r.node_id
-    );
-    for n in nodes {
-        out.push_str(&format!(
-            "{}\t{}\t{}\t{}\n",
-            n.id, n.cluster_addr, n.amqp_addr, n.running
-        ));
+    match formatter {
+        Formatter::Json => {
+            let running_nodes = r.nodes.iter().filter(|n| n.running).map(|n| n.id);
+            let view = ClusterView {
+                nodes,
+                running_nodes: running_nodes.collect(),
+                meta_leader: r.meta_leader,
+            };
+            format!("{}\n", to_json(&view))
+        }
+        Formatter::Table => {
+            let leader = r.meta_leader.map_or("unknown".into(), |l| l.to_string());
+            format!(
+                "Cluster status of node {} ...\nmeta_leader: {leader}\n{}",
+                r.node_id,
+                listing(formatter, NODE_COLUMNS, &nodes)
+            )
+        }
     }
-    out
 }
 
-/// `status --formatter json`.
-#[derive(Serialize)]
-struct StatusView<'a> {
-    node_id: u64,
-    version: &'a str,
-    /// Queues with a replica on the answering node (count).
-    queues: u64,
-    /// Node ids of the cluster.
-    members: &'a [u64],
-    /// Meta group leader; null while unknown.
-    meta_leader: Option<u64>,
-}
-
-/// `status --formatter json`: `{"node_id","version","queues","members",
-/// "meta_leader"}` (`meta_leader` null while unknown).
-fn status_json(s: &StatusReply) -> String {
-    to_json(&StatusView {
-        node_id: s.node_id,
-        version: &s.version,
-        queues: s.queues,
-        members: &s.members,
-        meta_leader: (s.meta_leader != 0).then_some(s.meta_leader),
-    })
-}
-
-/// One policy of `list_policies --formatter json`, keyed as rabbitmqctl's.
-#[derive(Serialize)]
-struct PolicyRow<'a> {
-    vhost: &'a str,
-    name: &'a str,
-    pattern: &'a str,
-    #[serde(rename = "apply-to")]
-    apply_to: &'a str,
-    /// The policy's JSON object (its text if it does not parse).
-    definition: Value,
-    priority: i32,
-}
-
-/// `list_policies --formatter json` rows: `vhost`, `name`, `pattern`,
-/// `apply-to`, `definition` (a JSON object), `priority`.
-fn policy_rows(policies: &[Policy]) -> Vec<PolicyRow<'_>> {
-    policies
-        .iter()
-        .map(|p| PolicyRow {
-            vhost: &p.vhost,
-            name: &p.name,
-            pattern: &p.pattern,
-            apply_to: &p.apply_to,
-            definition: serde_json::from_str(&p.definition_json)
-                .unwrap_or_else(|_| Value::String(p.definition_json.clone())),
-            priority: p.priority,
-        })
-        .collect()
+/// `status`. JSON: `{"node_id","version","queues","members","meta_leader"}`
+/// (`queues` counts those with a replica on the answering node; `members`
+/// are the cluster's node ids; `meta_leader` null while unknown). Table:
+/// `key: value` lines.
+fn status_text(formatter: Formatter, s: &StatusReply) -> String {
+    match formatter {
+        Formatter::Json => {
+            let row = Row(vec![
+                ("node_id", json!(s.node_id)),
+                ("version", json!(s.version)),
+                ("queues", json!(s.queues)),
+                ("members", json!(s.members)),
+                ("meta_leader", json!(s.meta_leader)),
+            ]);
+            format!("{}\n", to_json(&row))
+        }
+        Formatter::Table => format!(
+            "node_id: {}\nversion: {}\nqueues: {}\nmembers: {:?}\n",
+            s.node_id, s.version, s.queues, s.members
+        ),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use quorumq_proto::v1::ClusterStatusNode;
-    use serde_json::json;
 
     fn queue(name: &str, leader: Option<u64>, members: &[u64], online: &[u64]) -> QueueInfo {
         QueueInfo {
@@ -435,6 +387,11 @@ mod tests {
         }
     }
 
+    fn queues_text(f: Formatter, queues: &[QueueInfo]) -> String {
+        let rows: Vec<Row> = queues.iter().map(queue_row).collect();
+        listing(f, QUEUE_COLUMNS, &rows)
+    }
+
     fn node(id: u64, running: bool) -> ClusterStatusNode {
         ClusterStatusNode {
             id,
@@ -444,16 +401,35 @@ mod tests {
         }
     }
 
+    fn policy() -> Policy {
+        Policy {
+            vhost: "/".into(),
+            name: "DLX".into(),
+            pattern: ".*".into(),
+            definition_json: r#"{"dead-letter-exchange":"dlx"}"#.into(),
+            priority: 1,
+            apply_to: "queues".into(),
+        }
+    }
+
     fn parse(text: &str) -> Value {
         serde_json::from_str(text).unwrap_or_else(|e| panic!("invalid JSON ({e}): {text}"))
     }
 
+    /// Table lines split into cells.
+    fn cells(text: &str) -> Vec<Vec<&str>> {
+        text.lines().map(|l| l.split('\t').collect()).collect()
+    }
+
     #[test]
     fn list_queues_json_is_an_array_of_one_object_per_queue_with_placement() {
-        let text = json_array(&queue_rows(&[
-            queue("q1", Some(2), &[1, 2, 3], &[2, 3]),
-            queue("q2", None, &[1], &[]),
-        ]));
+        let text = queues_text(
+            Formatter::Json,
+            &[
+                queue("q1", Some(2), &[1, 2, 3], &[2, 3]),
+                queue("q2", None, &[1], &[]),
+            ],
+        );
         assert_eq!(text.lines().count(), 4, "[, two rows, ]: {text}");
         assert_eq!(
             parse(&text),
@@ -479,16 +455,19 @@ mod tests {
             ),
             "{text}"
         );
-        assert_eq!(json_array::<QueueRow>(&[]), "[]");
+        assert_eq!(queues_text(Formatter::Json, &[]), "[]\n");
     }
 
     #[test]
     fn list_queues_table_keeps_the_old_columns_and_appends_placement() {
-        let t = queues_table(&[
-            queue("q1", Some(2), &[1, 2, 3], &[2, 3]),
-            queue("q2", None, &[], &[]),
-        ]);
-        let lines: Vec<Vec<&str>> = t.lines().map(|l| l.split('\t').collect()).collect();
+        let t = queues_text(
+            Formatter::Table,
+            &[
+                queue("q1", Some(2), &[1, 2, 3], &[2, 3]),
+                queue("q2", None, &[], &[]),
+            ],
+        );
+        let lines = cells(&t);
         assert_eq!(
             lines[0],
             [
@@ -512,6 +491,19 @@ mod tests {
             lines[2],
             ["q2", "quorum", "3", "2", "1", "4", "DLX", "", "", ""]
         );
+        assert_eq!(lines.len(), 3, "{t}");
+        // Every table column is a key of the row (a typo would print "").
+        let keys: Vec<&str> = queue_row(&queue("q", None, &[], &[]))
+            .0
+            .iter()
+            .map(|(k, _)| *k)
+            .collect();
+        assert!(QUEUE_COLUMNS.iter().all(|c| keys.contains(c)), "{keys:?}");
+        assert_eq!(
+            queues_text(Formatter::Table, &[]).lines().count(),
+            1,
+            "header only"
+        );
     }
 
     #[test]
@@ -521,7 +513,7 @@ mod tests {
             meta_leader: Some(1),
             node_id: 1,
         };
-        let text = cluster_status_json(&r);
+        let text = cluster_status_text(Formatter::Json, r);
         assert_eq!(text.lines().count(), 1, "{text}");
         assert_eq!(
             parse(&text),
@@ -542,53 +534,115 @@ mod tests {
             node_id: 1,
         };
         assert_eq!(
-            parse(&cluster_status_json(&none))["meta_leader"],
+            parse(&cluster_status_text(Formatter::Json, none))["meta_leader"],
             Value::Null
         );
     }
 
     #[test]
     fn cluster_status_table_shows_leader_and_one_line_per_node() {
+        let mut unknown = node(3, false);
+        unknown.amqp_addr.clear();
         let r = ClusterStatusReply {
-            nodes: vec![node(2, false), node(1, true)],
+            nodes: vec![node(2, false), node(1, true), unknown],
             meta_leader: None,
             node_id: 2,
         };
-        let t = cluster_status_table(&r);
+        let t = cluster_status_text(Formatter::Table, r);
         let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines[0], "Cluster status of node 2 ...");
-        assert_eq!(lines[1], "meta_leader: unknown");
-        assert_eq!(lines[2], "id\tcluster_addr\tamqp_addr\trunning");
-        assert_eq!(lines[3], "1\t127.0.0.1:5680\t127.0.0.1:5672\ttrue");
-        assert_eq!(lines[4], "2\t127.0.0.1:5681\t127.0.0.1:5673\tfalse");
+        assert_eq!(
+            lines,
+            [
+                "Cluster status of node 2 ...",
+                "meta_leader: unknown",
+                "id\tcluster_addr\tamqp_addr\trunning",
+                "1\t127.0.0.1:5680\t127.0.0.1:5672\ttrue",
+                "2\t127.0.0.1:5681\t127.0.0.1:5673\tfalse",
+                "3\t127.0.0.1:5682\t\tfalse",
+            ]
+        );
+        let led = ClusterStatusReply {
+            nodes: vec![node(1, true)],
+            meta_leader: Some(1),
+            node_id: 1,
+        };
+        assert!(
+            cluster_status_text(Formatter::Table, led).contains("\nmeta_leader: 1\n"),
+            "leader shown"
+        );
     }
 
     #[test]
-    fn status_and_policies_json() {
-        let s = StatusReply {
+    fn status_json_and_table() {
+        let mut s = StatusReply {
             node_id: 1,
             version: "0.1.0".into(),
             queues: 2,
             connections: 0,
-            members: vec![1],
-            meta_leader: 0,
+            members: vec![1, 2],
+            meta_leader: None,
         };
         assert_eq!(
-            parse(&status_json(&s)),
-            json!({"node_id": 1, "version": "0.1.0", "queues": 2, "members": [1], "meta_leader": null})
+            parse(&status_text(Formatter::Json, &s)),
+            json!({"node_id": 1, "version": "0.1.0", "queues": 2, "members": [1, 2], "meta_leader": null})
         );
-        let p = Policy {
-            vhost: "/".into(),
-            name: "DLX".into(),
-            pattern: ".*".into(),
-            definition_json: r#"{"dead-letter-exchange":"dlx"}"#.into(),
-            priority: 1,
-            apply_to: "queues".into(),
-        };
+        s.meta_leader = Some(2);
         assert_eq!(
-            parse(&json_array(&policy_rows(&[p]))),
+            status_text(Formatter::Json, &s),
+            "{\"node_id\":1,\"version\":\"0.1.0\",\"queues\":2,\"members\":[1,2],\"meta_leader\":2}\n"
+        );
+        assert_eq!(
+            status_text(Formatter::Table, &s),
+            "node_id: 1\nversion: 0.1.0\nqueues: 2\nmembers: [1, 2]\n"
+        );
+    }
+
+    #[test]
+    fn list_policies_json_and_table() {
+        let rows = [policy_row(&policy())];
+        let text = listing(Formatter::Json, POLICY_COLUMNS, &rows);
+        assert_eq!(
+            parse(&text),
             json!([{"vhost": "/", "name": "DLX", "pattern": ".*", "apply-to": "queues",
                     "definition": {"dead-letter-exchange": "dlx"}, "priority": 1}])
+        );
+        assert!(
+            text.starts_with("[\n{\"vhost\":\"/\",\"name\":\"DLX\","),
+            "{text}"
+        );
+        let t = listing(Formatter::Table, POLICY_COLUMNS, &rows);
+        assert_eq!(
+            cells(&t),
+            [
+                [
+                    "vhost",
+                    "name",
+                    "pattern",
+                    "apply-to",
+                    "definition",
+                    "priority"
+                ],
+                [
+                    "/",
+                    "DLX",
+                    ".*",
+                    "queues",
+                    r#"{"dead-letter-exchange":"dlx"}"#,
+                    "1"
+                ],
+            ]
+        );
+        // A definition that is not JSON is shown as its text.
+        let mut bad = policy();
+        bad.definition_json = "{oops".into();
+        let rows = [policy_row(&bad)];
+        assert_eq!(
+            parse(&listing(Formatter::Json, POLICY_COLUMNS, &rows))[0]["definition"],
+            "{oops"
+        );
+        assert_eq!(
+            cells(&listing(Formatter::Table, POLICY_COLUMNS, &rows))[1][4],
+            "{oops"
         );
     }
 
