@@ -9,35 +9,35 @@
 //! * Faults, per node id (1-based): [`Cluster::kill9`], [`Cluster::stop`]
 //!   (SIGTERM, ≤ 30 s), [`Cluster::restart`] (same ports, flags and data),
 //!   [`Cluster::sigstop`] / [`Cluster::sigcont`].
-//! * Observation through `quorumqctl --node http://127.0.0.1:C ... --formatter json`:
-//!   [`Cluster::list_queues`] ([`QueueView`]), [`Cluster::cluster_status`]
-//!   ([`ClusterView`]), [`Cluster::queue_view`], [`Cluster::wait_queue_leader`].
+//! * Observation through `quorumqctl --node http://127.0.0.1:C list_queues
+//!   --formatter json`: [`Cluster::queue_view`] ([`QueueView`]),
+//!   [`Cluster::wait_queue_leader`]; [`Cluster::set_policy`] through a node.
+//! * Waiting: [`wait_for`], [`wait_until_some`], [`retry`].
 //! * Every method takes `&self` (process handles sit behind a mutex), so one
 //!   `Arc<Cluster>` can be shared by a test's publisher, consumer and fault tasks.
 //! * Dropping the cluster SIGCONTs stopped nodes, kills every node and, when
 //!   the thread is panicking (a failed assertion), prints each node's log tail.
 //!
 //! Every wait is bounded: start ([`crate::START_TIMEOUT`] per launch), stop
-//! (30 s), quorumqctl calls ([`CTL_TIMEOUT`]), polls (caller's timeout).
+//! ([`STOP_TIMEOUT`]), quorumqctl calls (15 s), polls (caller's timeout).
 
-use crate::{free_port, quorumq_bin, read_from, tail_of, BIN_ENV, READY_LINE, START_TIMEOUT};
+use crate::dlx::{self, POLL};
+use crate::{free_port, open_log, quorumq_bin, signal, tail_of, wait_ready_line, BIN_ENV};
 use anyhow::{anyhow, bail, Context};
 use serde::Deserialize;
 use std::{
     collections::HashSet,
     future::Future,
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Command, Stdio},
     sync::{Mutex, MutexGuard},
     time::{Duration, Instant},
 };
 
 /// Bound on one `quorumqctl` invocation (a SIGSTOPped or electing node may not answer).
-pub const CTL_TIMEOUT: Duration = Duration::from_secs(15);
+const CTL_TIMEOUT: Duration = Duration::from_secs(15);
 /// Bound on a graceful stop ([`Cluster::stop`]) before SIGKILL.
-pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
-/// Poll interval of the waiting helpers.
-pub const POLL: Duration = Duration::from_millis(100);
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One queue as `quorumqctl list_queues --formatter json` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -67,28 +67,6 @@ pub struct QueueView {
     /// Name of the effective policy, "" when none (absent in the JSON reads as "").
     #[serde(default)]
     pub policy: String,
-}
-
-/// One node as `quorumqctl cluster_status --formatter json` prints it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct NodeView {
-    /// Node id.
-    pub id: u64,
-    /// Cluster gRPC address (`host:port`).
-    pub cluster_addr: String,
-    /// AMQP address (`host:port`), empty while unknown.
-    pub amqp_addr: String,
-    /// The node answers the answering node's failure detector.
-    pub running: bool,
-}
-
-/// `quorumqctl cluster_status --formatter json`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ClusterView {
-    /// Every node of the cluster.
-    pub nodes: Vec<NodeView>,
-    /// Leader of the meta group, if known.
-    pub meta_leader: Option<u64>,
 }
 
 /// A running (or partly killed) cluster of quorumq processes.
@@ -182,11 +160,6 @@ impl Cluster {
         self.nodes.iter().map(|n| n.id)
     }
 
-    /// Number of nodes.
-    pub fn size(&self) -> usize {
-        self.nodes.len()
-    }
-
     #[track_caller]
     fn node(&self, id: u64) -> &Node {
         id.checked_sub(1)
@@ -202,34 +175,22 @@ impl Cluster {
 
     /// AMQP URI of node `id` (`amqp://guest:guest@127.0.0.1:P/%2f`).
     pub fn uri(&self, id: u64) -> String {
-        format!(
-            "amqp://guest:guest@127.0.0.1:{}/%2f",
-            self.node(id).amqp_port
-        )
+        format!("amqp://guest:guest@{}/%2f", self.amqp_addr(id))
     }
 
     /// AMQP address of node `id` (`127.0.0.1:P`).
-    pub fn amqp_addr(&self, id: u64) -> String {
+    fn amqp_addr(&self, id: u64) -> String {
         format!("127.0.0.1:{}", self.node(id).amqp_port)
     }
 
-    /// Cluster (gRPC) address of node `id` (`127.0.0.1:C`), as in `--peers`.
-    pub fn cluster_addr(&self, id: u64) -> String {
+    /// Cluster (gRPC) address of node `id` (`127.0.0.1:C`), as in `--peers`;
+    /// quorumqctl's `--node` is `http://` and this.
+    fn cluster_addr(&self, id: u64) -> String {
         format!("127.0.0.1:{}", self.node(id).cluster_port)
     }
 
-    /// Admin address of node `id` for quorumqctl's `--node` (`http://127.0.0.1:C`).
-    pub fn admin_addr(&self, id: u64) -> String {
-        format!("http://127.0.0.1:{}", self.node(id).cluster_port)
-    }
-
-    /// The data dir every node is started with (node I keeps its files in `node-I/`).
-    pub fn data_dir(&self) -> PathBuf {
-        self.root.path().join("data")
-    }
-
     /// The file receiving node `id`'s stdout and stderr (appended across restarts).
-    pub fn log_path(&self, id: u64) -> PathBuf {
+    fn log_path(&self, id: u64) -> PathBuf {
         self.root
             .path()
             .join(format!("node-{}.log", self.node(id).id))
@@ -258,32 +219,25 @@ impl Cluster {
 
     /// `--peers` value: every node as `ID=127.0.0.1:C`, comma separated.
     fn peers_arg(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|n| format!("{}=127.0.0.1:{}", n.id, n.cluster_port))
+        self.ids()
+            .map(|id| format!("{id}={}", self.cluster_addr(id)))
             .collect::<Vec<_>>()
             .join(",")
     }
 
     /// Starts node `id`'s process (it must not be running); does not wait for readiness.
+    /// Every node gets the same data dir (it keeps its files in `node-I/`).
     fn spawn_node(&self, id: u64) -> anyhow::Result<()> {
-        let log_path = self.log_path(id);
-        let launched_at = std::fs::metadata(&log_path).map_or(0, |m| m.len());
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .with_context(|| format!("opening {}", log_path.display()))?;
-        let node = self.node(id);
+        let (log, launched_at) = open_log(&self.log_path(id))?;
         let child = Command::new(&self.bin)
             .arg("--node-id")
             .arg(id.to_string())
             .arg("--amqp-listen")
-            .arg(format!("127.0.0.1:{}", node.amqp_port))
+            .arg(self.amqp_addr(id))
             .arg("--cluster-listen")
-            .arg(format!("127.0.0.1:{}", node.cluster_port))
+            .arg(self.cluster_addr(id))
             .arg("--data-dir")
-            .arg(self.data_dir())
+            .arg(self.root.path().join("data"))
             .arg("--peers")
             .arg(self.peers_arg())
             .stdin(Stdio::null())
@@ -298,43 +252,31 @@ impl Cluster {
         Ok(())
     }
 
-    /// Waits until node `id`'s current launch logged [`READY_LINE`].
+    /// Waits until node `id`'s current launch logged its ready line; kills it if
+    /// that does not happen.
     async fn wait_ready(&self, id: u64) -> anyhow::Result<()> {
-        let log_path = self.log_path(id);
         let launched_at = self.proc(id).launched_at;
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if read_from(&log_path, launched_at).contains(READY_LINE) {
-                return Ok(());
-            }
-            let exited = {
-                let mut p = self.proc(id);
-                match p.child.as_mut().map(|c| c.try_wait()) {
-                    Some(Ok(Some(status))) => {
-                        p.child = None;
-                        Some(status.to_string())
-                    }
-                    None => Some("no process".to_string()),
-                    _ => None,
+        let what = format!(
+            "node {id} (amqp {}, cluster {})",
+            self.amqp_addr(id),
+            self.cluster_addr(id)
+        );
+        let ready = wait_ready_line(&self.log_path(id), launched_at, &what, || {
+            let mut p = self.proc(id);
+            match p.child.as_mut().map(|c| c.try_wait()) {
+                Some(Ok(Some(status))) => {
+                    p.child = None;
+                    Some(status.to_string())
                 }
-            };
-            if let Some(status) = exited {
-                bail!(
-                    "node {id} exited ({status}) before it was ready (amqp {}, cluster {}); log tail:\n{}",
-                    self.amqp_addr(id),
-                    self.cluster_addr(id),
-                    self.log_tail(id, 4000)
-                );
+                None => Some("no process".to_string()),
+                _ => None,
             }
-            if Instant::now() > deadline {
-                self.kill9(id);
-                bail!(
-                    "node {id} was not ready within {START_TIMEOUT:?}; log tail:\n{}",
-                    self.log_tail(id, 4000)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        })
+        .await;
+        if ready.is_err() {
+            self.kill9(id);
         }
+        ready
     }
 
     /// The OS pid of node `id`'s process, if it has one (running or SIGSTOPped).
@@ -433,44 +375,31 @@ impl Cluster {
         Ok(())
     }
 
-    /// Runs `quorumqctl --node <admin addr of via> ARGS...` (≤ [`CTL_TIMEOUT`]) and returns its stdout.
+    /// Runs `quorumqctl --node <node via> ARGS...` (≤ 15 s) and returns its stdout.
     ///
     /// Errors: non-zero exit (with its output), timeout, binary missing.
-    pub async fn ctl(&self, via: u64, args: &[&str]) -> anyhow::Result<String> {
-        let mut cmd = vec![
-            quorumqctl_bin().display().to_string(),
-            "--node".to_string(),
-            self.admin_addr(via),
-        ];
-        cmd.extend(args.iter().map(|a| a.to_string()));
-        run_bounded(cmd, CTL_TIMEOUT).await
+    async fn ctl(&self, via: u64, args: &[&str]) -> anyhow::Result<String> {
+        let admin = format!("http://{}", self.cluster_addr(via));
+        dlx::run(dlx::quorumqctl(&admin, args), CTL_TIMEOUT).await
     }
 
-    /// `quorumqctl list_queues --formatter json` through node `via`.
-    pub async fn list_queues(&self, via: u64) -> anyhow::Result<Vec<QueueView>> {
+    /// Queue `name` in vhost "/" as node `via` lists it (`quorumqctl
+    /// list_queues --formatter json`). The counts are the queue leader's,
+    /// asked over the network when it is elsewhere; the answering node's own
+    /// replica only when it leads or no other member is running.
+    ///
+    /// Errors: quorumqctl failed, its JSON did not parse, or node `via` does
+    /// not list the queue.
+    pub async fn queue_view(&self, via: u64, name: &str) -> anyhow::Result<QueueView> {
         let out = self
             .ctl(via, &["list_queues", "--formatter", "json"])
             .await?;
-        serde_json::from_str(&out)
-            .with_context(|| format!("parsing list_queues JSON from node {via}: {out}"))
-    }
-
-    /// `quorumqctl cluster_status --formatter json` through node `via`.
-    pub async fn cluster_status(&self, via: u64) -> anyhow::Result<ClusterView> {
-        let out = self
-            .ctl(via, &["cluster_status", "--formatter", "json"])
-            .await?;
-        serde_json::from_str(&out)
-            .with_context(|| format!("parsing cluster_status JSON from node {via}: {out}"))
-    }
-
-    /// Queue `name` in vhost "/" as node `via` lists it; `None` if it does not list it.
-    pub async fn queue_view(&self, via: u64, name: &str) -> anyhow::Result<Option<QueueView>> {
-        Ok(self
-            .list_queues(via)
-            .await?
+        let queues: Vec<QueueView> = serde_json::from_str(&out)
+            .with_context(|| format!("parsing list_queues JSON from node {via}: {out}"))?;
+        queues
             .into_iter()
-            .find(|q| q.name == name && (q.vhost.is_empty() || q.vhost == "/")))
+            .find(|q| q.name == name && (q.vhost.is_empty() || q.vhost == "/"))
+            .ok_or_else(|| anyhow!("node {via} does not list queue {name}"))
     }
 
     /// `quorumqctl set_policy NAME PATTERN DEFINITION --apply-to queues` through node `via`.
@@ -507,10 +436,7 @@ impl Cluster {
         timeout: Duration,
     ) -> anyhow::Result<u64> {
         wait_until_some(timeout, &format!("a running leader of {name} via node {via}"), || async {
-            let view = self
-                .queue_view(via, name)
-                .await?
-                .ok_or_else(|| anyhow!("node {via} does not list queue {name}"))?;
+            let view = self.queue_view(via, name).await?;
             match view.leader {
                 Some(l) if self.is_running(l) => Ok(Some(l)),
                 other => Err(anyhow!(
@@ -521,22 +447,6 @@ impl Cluster {
                 )),
             }
         })
-        .await
-    }
-
-    /// Polls node `via` until its `cluster_status` names a running meta leader; returns its id.
-    pub async fn wait_meta_leader(&self, via: u64, timeout: Duration) -> anyhow::Result<u64> {
-        wait_until_some(
-            timeout,
-            &format!("a meta leader via node {via}"),
-            || async {
-                Ok(self
-                    .cluster_status(via)
-                    .await?
-                    .meta_leader
-                    .filter(|&l| self.is_running(l)))
-            },
-        )
         .await
     }
 }
@@ -564,19 +474,6 @@ fn reap(p: &mut Proc) {
     }
 }
 
-/// `kill -SIG pid` (no libc dependency in this crate).
-fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
-    let status = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .with_context(|| format!("kill -{sig} {pid}"))?;
-    if !status.success() {
-        bail!("kill -{sig} {pid} failed: {status}");
-    }
-    Ok(())
-}
-
 /// `n` distinct ports that were free a moment ago on 127.0.0.1.
 fn distinct_free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
     let mut seen = HashSet::new();
@@ -593,55 +490,6 @@ fn distinct_free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
     bail!("could not find {n} distinct free ports")
 }
 
-/// The quorumqctl binary: env `QUORUMQCTL_BIN`, else next to the quorumq binary
-/// (`QUORUMQ_BIN`'s directory or `<workspace>/target/debug/`).
-pub fn quorumqctl_bin() -> PathBuf {
-    if let Ok(p) = std::env::var("QUORUMQCTL_BIN") {
-        return PathBuf::from(p);
-    }
-    quorumq_bin()
-        .parent()
-        .map(|d| d.join("quorumqctl"))
-        .unwrap_or_else(|| Path::new("quorumqctl").to_path_buf())
-}
-
-/// Runs `cmd` (program + args) off the async threads, bounded by `limit`; its stdout.
-async fn run_bounded(cmd: Vec<String>, limit: Duration) -> anyhow::Result<String> {
-    let shown = cmd.join(" ");
-    let child = Command::new(&cmd[0])
-        .args(&cmd[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("running `{shown}`"))?;
-    let pid = child.id();
-    let waited = tokio::time::timeout(
-        limit,
-        tokio::task::spawn_blocking(move || child.wait_with_output()),
-    )
-    .await;
-    let out = match waited {
-        Ok(joined) => joined
-            .context("joining the quorumqctl waiter")?
-            .with_context(|| format!("running `{shown}`"))?,
-        Err(_) => {
-            // The waiter thread reaps it once it is killed.
-            let _ = signal(pid, "KILL");
-            bail!("`{shown}` did not finish within {limit:?}");
-        }
-    };
-    if !out.status.success() {
-        bail!(
-            "`{shown}` failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// Polls `pred` every [`POLL`] until it returns true.
 ///
 /// Errors: still false after `timeout` (the message names `what`).
@@ -650,16 +498,11 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if pred().await {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    wait_until_some(timeout, what, || {
+        let holds = pred();
+        async move { Ok(holds.await.then_some(())) }
+    })
+    .await
 }
 
 /// Polls `f` every [`POLL`] until it returns `Ok(Some(v))`; errors in between
@@ -739,12 +582,5 @@ mod tests {
         assert_eq!(queues[0].policy, "p");
         assert_eq!((queues[1].leader, queues[1].dead_letter_held), (None, 3));
         assert_eq!(queues[1].policy, "");
-        let status: ClusterView = serde_json::from_str(
-            r#"{"nodes":[{"id":1,"cluster_addr":"127.0.0.1:1","amqp_addr":"127.0.0.1:2","running":true},
-                {"id":2,"cluster_addr":"127.0.0.1:3","amqp_addr":"","running":false}],"meta_leader":1}"#,
-        )
-        .expect("cluster_status JSON");
-        assert_eq!(status.meta_leader, Some(1));
-        assert!(!status.nodes[1].running);
     }
 }

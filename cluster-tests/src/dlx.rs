@@ -9,9 +9,12 @@
 //!   (`rabbitmqctl list_queues`; for quorumq `messages` = ready + unacked + held
 //!   dead letters from `quorumqctl list_queues`);
 //! * basic.get based `consume` / `consume_empty` as in the Erlang suites;
-//! * header accessors for `x-death` and friends.
+//! * header accessors for `x-death` and friends;
+//! * running the control tools, bounded and killed on timeout: [`run`] /
+//!   [`output`] of a [`quorumqctl`] command line ([`quorumqctl_bin`]), also
+//!   used by [`crate::cluster`] and `tests/ctl_json.rs`.
 
-use crate::{s, Broker, BIN_ENV};
+use crate::{quorumq_bin, s, signal, Broker};
 use anyhow::{anyhow, bail, Context};
 use lapin::{
     message::Delivery,
@@ -23,8 +26,8 @@ use lapin::{
     BasicProperties, Channel, ExchangeKind,
 };
 use std::{
-    path::{Path, PathBuf},
-    process::Command,
+    path::PathBuf,
+    process::{Command, Output, Stdio},
     time::Duration,
 };
 
@@ -32,6 +35,8 @@ use std::{
 pub const WAIT: Duration = Duration::from_secs(15);
 /// Poll interval of the condition-waiting helpers.
 pub const POLL: Duration = Duration::from_millis(100);
+/// Bound on one `rabbitmqctl` / `quorumqctl` run of these helpers.
+pub const CTL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The dead-letter strategy group of `dead_lettering_SUITE` (quorum queue groups).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,31 +86,69 @@ pub fn exact(name: &str) -> String {
     out
 }
 
-fn quorumqctl_bin() -> PathBuf {
+/// The quorumqctl binary: env `QUORUMQCTL_BIN`, else next to the quorumq
+/// binary (`QUORUMQ_BIN`'s directory or `<workspace>/target/debug/`).
+pub fn quorumqctl_bin() -> PathBuf {
     if let Ok(p) = std::env::var("QUORUMQCTL_BIN") {
         return PathBuf::from(p);
     }
-    if let Ok(p) = std::env::var(BIN_ENV) {
-        if let Some(dir) = Path::new(&p).parent() {
-            return dir.join("quorumqctl");
-        }
-    }
-    let ws = Path::new(env!("CARGO_MANIFEST_DIR"))
+    quorumq_bin()
         .parent()
-        .expect("workspace root")
-        .to_path_buf();
-    ws.join("target").join("debug").join("quorumqctl")
+        .map_or_else(|| PathBuf::from("quorumqctl"), |d| d.join("quorumqctl"))
 }
 
-async fn run(cmd: Vec<String>) -> anyhow::Result<String> {
+/// `quorumqctl --node ADMIN ARGS...` as a command line for [`run`] / [`output`]
+/// (`admin`: a node's cluster address, e.g. `http://127.0.0.1:PORT`).
+pub fn quorumqctl(admin: &str, args: &[&str]) -> Vec<String> {
+    let mut cmd = vec![
+        quorumqctl_bin().display().to_string(),
+        "--node".to_string(),
+        admin.to_string(),
+    ];
+    cmd.extend(args.iter().map(|a| a.to_string()));
+    cmd
+}
+
+/// Runs `cmd` (program + args, stdin closed) off the async threads and
+/// returns its output whatever its exit status. A run still going after
+/// `limit` is killed.
+///
+/// Errors: it could not be started (binary missing), or it timed out.
+pub async fn output(cmd: Vec<String>, limit: Duration) -> anyhow::Result<Output> {
     let shown = cmd.join(" ");
-    let out = tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio::task::spawn_blocking(move || Command::new(&cmd[0]).args(&cmd[1..]).output()),
+    let child = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| {
+            format!("running `{shown}` (built? cargo build --bin quorumq --bin quorumqctl)")
+        })?;
+    let pid = child.id();
+    let waited = tokio::time::timeout(
+        limit,
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
     )
-    .await
-    .map_err(|_| anyhow!("`{shown}` timed out"))??
-    .with_context(|| format!("running `{shown}`"))?;
+    .await;
+    match waited {
+        Ok(joined) => Ok(joined
+            .context("joining the waiter thread")?
+            .with_context(|| format!("running `{shown}`"))?),
+        Err(_) => {
+            // The waiter thread reaps it once it is killed.
+            let _ = signal(pid, "KILL");
+            bail!("`{shown}` did not finish within {limit:?}")
+        }
+    }
+}
+
+/// [`output`] of a run that must exit 0: its stdout.
+///
+/// Errors: as [`output`]; a non-zero exit (with the run's stdout and stderr).
+pub async fn run(cmd: Vec<String>, limit: Duration) -> anyhow::Result<String> {
+    let shown = cmd.join(" ");
+    let out = output(cmd, limit).await?;
     if !out.status.success() {
         bail!(
             "`{shown}` failed ({}): {}{}",
@@ -117,21 +160,18 @@ async fn run(cmd: Vec<String>) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `rabbitmqctl REST...` for an external broker, `quorumqctl --node ADMIN
+/// REST...` for a spawned quorumq.
 fn ctl(broker: &Broker, rest: &[&str]) -> anyhow::Result<Vec<String>> {
-    let mut v: Vec<String> = if broker.is_external() {
-        vec!["rabbitmqctl".into()]
-    } else {
-        let node = broker
-            .admin_addr()
-            .ok_or_else(|| anyhow!("spawned broker without admin address"))?;
-        vec![
-            quorumqctl_bin().display().to_string(),
-            "--node".into(),
-            node,
-        ]
-    };
-    v.extend(rest.iter().map(|s| s.to_string()));
-    Ok(v)
+    if broker.is_external() {
+        let mut v = vec!["rabbitmqctl".to_string()];
+        v.extend(rest.iter().map(|s| s.to_string()));
+        return Ok(v);
+    }
+    let admin = broker
+        .admin_addr()
+        .ok_or_else(|| anyhow!("spawned broker without admin address"))?;
+    Ok(quorumqctl(&admin, rest))
 }
 
 /// `set_policy NAME PATTERN JSON --apply-to queues` via rabbitmqctl (external
@@ -142,17 +182,22 @@ pub async fn set_policy(
     pattern: &str,
     json: &str,
 ) -> anyhow::Result<()> {
-    run(ctl(
-        broker,
-        &["set_policy", name, pattern, json, "--apply-to", "queues"],
-    )?)
+    run(
+        ctl(
+            broker,
+            &["set_policy", name, pattern, json, "--apply-to", "queues"],
+        )?,
+        CTL_TIMEOUT,
+    )
     .await
     .map(|_| ())
 }
 
 /// `clear_policy NAME`.
 pub async fn clear_policy(broker: &Broker, name: &str) -> anyhow::Result<()> {
-    run(ctl(broker, &["clear_policy", name])?).await.map(|_| ())
+    run(ctl(broker, &["clear_policy", name])?, CTL_TIMEOUT)
+        .await
+        .map(|_| ())
 }
 
 /// `[messages, messages_ready, messages_unacknowledged]` of queue `q`, or None if it does not exist.
@@ -160,18 +205,21 @@ pub async fn clear_policy(broker: &Broker, name: &str) -> anyhow::Result<()> {
 /// which is what RabbitMQ's `messages` counts.
 pub async fn queue_counts(broker: &Broker, q: &str) -> anyhow::Result<Option<[u64; 3]>> {
     if broker.is_external() {
-        let out = run(ctl(
-            broker,
-            &[
-                "list_queues",
-                "--quiet",
-                "--no-table-headers",
-                "name",
-                "messages",
-                "messages_ready",
-                "messages_unacknowledged",
-            ],
-        )?)
+        let out = run(
+            ctl(
+                broker,
+                &[
+                    "list_queues",
+                    "--quiet",
+                    "--no-table-headers",
+                    "name",
+                    "messages",
+                    "messages_ready",
+                    "messages_unacknowledged",
+                ],
+            )?,
+            CTL_TIMEOUT,
+        )
         .await?;
         for line in out.lines() {
             let f: Vec<&str> = line.split('\t').collect();
@@ -186,7 +234,7 @@ pub async fn queue_counts(broker: &Broker, q: &str) -> anyhow::Result<Option<[u6
         Ok(None)
     } else {
         // name type messages_ready messages_unacknowledged consumers dead_letter_held policy
-        let out = run(ctl(broker, &["list_queues"])?).await?;
+        let out = run(ctl(broker, &["list_queues"])?, CTL_TIMEOUT).await?;
         for line in out.lines().skip(1) {
             let f: Vec<&str> = line.split('\t').collect();
             if f.len() >= 6 && f[0] == q {
@@ -403,19 +451,22 @@ pub async fn passive_ready(ch: &Channel, q: &str) -> anyhow::Result<u32> {
 /// The effective policy name of queue `q` (`list_queues name policy`), "" if none.
 pub async fn queue_policy(broker: &Broker, q: &str) -> anyhow::Result<Option<String>> {
     let out = if broker.is_external() {
-        run(ctl(
-            broker,
-            &[
-                "list_queues",
-                "--quiet",
-                "--no-table-headers",
-                "name",
-                "policy",
-            ],
-        )?)
+        run(
+            ctl(
+                broker,
+                &[
+                    "list_queues",
+                    "--quiet",
+                    "--no-table-headers",
+                    "name",
+                    "policy",
+                ],
+            )?,
+            CTL_TIMEOUT,
+        )
         .await?
     } else {
-        run(ctl(broker, &["list_queues"])?).await?
+        run(ctl(broker, &["list_queues"])?, CTL_TIMEOUT).await?
     };
     // RabbitMQ prints the two asked-for columns; quorumqctl's table has
     // policy 7th (name type ready unacked consumers dead_letter_held policy

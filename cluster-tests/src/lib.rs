@@ -6,7 +6,8 @@
 //!   temporary data dir (or, when `QUORUMQ_TEST_URI` is set, hands out that URI
 //!   so the same tests run against another broker such as RabbitMQ 3.10.8).
 //! * lapin helpers: [`connect`], [`confirm_channel`], [`publish_confirmed`],
-//!   [`consume_n`], [`amqp_error`], [`bounded`].
+//!   [`open_consumer`], [`consume_n`], [`amqp_error`], [`bounded`];
+//!   [`assert_none`] for "no id may be in this list" checks.
 //! * [`raw`]: a minimal hand-rolled AMQP 0-9-1 frame writer/reader for the tests
 //!   that must send bytes no client library would send.
 //!
@@ -20,7 +21,10 @@ use anyhow::{anyhow, bail, Context};
 use futures::StreamExt;
 use lapin::{
     message::Delivery,
-    options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions},
+    options::{
+        BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+        QueueDeclareOptions,
+    },
     types::{AMQPValue, FieldTable},
     BasicProperties, Channel, Connection, ConnectionProperties, Consumer, ErrorKind,
 };
@@ -44,9 +48,9 @@ pub mod raw;
 pub const TEST_URI_ENV: &str = "QUORUMQ_TEST_URI";
 /// Env var: path of the quorumq binary to spawn.
 pub const BIN_ENV: &str = "QUORUMQ_BIN";
-/// How long [`Broker::start`] waits for the AMQP port to open.
 /// What quorumq logs once its AMQP and cluster listeners are bound (broker/src/main.rs).
 const READY_LINE: &str = "quorumq ready";
+/// How long a launch waits for the process's [`READY_LINE`].
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default per-test bound used by [`bounded`] callers.
 pub const TEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -163,13 +167,8 @@ impl Broker {
     async fn launch(&mut self) -> anyhow::Result<()> {
         let log_path = self.log_path().expect("spawned");
         let data_dir = self.data_dir().expect("spawned");
-        // The log is appended to across restarts: this launch's lines start here.
-        let launched_at = std::fs::metadata(&log_path).map_or(0, |m| m.len());
+        let (log, launched_at) = open_log(&log_path)?;
         let s = self.spawned.as_mut().expect("spawned");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
         let child = Command::new(&s.bin)
             .arg("--amqp-listen")
             .arg(format!("127.0.0.1:{}", s.port))
@@ -183,31 +182,18 @@ impl Broker {
             .spawn()
             .with_context(|| format!("spawning {}", s.bin.display()))?;
         s.child = Some(child);
-        let port = s.port;
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            // Ready = this launch logged that both its listeners are bound;
-            // "the port answers" could be another process on a reused port number.
-            if read_from(&log_path, launched_at).contains(READY_LINE) {
-                return Ok(());
-            }
-            let s = self.spawned.as_mut().expect("spawned");
-            if let Some(status) = s.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                s.child = None;
-                bail!(
-                    "quorumq exited with {status} before it was ready on port {port}; stderr tail:\n{}",
-                    self.log_tail(4000)
-                );
-            }
-            if Instant::now() > deadline {
-                self.kill9();
-                bail!(
-                    "quorumq was not ready on port {port} within {START_TIMEOUT:?}; stderr tail:\n{}",
-                    self.log_tail(4000)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let what = format!("quorumq on port {}", s.port);
+        let ready = wait_ready_line(&log_path, launched_at, &what, || {
+            let s = self.spawned.as_mut()?;
+            let status = s.child.as_mut()?.try_wait().ok().flatten()?;
+            s.child = None;
+            Some(status.to_string())
+        })
+        .await;
+        if ready.is_err() {
+            self.kill9();
         }
+        ready
     }
 
     /// SIGKILL the spawned broker and reap it. No-op for an external broker.
@@ -233,8 +219,7 @@ impl Broker {
         let Some(child) = s.child.as_mut() else {
             return Ok(None);
         };
-        let pid = child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let _ = signal(child.id(), "TERM");
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = child.try_wait()? {
@@ -302,6 +287,65 @@ fn quorumq_bin() -> PathBuf {
 /// A port that was free a moment ago on 127.0.0.1.
 pub fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Opens a process's log for appending: the file, and its length now (where
+/// this launch's lines start; the log is kept across restarts).
+fn open_log(path: &Path) -> anyhow::Result<(File, u64)> {
+    let launched_at = std::fs::metadata(path).map_or(0, |m| m.len());
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    Ok((log, launched_at))
+}
+
+/// Waits until the log at `log_path` holds [`READY_LINE`] after byte
+/// `launched_at` (this launch's lines: "the port answers" could be another
+/// process on a reused port number), polling every 50 ms. `exited` is asked
+/// each round whether the process is gone (its exit status, as text).
+///
+/// Errors: the process exited, or no ready line within [`START_TIMEOUT`];
+/// both carry the log's tail. The caller kills the process.
+async fn wait_ready_line(
+    log_path: &Path,
+    launched_at: u64,
+    what: &str,
+    mut exited: impl FnMut() -> Option<String>,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if read_from(log_path, launched_at).contains(READY_LINE) {
+            return Ok(());
+        }
+        if let Some(status) = exited() {
+            bail!(
+                "{what} exited ({status}) before it was ready; log tail:\n{}",
+                tail_of(log_path, 4000)
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{what} was not ready within {START_TIMEOUT:?}; log tail:\n{}",
+                tail_of(log_path, 4000)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `kill -SIG pid` (no libc dependency in this crate).
+fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
+    let status = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .with_context(|| format!("kill -{sig} {pid}"))?;
+    if !status.success() {
+        bail!("kill -{sig} {pid} failed: {status}");
+    }
+    Ok(())
 }
 
 fn tail_of(path: &Path, max_bytes: u64) -> String {
@@ -389,6 +433,38 @@ pub async fn publish_confirmed(
         );
     }
     Ok(())
+}
+
+/// Opens a channel on `conn` with basic.qos `prefetch` and a basic.consume
+/// (manual acks, server-named tag) on queue `q`.
+pub async fn open_consumer(
+    conn: &Connection,
+    q: &str,
+    prefetch: u16,
+) -> anyhow::Result<(Channel, Consumer)> {
+    let ch = conn.create_channel().await?;
+    ch.basic_qos(prefetch, BasicQosOptions::default()).await?;
+    let consumer = ch
+        .basic_consume(
+            q.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    Ok((ch, consumer))
+}
+
+/// Asserts `items` is empty; the failure names `what`, how many there are and
+/// the first ten (e.g. `assert_none("confirmed ids never arrived", &missing)`).
+#[track_caller]
+pub fn assert_none<T: std::fmt::Debug>(what: &str, items: &[T]) {
+    assert!(
+        items.is_empty(),
+        "{what}: {}, e.g. {:?}",
+        items.len(),
+        &items[..items.len().min(10)]
+    );
 }
 
 /// Takes exactly `n` deliveries from `consumer` within `limit`.

@@ -7,67 +7,26 @@
 //! found as `QUORUMQCTL_BIN`, else next to `QUORUMQ_BIN`, else in
 //! `target/debug/`).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::Context;
 use cluster_tests::*;
 use lapin::BasicProperties;
 use serde_json::{json, Value};
 
 const T: Duration = TEST_TIMEOUT;
 
-fn quorumqctl_bin() -> PathBuf {
-    if let Ok(p) = std::env::var("QUORUMQCTL_BIN") {
-        return PathBuf::from(p);
-    }
-    if let Ok(p) = std::env::var(BIN_ENV) {
-        if let Some(dir) = Path::new(&p).parent() {
-            return dir.join("quorumqctl");
-        }
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/debug")
-        .join("quorumqctl")
-}
-
-/// Runs `quorumqctl --node <admin addr> ARGS` (≤ 30 s), returning its output
-/// whatever its exit status.
-async fn ctl_output(broker: &Broker, args: &[&str]) -> anyhow::Result<Output> {
-    let bin = quorumqctl_bin();
-    if !bin.exists() {
-        bail!(
-            "quorumqctl not found at {} (cargo build --bin quorumqctl)",
-            bin.display()
-        );
-    }
-    let node = broker
+/// `quorumqctl --node <broker's admin addr> ARGS` as a command line.
+fn quorumqctl(broker: &Broker, args: &[&str]) -> anyhow::Result<Vec<String>> {
+    let admin = broker
         .admin_addr()
-        .ok_or_else(|| anyhow!("spawned broker without admin address"))?;
-    let mut cmd = Command::new(&bin);
-    cmd.arg("--node").arg(node).args(args).stdin(Stdio::null());
-    let shown = format!("quorumqctl {}", args.join(" "));
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio::task::spawn_blocking(move || cmd.output()),
-    )
-    .await
-    .map_err(|_| anyhow!("`{shown}` timed out"))??
-    .with_context(|| format!("running `{shown}`"))
+        .context("spawned broker without admin address")?;
+    Ok(dlx::quorumqctl(&admin, args))
 }
 
 /// Runs quorumqctl, requires success and parses its stdout as JSON.
 async fn ctl_json(broker: &Broker, args: &[&str]) -> anyhow::Result<Value> {
-    let out = ctl_output(broker, args).await?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        bail!(
-            "quorumqctl {args:?} failed ({}): {stdout}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let stdout = dlx::run(quorumqctl(broker, args)?, dlx::CTL_TIMEOUT).await?;
     serde_json::from_str(&stdout).with_context(|| format!("quorumqctl {args:?} printed {stdout}"))
 }
 
@@ -107,9 +66,7 @@ async fn list_queues_json_shows_the_quorum_queue_led_by_node_1() {
         );
 
         // The table keeps its columns and appends the placement.
-        let table = ctl_output(&broker, &["list_queues"]).await?;
-        assert!(table.status.success());
-        let table = String::from_utf8_lossy(&table.stdout).into_owned();
+        let table = dlx::run(quorumqctl(&broker, &["list_queues"])?, dlx::CTL_TIMEOUT).await?;
         let line = table
             .lines()
             .find(|l| l.starts_with(&format!("{q}\t")))
@@ -155,7 +112,8 @@ async fn cluster_status_json_shows_node_1_running_and_leading() {
 async fn an_unknown_formatter_is_an_error() {
     bounded(T, async {
         let broker = Broker::spawn().await?;
-        let out = ctl_output(&broker, &["list_queues", "--formatter", "xml"]).await?;
+        let cmd = quorumqctl(&broker, &["list_queues", "--formatter", "xml"])?;
+        let out = dlx::output(cmd, dlx::CTL_TIMEOUT).await?;
         assert!(!out.status.success(), "--formatter xml accepted");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("xml"), "{stderr}");
