@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use amq_protocol::types::{AMQPValue, FieldTable};
+use amq_protocol::types::FieldTable;
 use openraft::BasicNode;
 use raft_log::{NodeStore, StoreOptions};
 use tokio::sync::watch;
@@ -406,7 +406,9 @@ impl Broker {
     /// replicas, live ones before down ones, lower ids first.
     pub fn place(&self, arguments: &FieldTable) -> Vec<u64> {
         let size = match arguments.inner().get("x-quorum-initial-group-size") {
-            Some(v) => int_arg(v).unwrap_or(DEFAULT_GROUP_SIZE),
+            Some(v) => crate::meta::value::as_integer(v)
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or(DEFAULT_GROUP_SIZE),
             None => DEFAULT_GROUP_SIZE,
         };
         let me = self.node_id();
@@ -462,10 +464,7 @@ impl Broker {
         };
         self.topology_changed();
         if let Some(route) = handle.route() {
-            let deadline = std::time::Instant::now() + Duration::from_secs(5);
-            while route.leader().is_none() && std::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            route.wait_leader(Duration::from_secs(5)).await;
         }
         Ok(handle)
     }
@@ -484,6 +483,7 @@ impl Broker {
             consumers: self.consumers.clone(),
             effects: tx,
             closed: AtomicBool::new(false),
+            closing: tokio::sync::Notify::new(),
             live: AtomicBool::new(false),
         });
         (ctx, rx)
@@ -709,9 +709,7 @@ impl Broker {
             match self.queue_by_group(rec.group_id) {
                 Some(h) => {
                     if let Some(r) = h.route() {
-                        if r.members() != rec.members {
-                            r.set_members(rec.members.clone());
-                        }
+                        r.update_members(&rec.members);
                     }
                 }
                 None if rec.kind == QueueKind::Quorum => {
@@ -782,22 +780,12 @@ impl Broker {
 
     /// The cluster as this node sees it (nodes, liveness, meta leader).
     pub fn cluster_status(&self) -> ClusterStatus {
-        let mut ids: Vec<(u64, String)> = self.peers.all();
-        if let Some(m) = self
-            .meta_raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .nodes()
-            .map(|(id, _)| *id)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .find(|id| !ids.iter().any(|(i, _)| i == id))
-        {
-            ids.push((m, String::new()));
+        // Known addresses, plus any meta member whose address is not known here.
+        let mut ids: BTreeMap<u64, String> = self.peers.all().into_iter().collect();
+        let metrics = self.meta_raft.metrics().borrow().clone();
+        for (id, _) in metrics.membership_config.membership().nodes() {
+            ids.entry(*id).or_default();
         }
-        ids.sort();
         ClusterStatus {
             nodes: ids
                 .into_iter()
@@ -808,29 +796,32 @@ impl Broker {
                     running: self.detector.is_alive(id),
                 })
                 .collect(),
-            meta_leader: self.meta_raft.metrics().borrow().current_leader,
+            meta_leader: metrics.current_leader,
         }
     }
 
     /// Placement (leader, members, online members) and counts of a queue.
     pub async fn queue_status(&self, rec: &QueueRecord) -> QueueStatus {
-        let Some(h) = self.queue_by_group(rec.group_id) else {
-            return QueueStatus {
-                members: rec.members.clone(),
-                ..QueueStatus::default()
-            };
-        };
         let mut members = rec.members.clone();
         members.sort_unstable();
-        let (mut st, leader) = match h.route() {
-            Some(r) => (r.status(h.local_status()).await, r.leader()),
-            None => (h.local_status().unwrap_or_default(), Some(self.node_id())),
-        };
-        st.online = members
+        let online = members
             .iter()
             .copied()
             .filter(|m| self.detector.is_alive(*m))
             .collect();
+        let Some(h) = self.queue_by_group(rec.group_id) else {
+            // Not opened here yet (the reconciler is about to).
+            return QueueStatus {
+                members,
+                online,
+                ..QueueStatus::default()
+            };
+        };
+        let (mut st, leader) = match h.route() {
+            Some(r) => (r.status(h.local_status()).await, r.leader()),
+            None => (h.local_status().unwrap_or_default(), Some(self.node_id())),
+        };
+        st.online = online;
         st.leader = leader.filter(|l| self.detector.is_alive(*l));
         st.members = members;
         st
@@ -854,7 +845,8 @@ impl Broker {
     }
 }
 
-/// Re-reconciles after every meta change (and every 2 s as a fallback).
+/// Re-reconciles after every meta change (and every 10 s, retrying a
+/// replica that failed to open).
 async fn reconciler(broker: std::sync::Weak<Broker>) {
     let Some(mut changed) = broker.upgrade().map(|b| b.meta_changed.subscribe()) else {
         return;
@@ -862,7 +854,7 @@ async fn reconciler(broker: std::sync::Weak<Broker>) {
     loop {
         tokio::select! {
             r = changed.changed() => if r.is_err() { return },
-            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
         }
         let Some(b) = broker.upgrade() else { return };
         if b.is_stopping() {
@@ -928,20 +920,6 @@ async fn initialize(raft: &Raft, voters: &[u64]) -> Result<(), NodeError> {
             openraft::error::InitializeError::NotAllowed(_),
         )) => Ok(()),
         Err(e) => Err(NodeError::Raft(e.to_string())),
-    }
-}
-
-/// An integer argument value (`x-quorum-initial-group-size`).
-fn int_arg(v: &AMQPValue) -> Option<u64> {
-    match v {
-        AMQPValue::ShortShortInt(n) => u64::try_from(*n).ok(),
-        AMQPValue::ShortShortUInt(n) => Some(u64::from(*n)),
-        AMQPValue::ShortInt(n) => u64::try_from(*n).ok(),
-        AMQPValue::ShortUInt(n) => Some(u64::from(*n)),
-        AMQPValue::LongInt(n) => u64::try_from(*n).ok(),
-        AMQPValue::LongUInt(n) => Some(u64::from(*n)),
-        AMQPValue::LongLongInt(n) => u64::try_from(*n).ok(),
-        _ => None,
     }
 }
 

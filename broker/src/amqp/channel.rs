@@ -29,6 +29,34 @@ pub const MAX_MESSAGE_SIZE: u64 = 134_217_728;
 
 type Result<T> = std::result::Result<T, ProtocolError>;
 
+impl ChannelState {
+    /// Records an unacked delivery under its delivery tag.
+    fn add_unacked(&mut self, tag: u64, u: Unacked) {
+        if let Some(ix) = &mut self.unacked_index {
+            ix.insert((u.consumer, u.msg));
+        }
+        self.unacked.insert(tag, u);
+    }
+
+    /// Removes (settles) the unacked delivery `tag`.
+    fn take_unacked(&mut self, tag: u64) -> Option<Unacked> {
+        let u = self.unacked.remove(&tag)?;
+        if let Some(ix) = &mut self.unacked_index {
+            ix.remove(&(u.consumer, u.msg));
+        }
+        Some(u)
+    }
+
+    /// True when message `msg` is delivered to `consumer` and not yet
+    /// settled (builds the index on the first re-sent delivery).
+    fn holds_unacked(&mut self, consumer: ConsumerId, msg: MsgId) -> bool {
+        let unacked = &self.unacked;
+        self.unacked_index
+            .get_or_insert_with(|| unacked.values().map(|u| (u.consumer, u.msg)).collect())
+            .contains(&(consumer, msg))
+    }
+}
+
 /// An asynchronous result the connection loop picks up.
 pub enum Completion {
     /// A confirm-mode publish finished on every target queue.
@@ -48,8 +76,6 @@ struct Unacked {
 }
 
 struct ConsumerEntry {
-    /// Deliveries already handed to the client (see [`RecentDeliveries`]).
-    recent: RecentDeliveries,
     id: ConsumerId,
     queue: Arc<QueueHandle>,
     no_ack: bool,
@@ -75,6 +101,11 @@ pub struct ChannelState {
     /// basic.qos global=true with a limit: quorum queues refuse consumers
     /// on such a channel (spec §1.4).
     global_prefetch: bool,
+
+    /// (consumer, message) of every unacked delivery, built when a new
+    /// queue leader re-sends deliveries and dropped when `unacked` changes;
+    /// only re-sent deliveries consult it.
+    unacked_index: Option<std::collections::HashSet<(ConsumerId, MsgId)>>,
 
     /// tx.select mode: publishes and settlements held until tx.commit.
     tx: Option<Vec<(Arc<QueueHandle>, QueueCommand)>>,
@@ -652,7 +683,6 @@ impl Conn {
         self.chan(ch)?.consumers.insert(
             tag.clone(),
             ConsumerEntry {
-                recent: RecentDeliveries::default(),
                 id,
                 queue: handle.clone(),
                 no_ack: c.no_ack,
@@ -770,7 +800,7 @@ impl Conn {
         state.next_tag += 1;
         let tag = state.next_tag;
         if !g.no_ack {
-            state.unacked.insert(
+            state.add_unacked(
                 tag,
                 Unacked {
                     queue: handle.clone(),
@@ -820,7 +850,7 @@ impl Conn {
         // Group by (queue, consumer), keeping delivery-tag order (spec §2.2).
         let mut groups: Vec<(Arc<QueueHandle>, ConsumerId, Vec<MsgId>)> = Vec::new();
         for t in tags {
-            if let Some(u) = state.unacked.remove(&t) {
+            if let Some(u) = state.take_unacked(t) {
                 match groups
                     .iter_mut()
                     .find(|(q, c, _)| q.group == u.queue.group && *c == u.consumer)
@@ -1177,19 +1207,21 @@ impl Conn {
                 return None;
             }
             s.consumers
-                .iter_mut()
+                .iter()
                 .find(|(_, c)| c.id == d.consumer)
-                .map(|(tag, c)| {
-                    let fresh = c.recent.insert(d.delivery.id, d.delivery.delivery_count);
-                    (*ch, tag.clone(), c.no_ack, c.queue.clone(), fresh)
-                })
+                .map(|(tag, c)| (*ch, tag.clone(), c.no_ack, c.queue.clone()))
         });
-        let Some((ch, tag, no_ack, queue, fresh)) = found else {
+        let Some((ch, tag, no_ack, queue)) = found else {
             return;
         };
-        if !fresh {
-            // A new leader re-sent a delivery this consumer already has.
-            return;
+        if d.delivery.resend {
+            let Some(state) = self.channels.get_mut(&ch) else {
+                return;
+            };
+            if state.holds_unacked(d.consumer, d.delivery.id) {
+                // A new leader re-sent a delivery this consumer already has.
+                return;
+            }
         }
         let Some(msg) = d
             .delivery
@@ -1203,10 +1235,14 @@ impl Conn {
         let Some(state) = self.channels.get_mut(&ch) else {
             return;
         };
+        if !d.delivery.resend {
+            // The new leader's re-sends are over: regular deliveries follow.
+            state.unacked_index = None;
+        }
         state.next_tag += 1;
         let dtag = state.next_tag;
         if !no_ack {
-            state.unacked.insert(
+            state.add_unacked(
                 dtag,
                 Unacked {
                     queue,
@@ -1237,37 +1273,6 @@ impl Conn {
                 self.frame_max,
             );
         }
-    }
-}
-
-/// The last deliveries of one consumer, as (message id, delivery count):
-/// when a queue's leader changes, the new leader re-sends every message
-/// checked out to the consumer (`QueueMachine::leader_effects`); a copy
-/// already handed to the client is dropped here instead of reaching it
-/// twice. A returned message comes back with a higher delivery count, so it
-/// is not mistaken for a copy. Bounded: the oldest entries go first.
-#[derive(Default)]
-struct RecentDeliveries {
-    seen: std::collections::HashSet<(MsgId, u32)>,
-    order: std::collections::VecDeque<(MsgId, u32)>,
-}
-
-impl RecentDeliveries {
-    /// Entries kept per consumer.
-    const CAPACITY: usize = 65_536;
-
-    /// Records a delivery; false if it was seen before.
-    fn insert(&mut self, id: MsgId, count: u32) -> bool {
-        if !self.seen.insert((id, count)) {
-            return false;
-        }
-        self.order.push_back((id, count));
-        if self.order.len() > Self::CAPACITY {
-            if let Some(old) = self.order.pop_front() {
-                self.seen.remove(&old);
-            }
-        }
-        true
     }
 }
 

@@ -43,17 +43,18 @@ impl RemoteDeliveries {
         let Ok(mut o) = self.outboxes.lock() else {
             return;
         };
-        let tx = o.entry(node).or_insert_with(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(run(Arc::downgrade(self), node, rx));
-            tx
-        });
-        if let Err(mpsc::error::SendError(d)) = tx.send(d) {
-            let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(run(Arc::downgrade(self), node, rx));
-            let _ = tx.send(d);
-            o.insert(node, tx);
-        }
+        let d = match o.get(&node) {
+            Some(tx) => match tx.send(d) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(d)) => d,
+            },
+            None => d,
+        };
+        // No outbox yet, or its task ended: start one.
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(Arc::downgrade(self), node, rx));
+        let _ = tx.send(d);
+        o.insert(node, tx);
     }
 }
 

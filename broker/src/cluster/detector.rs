@@ -1,5 +1,6 @@
 //! The node-level failure detector (Ra's aten, CockroachDB's liveness): one
-//! long-lived `Heartbeat` stream per node pair carries a beat every
+//! long-lived `Heartbeat` stream per node pair (dialled by the lower node
+//! id) carries a beat every
 //! [`BEAT_MS`] in both directions. A peer is down when its stream breaks (a
 //! killed process closes its connections: noticed at once) or when no beat
 //! arrived for [`DEAD_AFTER_MS`] (a paused or partitioned node). Idle Raft
@@ -66,7 +67,8 @@ impl Detector {
         })
     }
 
-    /// Starts dialling every known peer (and peers learnt later).
+    /// Starts dialling every known peer with a higher id (and such peers
+    /// learnt later); lower ids dial this node.
     pub fn spawn(self: &Arc<Self>) {
         let me = self.clone();
         tokio::spawn(async move {
@@ -77,8 +79,9 @@ impl Detector {
                 if Arc::strong_count(&me) == 1 {
                     return;
                 }
+                // One stream per node pair: the lower id dials, both beat on it.
                 for peer in me.peers.others() {
-                    if dialling.insert(peer) {
+                    if peer > me.me && dialling.insert(peer) {
                         tokio::spawn(dial(Arc::downgrade(&me), peer));
                     }
                 }

@@ -47,16 +47,15 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
                     continue;
                 }
                 let raft = replica.raft();
-                let (leader, voters) = {
-                    let m = raft.metrics();
-                    let m = m.borrow();
-                    let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
-                    (m.current_leader, voters)
-                };
-                if !voters.contains(&me) {
+                let metrics = raft.metrics();
+                let m = metrics.borrow();
+                let leader = m.current_leader;
+                if leader.is_some_and(|l| detector.is_alive(l)) {
                     continue;
                 }
-                if leader.is_some_and(|l| detector.is_alive(l)) {
+                let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
+                drop(m);
+                if !voters.contains(&me) {
                     continue;
                 }
                 seen.push(group);

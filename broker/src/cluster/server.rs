@@ -83,6 +83,29 @@ impl ClusterServices {
     }
 }
 
+impl ClusterServices {
+    /// One group-tagged Raft RPC: check the cluster id, find the group's
+    /// replica, decode the openraft request, call, encode the result.
+    async fn raft_rpc<Req, Resp, Fut>(
+        &self,
+        req: Request<RaftRequest>,
+        call: impl FnOnce(super::types::Raft, Req) -> Fut,
+    ) -> Result<Response<RaftReply>, Status>
+    where
+        Req: serde::de::DeserializeOwned,
+        Resp: serde::Serialize,
+        Fut: std::future::Future<Output = Resp>,
+    {
+        let req = req.into_inner();
+        self.check_cluster(req.cluster_id)?;
+        let raft = self.replica(req.group_id)?.raft().clone();
+        let r = call(raft, decode(&req.payload)?).await;
+        Ok(Response::new(RaftReply {
+            payload: encode(&r)?.into(),
+        }))
+    }
+}
+
 fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, Status> {
     raft_log::codec::decode(b)
         .map_err(|e| Status::invalid_argument(format!("undecodable request: {e}")))
@@ -98,25 +121,17 @@ impl RaftTransport for ClusterServices {
         &self,
         req: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
-        let req = req.into_inner();
-        self.check_cluster(req.cluster_id)?;
-        let replica = self.replica(req.group_id)?;
-        let rpc: AppendEntriesRequest<TypeConfig> = decode(&req.payload)?;
-        let r = replica.raft().append_entries(rpc).await;
-        Ok(Response::new(RaftReply {
-            payload: encode(&r)?.into(),
-        }))
+        self.raft_rpc(req, |raft, rpc: AppendEntriesRequest<TypeConfig>| async move {
+            raft.append_entries(rpc).await
+        })
+        .await
     }
 
     async fn vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
-        let req = req.into_inner();
-        self.check_cluster(req.cluster_id)?;
-        let replica = self.replica(req.group_id)?;
-        let rpc: VoteRequest<NodeId> = decode(&req.payload)?;
-        let r = replica.raft().vote(rpc).await;
-        Ok(Response::new(RaftReply {
-            payload: encode(&r)?.into(),
-        }))
+        self.raft_rpc(req, |raft, rpc: VoteRequest<NodeId>| async move {
+            raft.vote(rpc).await
+        })
+        .await
     }
 
     async fn install_snapshot(

@@ -162,29 +162,25 @@ impl PeerClient {
         };
         let (tx, rx) = tokio::sync::mpsc::channel::<SnapshotChunk>(2);
         let producer = async move {
-            let mut first = Some(Bytes::from(header));
-            for piece in data.chunks(SNAPSHOT_CHUNK_BYTES) {
-                let chunk = SnapshotChunk {
+            // The header (vote, meta) goes alone first, then the data.
+            let header = SnapshotChunk {
+                group_id: group,
+                cluster_id,
+                header: header.into(),
+                ..Default::default()
+            };
+            let data_chunks = data
+                .chunks(SNAPSHOT_CHUNK_BYTES)
+                .map(|piece| SnapshotChunk {
                     group_id: group,
                     cluster_id,
-                    header: first.take().unwrap_or_default(),
                     data: Bytes::copy_from_slice(piece),
-                    body_ids: Vec::new(),
-                    bodies: Vec::new(),
-                };
+                    ..Default::default()
+                });
+            for chunk in std::iter::once(header).chain(data_chunks) {
                 if tx.send(chunk).await.is_err() {
                     return;
                 }
-            }
-            if let Some(header) = first.take() {
-                let _ = tx
-                    .send(SnapshotChunk {
-                        group_id: group,
-                        cluster_id,
-                        header,
-                        ..Default::default()
-                    })
-                    .await;
             }
             let Some(replica) = replica else { return };
             let mut at = 0;

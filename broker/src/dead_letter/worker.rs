@@ -72,10 +72,15 @@ async fn run(broker: Weak<Broker>, queue: Arc<QueueHandle>, wake: Arc<Notify>) {
         if progress {
             continue;
         }
+        // Topology events and the fallback retry matter only while messages
+        // are held: an idle queue's worker sleeps until woken.
+        let holding = queue
+            .read(|h| h.machine().held_count() > 0)
+            .unwrap_or(false);
         tokio::select! {
             _ = wake.notified() => {}
-            r = events.changed() => { if r.is_err() { return; } }
-            _ = tokio::time::sleep(Duration::from_millis(FALLBACK_MS)) => {}
+            r = events.changed(), if holding => { if r.is_err() { return; } }
+            _ = tokio::time::sleep(Duration::from_millis(FALLBACK_MS)), if holding => {}
         }
     }
 }

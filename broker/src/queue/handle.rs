@@ -21,7 +21,6 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::host::{QueueContext, QueueHost};
 use super::types::{ProposerId, QueueCommand, QueueReply};
-use super::QueueMachine;
 use crate::cluster::forward::{Forwarded, Forwarder};
 use crate::cluster::status::QueueStatus;
 use crate::cluster::types::{GroupCommand, GroupReply, Origin, Raft};
@@ -97,10 +96,13 @@ impl Route {
         self.members.read().map(|m| m.clone()).unwrap_or_default()
     }
 
-    /// Replaces the member list (membership changed in the meta record).
-    pub fn set_members(&self, members: Vec<u64>) {
+    /// Takes the member list of the meta record (a no-op when unchanged).
+    pub fn update_members(&self, members: &[u64]) {
+        if self.members.read().is_ok_and(|m| m[..] == *members) {
+            return;
+        }
         if let Ok(mut m) = self.members.write() {
-            *m = members;
+            *m = members.to_vec();
         }
     }
 
@@ -120,6 +122,17 @@ impl Route {
         match self.hint.load(Ordering::Relaxed) {
             0 => None,
             l => Some(l),
+        }
+    }
+
+    /// Waits (at most `timeout`) until the local replica knows a leader; at
+    /// once without a local replica (forwarding finds the leader itself).
+    pub async fn wait_leader(&self, timeout: Duration) {
+        if let Some(raft) = &self.raft {
+            let _ = raft
+                .wait(Some(timeout))
+                .metrics(|m| m.current_leader.is_some(), "queue leader elected")
+                .await;
         }
     }
 
@@ -329,16 +342,7 @@ impl QueueHandle {
 
     /// Counts of the local replica (None without one).
     pub fn local_status(&self) -> Option<QueueStatus> {
-        self.read(|h| {
-            let m: &QueueMachine = h.machine();
-            QueueStatus {
-                messages_ready: m.ready_count(),
-                messages_unacknowledged: m.unacked_count(),
-                consumers: m.consumer_count(),
-                dead_letter_held: m.held_count(),
-                ..QueueStatus::default()
-            }
-        })
+        self.read(QueueHost::status)
     }
 
     /// Ready, unacked and consumer counts: the leader's (asked over the
@@ -353,7 +357,7 @@ impl QueueHandle {
 
     /// Stops the group (queue deleted or node stopping).
     pub async fn shutdown(&self) {
-        self.ctx.closed.store(true, Ordering::Release);
+        self.ctx.close();
         if let Some(raft) = self.route.as_ref().and_then(|r| r.raft.clone()) {
             if let Err(e) = raft.shutdown().await {
                 tracing::warn!(group = self.group, error = %e, "raft shutdown failed");
@@ -469,7 +473,7 @@ impl Proposer {
         let bytes = raft_log::codec::encode(cmd).map_err(|e| e.to_string())?;
         let mut last_error = String::from("no leader");
         while started.elapsed() < RETRY_FOR {
-            if self.ctx.closed.load(Ordering::Acquire) {
+            if self.ctx.is_closed() {
                 return Err(QueueError::Unavailable.to_string());
             }
             match (self.route.target(attempt), &self.route.raft) {

@@ -45,11 +45,27 @@ pub struct QueueContext {
     /// Leader-only effects other than deliveries.
     pub effects: UnboundedSender<LeaderEffect>,
     /// Set when the queue's group is shut down (deleted or node stopping):
-    /// its runtime and dead-letter worker end.
+    /// its runtime and dead-letter worker end. Set through [`QueueContext::close`].
     pub closed: AtomicBool,
+    /// Wakes the queue's runtime when `closed` is set.
+    pub closing: tokio::sync::Notify,
     /// Set once the group finished opening: entries applied before it are
     /// replays of the log at start, whose leader effects are not re-run.
     pub live: AtomicBool,
+}
+
+impl QueueContext {
+    /// Marks the queue shut down and wakes its runtime, which then ends.
+    pub fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.closing.notify_one();
+    }
+
+    /// True once [`QueueContext::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// The queue state machine plus its body store.
@@ -72,6 +88,18 @@ impl QueueHost {
     /// Read access to the machine (counts for declare-ok, get-ok, …).
     pub fn machine(&self) -> &QueueMachine {
         &self.machine
+    }
+
+    /// Counts of this replica (what `list_queues` and declare-ok report).
+    pub fn status(&self) -> crate::cluster::status::QueueStatus {
+        let m = &self.machine;
+        crate::cluster::status::QueueStatus {
+            messages_ready: m.ready_count(),
+            messages_unacknowledged: m.unacked_count(),
+            consumers: m.consumer_count(),
+            dead_letter_held: m.held_count(),
+            ..Default::default()
+        }
     }
 
     /// The group finished opening (snapshot restored or not).
@@ -181,7 +209,7 @@ impl QueueHost {
 
     /// Replaces the machine from a snapshot.
     pub fn restore(&mut self, data: &[u8]) -> Result<(), raft_log::StoreError> {
-        let (machine, index): (QueueMachine, Vec<u8>) = raft_log::codec::decode(data)?;
+        let (machine, index) = decode_machine(data)?;
         self.bodies
             .restore(&index)
             .map_err(raft_log::StoreError::corrupt)?;
@@ -235,10 +263,7 @@ impl QueueHost {
     ///
     /// Errors: the snapshot bytes do not decode.
     pub fn snapshot_body_ids(snapshot: &[u8]) -> Result<Vec<MsgId>, String> {
-        let payload = raft_log::SnapshotPayload::<u64, openraft::BasicNode>::decode(snapshot)
-            .map_err(|e| e.to_string())?;
-        let (machine, _index): (QueueMachine, Vec<u8>) =
-            raft_log::codec::decode(&payload.machine).map_err(|e| e.to_string())?;
+        let (_, machine) = decode_snapshot(snapshot)?;
         Ok(machine.all_message_ids())
     }
 
@@ -259,10 +284,7 @@ impl QueueHost {
         snapshot: Vec<u8>,
         received: &std::collections::HashSet<MsgId>,
     ) -> Result<Vec<u8>, String> {
-        let mut payload = raft_log::SnapshotPayload::<u64, openraft::BasicNode>::decode(&snapshot)
-            .map_err(|e| e.to_string())?;
-        let (machine, _theirs): (QueueMachine, Vec<u8>) =
-            raft_log::codec::decode(&payload.machine).map_err(|e| e.to_string())?;
+        let (mut payload, machine) = decode_snapshot(&snapshot)?;
         let owned: std::collections::HashSet<MsgId> =
             machine.all_message_ids().into_iter().collect();
         let missing = owned.iter().filter(|id| !received.contains(id)).count();
@@ -282,4 +304,26 @@ impl QueueHost {
         payload.machine = raft_log::codec::encode(&(&machine, index)).map_err(|e| e.to_string())?;
         payload.encode().map_err(|e| e.to_string())
     }
+}
+
+/// A queue replica's snapshot form ([`QueueHost::snapshot`]): the machine
+/// and the location index of its spilled bodies.
+fn decode_machine(data: &[u8]) -> Result<(QueueMachine, Vec<u8>), raft_log::StoreError> {
+    raft_log::codec::decode(data)
+}
+
+/// A whole snapshot as openraft holds it, with its queue machine decoded
+/// (the body index, valid only on the node that wrote it, is left out).
+fn decode_snapshot(
+    snapshot: &[u8],
+) -> Result<
+    (
+        raft_log::SnapshotPayload<u64, openraft::BasicNode>,
+        QueueMachine,
+    ),
+    String,
+> {
+    let payload = raft_log::SnapshotPayload::decode(snapshot).map_err(|e| e.to_string())?;
+    let (machine, _index) = decode_machine(&payload.machine).map_err(|e| e.to_string())?;
+    Ok((payload, machine))
 }

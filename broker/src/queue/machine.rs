@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::consumers::Consumers;
 use super::dead_letter::HeldArea;
 use super::messages::ReadyQueue;
-use super::types::{Effect, ProposerId, QueueCommand, QueueConfig, QueueReply};
+use super::types::{Delivery, Effect, ProposerId, QueueCommand, QueueConfig, QueueReply};
 
 /// The replicated state of one quorum queue (RabbitMQ 3.10 `rabbit_fifo` +
 /// `rabbit_fifo_dlx`, spec §2, §5, §6).
@@ -221,7 +221,10 @@ impl QueueMachine {
             for msg in c.checked_out.values() {
                 effects.push(Effect::Deliver {
                     consumer: *consumer,
-                    delivery: msg.delivery(),
+                    delivery: Delivery {
+                        resend: true,
+                        ..msg.delivery()
+                    },
                 });
             }
         }

@@ -39,6 +39,7 @@ impl Msg {
             id: self.id,
             delivery_count: self.delivery_count,
             payload: None,
+            resend: false,
         }
     }
 }

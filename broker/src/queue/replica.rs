@@ -26,19 +26,7 @@ impl GroupReplica for QueueReplica {
     }
 
     fn counts(&self) -> QueueStatus {
-        self.host
-            .lock()
-            .map(|h| {
-                let m = h.machine();
-                QueueStatus {
-                    messages_ready: m.ready_count(),
-                    messages_unacknowledged: m.unacked_count(),
-                    consumers: m.consumer_count(),
-                    dead_letter_held: m.held_count(),
-                    ..QueueStatus::default()
-                }
-            })
-            .unwrap_or_default()
+        self.host.lock().map(|h| h.status()).unwrap_or_default()
     }
 
     fn snapshot_body_ids(&self, snapshot: &[u8]) -> Result<Vec<u64>, String> {

@@ -13,7 +13,7 @@ use super::types::QueueCommand;
 use crate::dead_letter;
 use crate::node::Broker;
 
-/// How often a queue with `x-expires` or held dead letters ticks (ms).
+/// How often a queue with `x-expires` ticks (ms).
 const IDLE_TICK_MS: u64 = 500;
 
 /// Spawns the runtime task of `queue`.
@@ -32,8 +32,16 @@ async fn run(
 ) {
     let mut next_tick: Option<u64> = None;
     let worker = dead_letter::worker::Worker::spawn(broker.clone(), queue.clone());
-    let mut idle = tokio::time::interval(Duration::from_millis(IDLE_TICK_MS));
+    let mut expires_check = tokio::time::interval(Duration::from_millis(IDLE_TICK_MS));
     loop {
+        if queue.context().is_closed() || broker.upgrade().is_none_or(|b| b.is_stopping()) {
+            break;
+        }
+        // Only a queue with x-expires needs a periodic tick; an idle queue
+        // otherwise sleeps until an effect or its close arrives.
+        let has_expires = queue
+            .read(|h| h.machine().config().expires_ms.is_some())
+            .unwrap_or(false);
         let sleep_for =
             next_tick.map(|at| Duration::from_millis(at.saturating_sub(crate::now_ms())));
         tokio::select! {
@@ -72,18 +80,12 @@ async fn run(
                     drop(queue.propose(QueueCommand::Tick { now_ms: crate::now_ms() }).await);
                 }
             }
-            _ = idle.tick() => {
-                let wants_tick = queue.is_local_leader()
-                    && queue
-                        .read(|h| h.machine().config().expires_ms.is_some())
-                        .unwrap_or(false);
-                if wants_tick {
+            _ = expires_check.tick(), if has_expires => {
+                if queue.is_local_leader() {
                     drop(queue.propose(QueueCommand::Tick { now_ms: crate::now_ms() }).await);
                 }
-                let closed = queue.context().closed.load(std::sync::atomic::Ordering::Acquire);
-                if closed || broker.upgrade().map(|b| b.is_stopping()).unwrap_or(true) { break; }
-
             }
+            _ = queue.context().closing.notified() => {}
         }
     }
 }

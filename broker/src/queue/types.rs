@@ -203,6 +203,9 @@ pub struct Delivery {
     pub delivery_count: u32,
     /// Filled by the host (not the machine) with the stored payload.
     pub payload: Option<Bytes>,
+    /// A new leader re-issues this delivery (`QueueMachine::leader_effects`):
+    /// the consumer's channel may already hold it.
+    pub resend: bool,
 }
 
 /// Reply to a command (one per command; `Batch` gives `Batch`).

@@ -31,7 +31,8 @@ fn batch_replies_per_command_and_concatenates_effects() {
                 Delivery {
                     id: 0,
                     delivery_count: 0,
-                    payload: None
+                    payload: None,
+                    resend: false
                 },
                 1
             ))),
@@ -216,7 +217,10 @@ fn leader_effects_reissue_checked_out_and_held() {
     let delivered: Vec<u64> = fx
         .iter()
         .filter_map(|e| match e {
-            Effect::Deliver { consumer, delivery } if *consumer == c => Some(delivery.id),
+            Effect::Deliver { consumer, delivery } if *consumer == c => {
+                assert!(delivery.resend, "re-issued deliveries are marked");
+                Some(delivery.id)
+            }
             _ => None,
         })
         .collect();

@@ -94,7 +94,8 @@ fn no_ack_consumer_settles_on_delivery() {
                 delivery: Delivery {
                     id: 0,
                     delivery_count: 0,
-                    payload: None
+                    payload: None,
+                    resend: false
                 }
             },
             Effect::DropBody { id: 0 },
@@ -103,7 +104,8 @@ fn no_ack_consumer_settles_on_delivery() {
                 delivery: Delivery {
                     id: 1,
                     delivery_count: 0,
-                    payload: None
+                    payload: None,
+                    resend: false
                 }
             },
             Effect::DropBody { id: 1 },

@@ -24,7 +24,8 @@ fn dequeue_takes_the_head_and_reports_ready_left() {
             Delivery {
                 id: 0,
                 delivery_count: 0,
-                payload: None
+                payload: None,
+                resend: false
             },
             2
         ))
@@ -45,7 +46,8 @@ fn dequeue_no_ack_drops_the_body() {
             Delivery {
                 id: 0,
                 delivery_count: 0,
-                payload: None
+                payload: None,
+                resend: false
             },
             0
         ))
@@ -125,7 +127,8 @@ fn dequeue_takes_returns_first() {
             Delivery {
                 id: 1,
                 delivery_count: 1,
-                payload: None
+                payload: None,
+                resend: false
             },
             0
         ))

@@ -126,7 +126,8 @@ fn enqueue_delivers_to_a_waiting_consumer_in_the_same_command() {
                 delivery: Delivery {
                     id: 0,
                     delivery_count: 0,
-                    payload: None
+                    payload: None,
+                    resend: false
                 }
             },
         ]

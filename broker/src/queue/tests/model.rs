@@ -192,6 +192,7 @@ impl Model {
                     id: m.id,
                     delivery_count: m.count,
                     payload: None,
+                    resend: false,
                 },
             });
             let no_ack = self.cons.get(&c).is_some_and(|r| r.no_ack);
@@ -439,6 +440,7 @@ impl Model {
                             id: m.id,
                             delivery_count: m.count,
                             payload: None,
+                            resend: false,
                         },
                         (self.returns.len() + self.main.len()) as u64,
                     )
