@@ -704,7 +704,6 @@ impl Broker {
             })
             .unwrap_or_default();
         self.adopt_cluster_id(cluster_id).await;
-        let live: HashSet<u64> = records.iter().map(|r| r.group_id).collect();
         for rec in &records {
             match self.queue_by_group(rec.group_id) {
                 Some(h) => {
@@ -720,12 +719,18 @@ impl Broker {
                 None => {}
             }
         }
-        let gone: Vec<u64> = self
-            .queue_handles()
-            .iter()
-            .map(|h| h.group)
-            .filter(|g| !live.contains(g))
-            .collect();
+        // Handles first, then the topology: a handle exists only after its
+        // record was applied, so one whose record is missing from the
+        // topology read afterwards was deleted (group ids are never reused).
+        // Comparing with `records` instead would drop a queue declared while
+        // this pass was opening others.
+        let handles: Vec<u64> = self.queue_handles().iter().map(|h| h.group).collect();
+        let Some(live) =
+            self.with_topology(|t| t.queues().map(|q| q.group_id).collect::<HashSet<u64>>())
+        else {
+            return;
+        };
+        let gone = handles.into_iter().filter(|g| !live.contains(g));
         for g in gone {
             self.drop_queue_group(g).await;
         }

@@ -1416,3 +1416,54 @@ async fn at_least_once_dead_letters_survive_source_and_target_leader_kills() -> 
     )
     .await
 }
+
+/// h. Queues declared back to back through one node all work: each takes a
+/// confirmed publish (forwarded from another node) and its passive declare
+/// counts it. Regression: the node's topology reconciler compared its queue
+/// handles with a topology read taken before it opened other queues, took a
+/// queue declared meanwhile for deleted, dropped its group (the leader's
+/// log) and reopened it empty; the empty replica then campaigned forever
+/// with a shorter log while the others still followed it, and the queue
+/// never got a leader again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_declared_back_to_back_all_get_a_working_leader() -> anyhow::Result<()> {
+    with_cluster(
+        "queues_declared_back_to_back_all_get_a_working_leader",
+        3,
+        Duration::from_secs(240),
+        |c| async move {
+            const QUEUES: usize = 150;
+            let names: Vec<String> = (0..QUEUES)
+                .map(|i| unique(&format!("cl.many.{i}")))
+                .collect();
+            let names2 = names.clone();
+            on_channel(&c.uri(1), "declare the queues", move |ch| {
+                let names = names2.clone();
+                async move {
+                    for q in &names {
+                        ch.queue_declare(q.as_str().into(), durable(), quorum_args(&[]))
+                            .await?;
+                    }
+                    Ok(())
+                }
+            })
+            .await?;
+            let (conn, ch) = open_confirm(&c.uri(2)).await?;
+            for q in &names {
+                tokio::time::timeout(
+                    Duration::from_secs(15),
+                    publish_confirmed(&ch, "", q, b"m", BasicProperties::default()),
+                )
+                .await
+                .map_err(|_| anyhow::anyhow!("no confirm from queue {q} within 15 s"))??;
+            }
+            for q in &names {
+                let ready = dlx::passive_ready(&ch, q).await?;
+                assert_eq!(ready, 1, "queue {q} holds the confirmed message");
+            }
+            close_quietly(&conn).await;
+            Ok(())
+        },
+    )
+    .await
+}
