@@ -116,7 +116,6 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let (raft, cluster_svc) = services.servers();
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()
-            .tcp_nodelay(true)
             .add_service(admin)
             .add_service(raft)
             .add_service(cluster_svc)
@@ -133,11 +132,17 @@ async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The cluster listener's connections, with Nagle off: a Raft reply held back
+/// for delayed-ACK adds up to 40 ms to every commit (the server builder's own
+/// `tcp_nodelay` applies only to listeners it binds itself).
 fn tokio_stream_incoming(
     listener: tokio::net::TcpListener,
 ) -> impl futures_core::Stream<Item = Result<tokio::net::TcpStream, std::io::Error>> {
     futures::stream::unfold(listener, |l| async move {
-        let r = l.accept().await.map(|(s, _)| s);
+        let r = l.accept().await.and_then(|(s, _)| {
+            s.set_nodelay(true)?;
+            Ok(s)
+        });
         Some((r, l))
     })
 }
@@ -158,4 +163,23 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    /// Cluster connections are accepted with Nagle off (a missing
+    /// `set_nodelay` put a delayed-ACK wait of up to 40 ms into commits).
+    #[tokio::test]
+    async fn cluster_connections_are_accepted_with_nodelay() -> std::io::Result<()> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let _client = tokio::net::TcpStream::connect(addr).await?;
+        let incoming = super::tokio_stream_incoming(listener);
+        futures::pin_mut!(incoming);
+        let accepted = incoming.next().await.expect("a connection")?;
+        assert!(accepted.nodelay()?, "accepted cluster connection has TCP_NODELAY");
+        Ok(())
+    }
 }

@@ -94,9 +94,9 @@ fault() { # broker scenario round
   local cmd heal=""
   if [ "$s" = kill9 ]; then cmd="kill -9 $pid"; else cmd="kill -STOP $pid"; heal="kill -CONT $pid"; fi
   local out
-  out=$(python3 cluster-tests/bench/failover.py "$(port_of "$b" 2)" "$(port_of "$b" 3)" "$q" "$cmd" $heal 2>&1 | tail -1)
+  out=$(python3 cluster-tests/bench/failover.py "$(port_of "$b" 2)" "$(port_of "$b" 3)" "$q" "$cmd" ${heal:+"$heal"} 2>&1 | tail -1) || true
   echo "$s $b $out" | tee -a "$RESULTS"
-  if [ "$s" = kill9 ]; then restart_node "$b" 1; fi
+  if [ "$s" = kill9 ]; then restart_node "$b" 1 || true; fi
 }
 
 for r in $(seq "$ROUNDS"); do
