@@ -179,7 +179,10 @@ mod tests {
         let incoming = super::tokio_stream_incoming(listener);
         futures::pin_mut!(incoming);
         let accepted = incoming.next().await.expect("a connection")?;
-        assert!(accepted.nodelay()?, "accepted cluster connection has TCP_NODELAY");
+        assert!(
+            accepted.nodelay()?,
+            "accepted cluster connection has TCP_NODELAY"
+        );
         Ok(())
     }
 }
