@@ -101,7 +101,7 @@ async fn run(
                 Ok(Ok(_)) => break,
                 r => {
                     tries += 1;
-                    if tries == 1 || tries % 50 == 0 {
+                    if tries == 1 || tries.is_multiple_of(50) {
                         tracing::warn!(node, tries, error = ?r.err().map(|_| "timeout"), "delivery to remote consumers failed; retrying");
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;

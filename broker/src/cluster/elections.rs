@@ -71,7 +71,7 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
                 // Turns repeat: rank r campaigns at r, r + n, r + 2n, ... delays.
                 let n = live.len().max(1) as u64;
                 let waited = now.duration_since(since).as_millis() as u64 / RANK_DELAY_MS;
-                let my_turn = waited >= rank && (waited - rank) % n == 0;
+                let my_turn = waited >= rank && (waited - rank).is_multiple_of(n);
                 let rested = st
                     .last_try
                     .is_none_or(|t| now.duration_since(t) >= Duration::from_millis(RETRY_MS));
