@@ -19,7 +19,9 @@ use openraft::{Config, SnapshotPolicy};
 /// Raft settings of a queue group (`cluster_name` = group id, so openraft's
 /// spans name the group). Queue groups are quiescent: no heartbeats and no
 /// election timer (a node-level failure detector starts elections, see
-/// [`elections`]); `heartbeat_interval` only paces openraft's tick task, and
+/// [`elections`]); openraft's tick task still wakes every 1.5 ×
+/// `heartbeat_interval` but sends the group nothing (`enable_tick: false`:
+/// ticks only drive elections and heartbeats, both off), and
 /// `election_timeout_max` is the leader lease (a follower that heard from
 /// its leader this recently refuses to vote for another candidate).
 // openraft's own error type; called once per group start, so its size does not matter.
@@ -30,6 +32,7 @@ pub fn raft_config(group: u64) -> Result<Config, openraft::ConfigError> {
         heartbeat_interval: 100,
         election_timeout_min: 101,
         election_timeout_max: 150,
+        enable_tick: false,
         enable_heartbeat: false,
         enable_elect: false,
         // A snapshot holds only the queue's compact index, so taking one
