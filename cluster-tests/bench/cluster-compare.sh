@@ -15,11 +15,13 @@
 #
 #   cluster-tests/bench/cluster-compare.sh          # ROUNDS=2
 #   ROUNDS=1 SCENARIOS="leader follower" cluster-tests/bench/cluster-compare.sh
+#   BROKERS=quorumq SCENARIOS=kill9 ROUNDS=3 cluster-tests/bench/cluster-compare.sh
 # Needs: rabbitmq-server installed (apt), root (for ../shared/tools/rmq3-cluster.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-2}
 SCENARIOS=${SCENARIOS:-"leader follower dl latency kill9 sigstop"}
+BROKERS=${BROKERS:-"quorumq rabbitmq"}
 MESSAGES=${MESSAGES:-50000}
 DL_MESSAGES=${DL_MESSAGES:-20000}
 RATE=${RATE:-2000}
@@ -100,7 +102,7 @@ fault() { # broker scenario round
 }
 
 for r in $(seq "$ROUNDS"); do
-  for b in quorumq rabbitmq; do
+  for b in $BROKERS; do
     echo "== round $r: $b" >&2
     start "$b"
     for s in $SCENARIOS; do
@@ -118,7 +120,7 @@ for r in $(seq "$ROUNDS"); do
 done
 echo "== summary (min-max over rounds)"
 for s in $SCENARIOS; do
-  for b in quorumq rabbitmq; do
+  for b in $BROKERS; do
     case "$s" in
       kill9|sigstop) grep "^$s $b " "$RESULTS" | grep -oP 'gap_s=\K[0-9.]+' | sort -n | sed -n '1p;$p' | paste -sd- | sed "s/^/$s $b gap_s /" ;;
       latency) grep "^$s $b " "$RESULTS" | grep -oP 'latency: \K.*' | sed "s/^/$s $b /" ;;

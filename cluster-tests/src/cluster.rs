@@ -201,8 +201,24 @@ impl Cluster {
         tail_of(&self.log_path(id), max_bytes)
     }
 
-    /// Prints the last `max_bytes` of every node's log to stderr.
+    /// Prints the last `max_bytes` of every node's log to stderr, and copies
+    /// the whole logs to `$QUORUMQ_CLUSTER_LOGS/<pid>-<port>-node-I.log` when
+    /// that variable names a directory (the cluster's own is deleted).
     pub fn print_logs(&self, max_bytes: u64) {
+        if let Some(dir) = std::env::var_os("QUORUMQ_CLUSTER_LOGS") {
+            for id in self.ids() {
+                let name = format!(
+                    "{}-{}-node-{id}.log",
+                    std::process::id(),
+                    self.node(1).amqp_port
+                );
+                let to = std::path::Path::new(&dir).join(name);
+                match std::fs::copy(self.log_path(id), &to) {
+                    Ok(_) => eprintln!("node {id} log kept at {}", to.display()),
+                    Err(e) => eprintln!("node {id} log not kept at {}: {e}", to.display()),
+                }
+            }
+        }
         for id in self.ids() {
             eprintln!(
                 "---- node {id} log tail ({}) ----\n{}\n---- end node {id} ----",

@@ -4,7 +4,9 @@
 //! failure detector. Members take turns by rank (the lowest-id live voter
 //! first, the next one [`RANK_DELAY_MS`] later, ...), so a member whose log
 //! is behind (its vote is refused) is followed by the next one instead of
-//! every member campaigning at once.
+//! every member campaigning at once. The turns start when the dead leader's
+//! lease has run out ([`LEADER_LEASE_MS`] after this replica last heard from
+//! it): the voters would refuse an earlier campaign.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -13,13 +15,17 @@ use std::time::{Duration, Instant};
 use super::detector::Detector;
 use super::groups::GroupTable;
 use super::types::META_GROUP;
+use super::LEADER_LEASE_MS;
 
 /// Sweep interval when nothing changes (ms).
 const SWEEP_MS: u64 = 100;
 /// Delay between two members' turns (ms).
-const RANK_DELAY_MS: u64 = 250;
+const RANK_DELAY_MS: u64 = 150;
 /// A member does not campaign again within this long (ms).
-const RETRY_MS: u64 = 400;
+const RETRY_MS: u64 = 250;
+/// Added to the lease: the other voters took the dead leader's last append
+/// a little after this replica did (ms).
+const LEASE_MARGIN_MS: u64 = 15;
 
 #[derive(Default)]
 struct Leaderless {
@@ -32,11 +38,16 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
     tokio::spawn(async move {
         let mut changes = detector.subscribe();
         let mut state: HashMap<u64, Leaderless> = HashMap::new();
+        let sweep = Duration::from_millis(SWEEP_MS);
+        // The earliest lease end the last sweep waited for.
+        let mut due: Option<Instant> = None;
         loop {
+            let wait = due.map_or(sweep, |d| d.saturating_duration_since(Instant::now()));
             tokio::select! {
                 _ = changes.changed() => {}
-                _ = tokio::time::sleep(Duration::from_millis(SWEEP_MS)) => {}
+                _ = tokio::time::sleep(wait.min(sweep)) => {}
             }
+            due = None;
             let Some(groups) = groups.upgrade() else {
                 return;
             };
@@ -61,6 +72,14 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
                 seen.push(group);
                 let st = state.entry(group).or_default();
                 let since = *st.since.get_or_insert(now);
+                let lease = Duration::from_millis(LEADER_LEASE_MS + LEASE_MARGIN_MS);
+                let start = groups
+                    .last_heard(group)
+                    .map_or(since, |heard| since.max(heard + lease));
+                if now < start {
+                    due = Some(due.map_or(start, |d| d.min(start)));
+                    continue;
+                }
                 let mut live: Vec<u64> = voters
                     .iter()
                     .copied()
@@ -70,7 +89,7 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
                 let rank = live.iter().position(|v| *v == me).unwrap_or(0) as u64;
                 // Turns repeat: rank r campaigns at r, r + n, r + 2n, ... delays.
                 let n = live.len().max(1) as u64;
-                let waited = now.duration_since(since).as_millis() as u64 / RANK_DELAY_MS;
+                let waited = now.duration_since(start).as_millis() as u64 / RANK_DELAY_MS;
                 let my_turn = waited >= rank && (waited - rank).is_multiple_of(n);
                 let rested = st
                     .last_try

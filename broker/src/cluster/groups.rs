@@ -4,7 +4,9 @@
 //! message bodies a snapshot of it indexes), never through the queue itself.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -59,17 +61,51 @@ pub trait GroupReplica: Send + Sync + 'static {
     }
 }
 
+struct Entry {
+    replica: Arc<dyn GroupReplica>,
+    /// When this replica last took an append-entries RPC from a leader
+    /// (ms since [`clock_base`], 0 = never): its leader lease runs from here.
+    heard: AtomicU64,
+}
+
 /// Local replicas by group id.
 #[derive(Default)]
 pub struct GroupTable {
-    groups: RwLock<HashMap<u64, Arc<dyn GroupReplica>>>,
+    groups: RwLock<HashMap<u64, Arc<Entry>>>,
+}
+
+/// The origin of [`GroupTable`]'s timestamps (first use in this process).
+fn clock_base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
 }
 
 impl GroupTable {
     /// Registers (or replaces) the replica of `group`.
     pub fn insert(&self, group: u64, replica: Arc<dyn GroupReplica>) {
         if let Ok(mut g) = self.groups.write() {
-            g.insert(group, replica);
+            let heard = AtomicU64::new(0);
+            g.insert(group, Arc::new(Entry { replica, heard }));
+        }
+    }
+
+    /// Notes that `group`'s replica is taking an append-entries RPC from a
+    /// leader now (the transport server calls this before handing it over).
+    pub fn heard_from_leader(&self, group: u64) {
+        if let Some(e) = self.groups.read().ok().and_then(|g| g.get(&group).cloned()) {
+            let ms = clock_base().elapsed().as_millis() as u64;
+            e.heard.store(ms.max(1), Ordering::Relaxed);
+        }
+    }
+
+    /// When `group`'s replica last heard from a leader, if ever since it was
+    /// registered. openraft refuses votes for `election_timeout_max` after
+    /// that (the leader lease), so an election started earlier is wasted.
+    pub fn last_heard(&self, group: u64) -> Option<Instant> {
+        let e = self.groups.read().ok()?.get(&group).cloned()?;
+        match e.heard.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(clock_base() + Duration::from_millis(ms)),
         }
     }
 
@@ -82,14 +118,14 @@ impl GroupTable {
 
     /// The replica of `group`, if this node runs one.
     pub fn get(&self, group: u64) -> Option<Arc<dyn GroupReplica>> {
-        self.groups.read().ok()?.get(&group).cloned()
+        Some(self.groups.read().ok()?.get(&group)?.replica.clone())
     }
 
     /// Every local replica, with its group id.
     pub fn all(&self) -> Vec<(u64, Arc<dyn GroupReplica>)> {
         self.groups
             .read()
-            .map(|g| g.iter().map(|(k, v)| (*k, v.clone())).collect())
+            .map(|g| g.iter().map(|(k, v)| (*k, v.replica.clone())).collect())
             .unwrap_or_default()
     }
 }

@@ -16,14 +16,20 @@ pub mod types;
 
 use openraft::{Config, SnapshotPolicy};
 
+/// A queue group's leader lease (ms): a follower that took an append from
+/// its leader this recently refuses to vote for another candidate (openraft
+/// 0.9 uses `election_timeout_max`). It bounds how soon a busy queue can
+/// elect after its leader's node dies, so it is as short as openraft allows
+/// above `heartbeat_interval` (which is also the append-entries timeout).
+pub const LEADER_LEASE_MS: u64 = 110;
+
 /// Raft settings of a queue group (`cluster_name` = group id, so openraft's
 /// spans name the group). Queue groups are quiescent: no heartbeats and no
 /// election timer (a node-level failure detector starts elections, see
 /// [`elections`]); openraft's tick task still wakes every 1.5 ×
 /// `heartbeat_interval` but sends the group nothing (`enable_tick: false`:
 /// ticks only drive elections and heartbeats, both off), and
-/// `election_timeout_max` is the leader lease (a follower that heard from
-/// its leader this recently refuses to vote for another candidate).
+/// `election_timeout_max` is the leader lease ([`LEADER_LEASE_MS`]).
 // openraft's own error type; called once per group start, so its size does not matter.
 #[allow(clippy::result_large_err)]
 pub fn raft_config(group: u64) -> Result<Config, openraft::ConfigError> {
@@ -31,7 +37,7 @@ pub fn raft_config(group: u64) -> Result<Config, openraft::ConfigError> {
         cluster_name: format!("group-{group}"),
         heartbeat_interval: 100,
         election_timeout_min: 101,
-        election_timeout_max: 150,
+        election_timeout_max: LEADER_LEASE_MS,
         enable_tick: false,
         enable_heartbeat: false,
         enable_elect: false,

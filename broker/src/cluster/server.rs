@@ -121,6 +121,7 @@ impl RaftTransport for ClusterServices {
         &self,
         req: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
+        self.groups.heard_from_leader(req.get_ref().group_id);
         self.raft_rpc(req, |raft, rpc: AppendEntriesRequest<TypeConfig>| async move {
             raft.append_entries(rpc).await
         })

@@ -57,7 +57,9 @@ struct Proposal {
 enum Backend {
     /// Boxed: the channel allocates its slots 32 at a time, and 32 inline
     /// commands cost ~10 KiB per idle queue; 32 boxes cost 256 bytes.
-    Raft { tx: mpsc::Sender<Box<Proposal>> },
+    Raft {
+        tx: mpsc::Sender<Box<Proposal>>,
+    },
     Local,
 }
 
@@ -314,7 +316,9 @@ impl QueueHandle {
         let (reply, rx) = oneshot::channel();
         match &self.backend {
             Backend::Raft { tx, .. } => {
-                if let Err(mpsc::error::SendError(p)) = tx.send(Box::new(Proposal { cmd, reply })).await {
+                if let Err(mpsc::error::SendError(p)) =
+                    tx.send(Box::new(Proposal { cmd, reply })).await
+                {
                     let _ = p.reply.send(Err(QueueError::Unavailable));
                 }
             }
@@ -533,7 +537,9 @@ impl Proposer {
                 _ => last_error = "no member of the queue is reachable".into(),
             }
             attempt += 1;
-            tokio::time::sleep(Duration::from_millis(if attempt < 10 { 20 } else { 100 })).await;
+            // Poll quickly through an election (about a lease, see
+            // cluster::LEADER_LEASE_MS, and a vote), slowly after a second.
+            tokio::time::sleep(Duration::from_millis(if attempt < 50 { 20 } else { 100 })).await;
         }
         tracing::warn!(group = self.route.group, error = %last_error, "giving up on a write");
         Err(last_error)
