@@ -550,9 +550,18 @@ impl Broker {
                         host: host.clone(),
                     }),
                 );
-                // The preferred leader (first member) campaigns at once; the
-                // election sweep takes over if that fails.
-                if rec.members.first() == Some(&me) && raft.current_leader().await.is_none() {
+                // In a new group the preferred leader (first member) campaigns
+                // at once; the election sweep takes over if that fails. A group
+                // with a term is reopening (restart): its leader may be alive,
+                // and a campaign from a replica that missed entries would only
+                // depose it (openraft 0.9 has no pre-vote); a sole member
+                // campaigns all the same.
+                let fresh = raft.metrics().borrow().current_term == 0;
+                let sole = rec.members == [me];
+                if (fresh || sole)
+                    && rec.members.first() == Some(&me)
+                    && raft.current_leader().await.is_none()
+                {
                     let _ = raft.trigger().elect().await;
                 }
                 let route = Route::new(

@@ -753,7 +753,8 @@ async fn consumer_on_follower_keeps_receiving_across_leader_change() -> anyhow::
 }
 
 /// c. A follower is killed; the others take more than a snapshot interval of
-/// 1 KiB messages; the follower returns and catches up. Then the third node
+/// 1 KiB messages; the follower returns and catches up by installing a
+/// snapshot with the bodies it indexes. Then the third node
 /// is killed, 10 more are confirmed (they need the restarted node), the
 /// leader is killed and the third node restarted: only the restarted node
 /// has every entry, so it leads, and it serves every body intact from its
@@ -785,35 +786,22 @@ async fn killed_node_catches_up_and_serves_every_body() -> anyhow::Result<()> {
             );
 
             c.restart(victim).await?;
-            // Through either node these are the leader's counts (see
-            // Cluster::queue_view); the victim's own replica is checked below.
-            let caught_up = cluster::wait_until_some(
+            // The leader purged what the victim lacks (it keeps 256 entries
+            // after a snapshot): the victim can only catch up by installing a
+            // snapshot, streamed with the bodies it indexes.
+            cluster::wait_for(
                 Duration::from_secs(120),
-                &format!("node {victim} online with {N} ready in its replica and the leader's"),
-                || async {
-                    let there = c.queue_view(victim, &q).await?;
-                    let lead = c.queue_view(leader, &q).await?;
-                    if there.online.contains(&victim)
-                        && there.messages_ready == N
-                        && lead.messages_ready == N
-                    {
-                        Ok(Some(there))
-                    } else {
-                        Err(anyhow::anyhow!(
-                            "via {victim}: {there:?}; via {leader}: {lead:?}"
-                        ))
-                    }
-                },
+                &format!("node {victim} to install a snapshot"),
+                || async { c.log_tail(victim, 4 << 20).contains("installed snapshot") },
             )
             .await?;
-            eprintln!("node {victim} caught up: {caught_up:?}");
-            // Today it catches up by log, not by snapshot: openraft 0.9 does
-            // not purge entries a replication to a down member still has in
-            // flight, so the leader kept everything it missed. Streaming a
-            // snapshot with its bodies is implemented (cluster/transport.rs)
-            // but not forced by this test (cluster issue, open point).
-            let installed = c.log_tail(victim, 4 << 20).contains("installed snapshot");
-            eprintln!("node {victim} installed a snapshot while catching up: {installed}");
+            // Through any node these are the leader's counts (see
+            // Cluster::queue_view); the victim's own replica is checked below.
+            let view = c.queue_view(victim, &q).await?;
+            anyhow::ensure!(
+                view.online.contains(&victim) && view.messages_ready == N,
+                "after the install: {view:?}"
+            );
 
             // The leader (or, if leadership moved to the victim, another
             // node) is killed for good; the third node only for a while.
