@@ -44,6 +44,14 @@ const CACHE_BYTES: u64 = 16 * 1024 * 1024;
 const DEFAULT_GROUP_SIZE: u64 = 3;
 /// How long a meta write waits for a leader (elections, forwarding).
 const META_WRITE_FOR: Duration = Duration::from_secs(30);
+/// A new queue's preferred leader campaigns this many times, this often,
+/// until a leader is known (about the election sweep's grace for new
+/// replicas, cluster::elections).
+const PREFERRED_CAMPAIGNS: u32 = 20;
+const PREFERRED_CAMPAIGN_EVERY: Duration = Duration::from_millis(50);
+/// How long a new queue's other members wait for the preferred leader's
+/// first append before initializing the group themselves.
+const UNINITIALIZED_GRACE: Duration = Duration::from_secs(2);
 
 /// Errors starting a node.
 #[derive(Debug, thiserror::Error)]
@@ -542,7 +550,23 @@ impl Broker {
                 .await
                 .map_err(|e| NodeError::Raft(e.to_string()))?;
                 ctx.live.store(true, Ordering::Release);
-                initialize(&raft, &rec.members).await?;
+                // openraft's initialize campaigns at once. Only the preferred
+                // leader (first member) and sole members initialize now; the
+                // others take the membership from the leader's first append,
+                // or initialize themselves (and campaign) after a grace if
+                // none came (the preferred leader died before it could lead).
+                let preferred = rec.members.first() == Some(&me);
+                if preferred || rec.members == [me] {
+                    initialize(&raft, &rec.members).await?;
+                } else {
+                    let (raft, members) = (raft.clone(), rec.members.clone());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(UNINITIALIZED_GRACE).await;
+                        if let Err(e) = initialize(&raft, &members).await {
+                            tracing::warn!(error = %e, "initializing a queue replica failed");
+                        }
+                    });
+                }
                 self.groups.insert(
                     rec.group_id,
                     Arc::new(QueueReplica {
@@ -551,18 +575,26 @@ impl Broker {
                     }),
                 );
                 // In a new group the preferred leader (first member) campaigns
-                // at once; the election sweep takes over if that fails. A group
-                // with a term is reopening (restart): its leader may be alive,
-                // and a campaign from a replica that missed entries would only
+                // until a leader is known (the other members open their
+                // replicas when they apply the queue record, a little later);
+                // the election sweep takes over after its grace. A group with a
+                // term is reopening (restart): its leader may be alive, and a
+                // campaign from a replica that missed entries would only
                 // depose it (openraft 0.9 has no pre-vote); a sole member
                 // campaigns all the same.
                 let fresh = raft.metrics().borrow().current_term == 0;
                 let sole = rec.members == [me];
-                if (fresh || sole)
-                    && rec.members.first() == Some(&me)
-                    && raft.current_leader().await.is_none()
-                {
-                    let _ = raft.trigger().elect().await;
+                if (fresh || sole) && rec.members.first() == Some(&me) {
+                    let raft = raft.clone();
+                    tokio::spawn(async move {
+                        for _ in 0..PREFERRED_CAMPAIGNS {
+                            if raft.current_leader().await.is_some() {
+                                return;
+                            }
+                            let _ = raft.trigger().elect().await;
+                            tokio::time::sleep(PREFERRED_CAMPAIGN_EVERY).await;
+                        }
+                    });
                 }
                 let route = Route::new(
                     rec.group_id,

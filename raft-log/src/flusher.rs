@@ -32,6 +32,10 @@ pub type FlushCallback = Box<dyn FnOnce(Result<(), io::Error>) + Send + 'static>
 
 /// Rounds a paced [`Flusher`] keeps pacing after it last saw concurrent writers.
 const PACE_ROUNDS: u32 = 64;
+/// Callbacks sharing one flush that make a paced [`Flusher`] pace: a backlog,
+/// not the pairs that meet by chance at moderate load (or because the
+/// previous round was paced, which kept a moderate load paced for good).
+pub const BUSY_BATCH: usize = 8;
 
 /// Counters of a [`Flusher`], monotonically increasing since start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -121,12 +125,12 @@ impl Flusher {
             .spawn(move || {
                 // Ends when every Sender (every Flusher handle) is gone.
                 let mut last_end: Option<Instant> = None;
-                // Rounds left in which to pace. Busy = callbacks arrived while a flush ran, or a
-                // flush served several: writers produce faster than flushes complete, so a delay
-                // collects more per flush. A lone writer waiting on each flush (a publisher
-                // waiting for every confirm) never looks busy, and gains nothing from a delay.
+                // Rounds left in which to pace. Busy = a flush served BUSY_BATCH or more, or a
+                // writer hinted at its backlog: writers produce faster than flushes complete, so
+                // a delay collects more per flush. A lone writer waiting on each flush (a
+                // publisher waiting for every confirm) never looks busy, and gains nothing.
                 let mut pace_rounds = 0u32;
-                // A callback taken while checking for busyness; it opens the next round.
+                // A callback submitted during the flush; it opens the next round.
                 let mut next: Option<FlushCallback> = None;
                 loop {
                     let first = match next.take() {
@@ -147,18 +151,16 @@ impl Flusher {
                     }
                     let mut batch = vec![first];
                     batch.extend(rx.try_iter());
-                    pace_rounds = if batch.len() > 1 {
+                    pace_rounds = if batch.len() >= BUSY_BATCH {
                         PACE_ROUNDS
                     } else {
                         pace_rounds.saturating_sub(1)
                     };
                     let res = flush();
                     last_end = Some(Instant::now());
-                    // Checked before this round's callbacks run, so a writer they unblock does
-                    // not count: anything here was submitted during the flush. It is not
-                    // covered by this flush and opens the next round.
+                    // Anything here was submitted during the flush: it is not covered by this
+                    // flush and opens the next round.
                     if let Ok(cb) = rx.try_recv() {
-                        pace_rounds = PACE_ROUNDS;
                         next = Some(cb);
                     }
                     c.flushes.fetch_add(1, Ordering::Relaxed);

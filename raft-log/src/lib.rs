@@ -28,7 +28,7 @@ mod wal;
 pub type GroupId = u64;
 
 pub use error::StoreError;
-pub use flusher::{BusyHint, FlushCallback, Flusher, FlusherStats};
+pub use flusher::{BusyHint, FlushCallback, Flusher, FlusherStats, BUSY_BATCH};
 pub use log_store::LogStore;
 pub use machine::{ApplyMeta, Machine};
 pub use node_store::{NodeStore, StoreOptions};

@@ -164,39 +164,93 @@ fn pacing_never_delays_a_lone_writer() {
     assert_eq!(flusher.stats().flushes, 5);
 }
 
-/// A callback that arrived while a flush ran waits for the pacing interval, then shares the
-/// next flush (no flush starts sooner than the interval after the previous one while busy).
-#[test]
-fn pacing_delays_the_flush_after_a_busy_one() {
-    const INTERVAL: Duration = Duration::from_millis(300);
+/// A flusher gated by the test: each flush signals `started`, then waits for a `gate` message.
+fn gated_flusher(interval: Duration) -> (Flusher, mpsc::Receiver<()>, mpsc::Sender<()>) {
     let (started_tx, started_rx) = mpsc::channel::<()>();
     let (gate_tx, gate_rx) = mpsc::channel::<()>();
-    let flusher = Flusher::start_paced("test-flusher", INTERVAL, move || {
+    let flusher = Flusher::start_paced("test-flusher", interval, move || {
         started_tx.send(()).map_err(io::Error::other)?;
         gate_rx.recv_timeout(T).map_err(io::Error::other)?;
         Ok(())
     })
     .unwrap();
-    let (fired_tx, fired_rx) = mpsc::channel::<u32>();
-    let submit = |id: u32| {
-        let tx = fired_tx.clone();
-        flusher
-            .submit(Box::new(move |r| {
-                r.expect("flush ok");
-                tx.send(id).unwrap();
-            }))
-            .unwrap();
-    };
-    submit(1);
-    started_rx.recv_timeout(T).expect("first flush started");
-    submit(2); // arrives while flush 1 runs
-    gate_tx.send(()).unwrap();
-    gate_tx.send(()).unwrap();
-    assert_eq!(fired_rx.recv_timeout(T), Ok(1));
+    (flusher, started_rx, gate_tx)
+}
+
+/// Submits a callback that sends `id` on `fired` once its flush succeeded.
+fn submit_id(flusher: &Flusher, fired: &mpsc::Sender<u32>, id: u32) {
+    let tx = fired.clone();
+    flusher
+        .submit(Box::new(move |r| {
+            r.expect("flush ok");
+            tx.send(id).unwrap();
+        }))
+        .unwrap();
+}
+
+/// After a flush that served a backlog (`BUSY_BATCH` callbacks), the next flush waits for
+/// the pacing interval and the callbacks arriving meanwhile share it.
+#[test]
+fn pacing_delays_the_flush_after_a_backlog() {
+    const INTERVAL: Duration = Duration::from_millis(300);
+    let (flusher, started, gate) = gated_flusher(INTERVAL);
+    let (fired_tx, fired) = mpsc::channel::<u32>();
+    submit_id(&flusher, &fired_tx, 0);
+    started.recv_timeout(T).expect("first flush started");
+    let backlog = raft_log::BUSY_BATCH as u32;
+    for id in 1..=backlog {
+        submit_id(&flusher, &fired_tx, id); // queue up while flush 1 runs
+    }
+    for _ in 0..3 {
+        gate.send(()).unwrap();
+    }
+    for id in 0..=backlog {
+        assert_eq!(fired.recv_timeout(T), Ok(id));
+    }
+    submit_id(&flusher, &fired_tx, 100);
     assert!(
-        fired_rx.recv_timeout(INTERVAL / 3).is_err(),
-        "the flush after a busy one started before the interval"
+        fired.recv_timeout(INTERVAL / 3).is_err(),
+        "the flush after a backlog started before the interval"
     );
-    assert_eq!(fired_rx.recv_timeout(T), Ok(2));
-    assert_eq!(flusher.stats().flushes, 2);
+    assert_eq!(fired.recv_timeout(T), Ok(100));
+    assert_eq!(flusher.stats().flushes, 3);
+}
+
+/// Two writers meeting by chance (one arrives while the other's flush runs) are not a
+/// backlog: the flush after theirs is not delayed. Pacing them kept a moderate load paced
+/// for good, since a paced round collects a pair by itself (a ~3 ms latency floor).
+#[test]
+fn pacing_ignores_a_pair_that_met_by_chance() {
+    let (flusher, started, gate) = gated_flusher(Duration::from_secs(3600));
+    let (fired_tx, fired) = mpsc::channel::<u32>();
+    submit_id(&flusher, &fired_tx, 1);
+    started.recv_timeout(T).expect("first flush started");
+    submit_id(&flusher, &fired_tx, 2); // arrives while flush 1 runs
+    for _ in 0..3 {
+        gate.send(()).unwrap();
+    }
+    assert_eq!(fired.recv_timeout(T), Ok(1));
+    assert_eq!(fired.recv_timeout(T), Ok(2));
+    submit_id(&flusher, &fired_tx, 3);
+    assert_eq!(fired.recv_timeout(T), Ok(3), "a pair made the flusher pace");
+}
+
+/// A writer's busy hint (a proposer folding a backlog into one entry) paces the next flush.
+#[test]
+fn a_busy_hint_paces_the_next_flush() {
+    const INTERVAL: Duration = Duration::from_millis(300);
+    let (flusher, started, gate) = gated_flusher(INTERVAL);
+    let (fired_tx, fired) = mpsc::channel::<u32>();
+    submit_id(&flusher, &fired_tx, 1);
+    started.recv_timeout(T).expect("first flush started");
+    gate.send(()).unwrap();
+    assert_eq!(fired.recv_timeout(T), Ok(1));
+    flusher.busy_hint().note();
+    submit_id(&flusher, &fired_tx, 2);
+    gate.send(()).unwrap();
+    assert!(
+        fired.recv_timeout(INTERVAL / 3).is_err(),
+        "a hinted flush started before the interval"
+    );
+    assert_eq!(fired.recv_timeout(T), Ok(2));
 }

@@ -31,6 +31,11 @@ const LEASE_MARGIN_MS: u64 = 15;
 /// replica that missed entries would depose a live leader by campaigning
 /// (its higher term is refused a vote but still ends the leader's term).
 const STARTUP_GRACE_MS: u64 = 1000;
+/// A replica that has not heard from a leader since it opened does not
+/// campaign for this long (ms): a new queue's preferred leader (the
+/// declaring node) campaigns by itself meanwhile (`Broker::open_queue`), and
+/// a reopened replica gives its live leader time to reach it.
+const NEW_REPLICA_GRACE_MS: u64 = 1000;
 
 #[derive(Default)]
 struct Leaderless {
@@ -79,9 +84,13 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
                 let st = state.entry(group).or_default();
                 let since = *st.since.get_or_insert(now);
                 let lease = Duration::from_millis(LEADER_LEASE_MS + LEASE_MARGIN_MS);
-                let start = groups
-                    .last_heard(group)
-                    .map_or(since, |heard| since.max(heard + lease));
+                let grace = Duration::from_millis(NEW_REPLICA_GRACE_MS);
+                let start = match groups.last_heard(group) {
+                    Some(heard) => since.max(heard + lease),
+                    None => groups
+                        .opened_at(group)
+                        .map_or(since, |o| since.max(o + grace)),
+                };
                 if now < start {
                     due = Some(due.map_or(start, |d| d.min(start)));
                     continue;

@@ -63,6 +63,8 @@ pub trait GroupReplica: Send + Sync + 'static {
 
 struct Entry {
     replica: Arc<dyn GroupReplica>,
+    /// When the replica was registered (opened on this node).
+    opened: Instant,
     /// When this replica last took an append-entries RPC from a leader
     /// (ms since [`clock_base`], 0 = never): its leader lease runs from here.
     heard: AtomicU64,
@@ -85,7 +87,15 @@ impl GroupTable {
     pub fn insert(&self, group: u64, replica: Arc<dyn GroupReplica>) {
         if let Ok(mut g) = self.groups.write() {
             let heard = AtomicU64::new(0);
-            g.insert(group, Arc::new(Entry { replica, heard }));
+            let opened = Instant::now();
+            g.insert(
+                group,
+                Arc::new(Entry {
+                    replica,
+                    opened,
+                    heard,
+                }),
+            );
         }
     }
 
@@ -96,6 +106,11 @@ impl GroupTable {
             let ms = clock_base().elapsed().as_millis() as u64;
             e.heard.store(ms.max(1), Ordering::Relaxed);
         }
+    }
+
+    /// When `group`'s replica was registered on this node.
+    pub fn opened_at(&self, group: u64) -> Option<Instant> {
+        Some(self.groups.read().ok()?.get(&group)?.opened)
     }
 
     /// When `group`'s replica last heard from a leader, if ever since it was
