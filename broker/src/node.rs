@@ -587,12 +587,17 @@ impl Broker {
                 if (fresh || sole) && rec.members.first() == Some(&me) {
                     let raft = raft.clone();
                     tokio::spawn(async move {
+                        // The first campaign was openraft's initialize (new
+                        // group) or is the first one here (sole member).
+                        if !fresh {
+                            let _ = raft.trigger().elect().await;
+                        }
                         for _ in 0..PREFERRED_CAMPAIGNS {
+                            tokio::time::sleep(PREFERRED_CAMPAIGN_EVERY).await;
                             if raft.current_leader().await.is_some() {
                                 return;
                             }
                             let _ = raft.trigger().elect().await;
-                            tokio::time::sleep(PREFERRED_CAMPAIGN_EVERY).await;
                         }
                     });
                 }

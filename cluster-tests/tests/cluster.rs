@@ -1455,3 +1455,24 @@ async fn queues_declared_back_to_back_all_get_a_working_leader() -> anyhow::Resu
     )
     .await
 }
+
+/// i. A new quorum queue is led by the node it was declared through
+/// (RabbitMQ's `client-local` leader locator), whichever node that is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_queue_is_led_by_the_declaring_node() -> anyhow::Result<()> {
+    with_cluster(
+        "a_new_queue_is_led_by_the_declaring_node",
+        3,
+        Duration::from_secs(120),
+        |c| async move {
+            for node in 1..=3 {
+                let q = unique(&format!("cl.local.{node}"));
+                declare_quorum(&c.uri(node), &q, &[]).await?;
+                let leader = c.wait_queue_leader(node, &q, LEADER_WAIT).await?;
+                assert_eq!(leader, node, "queue {q} declared through node {node}");
+            }
+            Ok(())
+        },
+    )
+    .await
+}

@@ -26,15 +26,14 @@ const RETRY_MS: u64 = 250;
 /// Added to the lease: the other voters took the dead leader's last append
 /// a little after this replica did (ms).
 const LEASE_MARGIN_MS: u64 = 15;
-/// No campaigns this long after the node starts (ms): until the failure
-/// detector has reached the peers, every leader looks down, and a restarted
-/// replica that missed entries would depose a live leader by campaigning
-/// (its higher term is refused a vote but still ends the leader's term).
-const STARTUP_GRACE_MS: u64 = 1000;
 /// A replica that has not heard from a leader since it opened does not
-/// campaign for this long (ms): a new queue's preferred leader (the
-/// declaring node) campaigns by itself meanwhile (`Broker::open_queue`), and
-/// a reopened replica gives its live leader time to reach it.
+/// campaign for this long (ms). A new queue's preferred leader (the
+/// declaring node) campaigns by itself meanwhile (`Broker::open_queue`). A
+/// reopened replica (every one, when the node starts) gives its leader time
+/// to reach it: until the failure detector has reached the peers every
+/// leader looks down, and a replica that missed entries would depose a live
+/// leader by campaigning (its higher term is refused a vote but still ends
+/// the leader's term; openraft 0.9 has no pre-vote).
 const NEW_REPLICA_GRACE_MS: u64 = 1000;
 
 #[derive(Default)]
@@ -46,7 +45,6 @@ struct Leaderless {
 /// Runs the sweep until `groups` is dropped.
 pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(STARTUP_GRACE_MS)).await;
         let mut changes = detector.subscribe();
         let mut state: HashMap<u64, Leaderless> = HashMap::new();
         let sweep = Duration::from_millis(SWEEP_MS);

@@ -99,13 +99,14 @@ impl GroupTable {
         }
     }
 
-    /// Notes that `group`'s replica is taking an append-entries RPC from a
-    /// leader now (the transport server calls this before handing it over).
-    pub fn heard_from_leader(&self, group: u64) {
-        if let Some(e) = self.groups.read().ok().and_then(|g| g.get(&group).cloned()) {
-            let ms = clock_base().elapsed().as_millis() as u64;
-            e.heard.store(ms.max(1), Ordering::Relaxed);
-        }
+    /// The replica of `group` for an append-entries RPC from a leader: also
+    /// notes that it hears from its leader now (see [`GroupTable::last_heard`]).
+    pub fn get_for_append(&self, group: u64) -> Option<Arc<dyn GroupReplica>> {
+        let g = self.groups.read().ok()?;
+        let e = g.get(&group)?;
+        let ms = clock_base().elapsed().as_millis() as u64;
+        e.heard.store(ms.max(1), Ordering::Relaxed);
+        Some(e.replica.clone())
     }
 
     /// When `group`'s replica was registered on this node.

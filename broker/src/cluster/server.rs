@@ -77,18 +77,24 @@ impl ClusterServices {
     }
 
     fn replica(&self, group: u64) -> Result<Arc<dyn GroupReplica>, Status> {
-        self.groups
-            .get(group)
+        self.find_replica(group, GroupTable::get)
+    }
+
+    /// The replica of `group` as `find` (a [`GroupTable`] lookup) returns it.
+    fn find_replica(&self, group: u64, find: Lookup) -> Result<Arc<dyn GroupReplica>, Status> {
+        find(&self.groups, group)
             .ok_or_else(|| Status::not_found(format!("group {group} is not open on this node")))
     }
 }
 
 impl ClusterServices {
     /// One group-tagged Raft RPC: check the cluster id, find the group's
-    /// replica, decode the openraft request, call, encode the result.
+    /// replica with `find`, decode the openraft request, call, encode the
+    /// result.
     async fn raft_rpc<Req, Resp, Fut>(
         &self,
         req: Request<RaftRequest>,
+        find: Lookup,
         call: impl FnOnce(super::types::Raft, Req) -> Fut,
     ) -> Result<Response<RaftReply>, Status>
     where
@@ -98,13 +104,16 @@ impl ClusterServices {
     {
         let req = req.into_inner();
         self.check_cluster(req.cluster_id)?;
-        let raft = self.replica(req.group_id)?.raft().clone();
+        let raft = self.find_replica(req.group_id, find)?.raft().clone();
         let r = call(raft, decode(&req.payload)?).await;
         Ok(Response::new(RaftReply {
             payload: encode(&r)?.into(),
         }))
     }
 }
+
+/// How an RPC finds its group's replica in the [`GroupTable`].
+type Lookup = fn(&GroupTable, u64) -> Option<Arc<dyn GroupReplica>>;
 
 fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, Status> {
     raft_log::codec::decode(b)
@@ -121,17 +130,20 @@ impl RaftTransport for ClusterServices {
         &self,
         req: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
-        self.groups.heard_from_leader(req.get_ref().group_id);
-        self.raft_rpc(req, |raft, rpc: AppendEntriesRequest<TypeConfig>| async move {
+        // Noting the leader's contact: elections wait out its lease.
+        let find = GroupTable::get_for_append;
+        self.raft_rpc(req, find, |raft, rpc: AppendEntriesRequest<TypeConfig>| async move {
             raft.append_entries(rpc).await
         })
         .await
     }
 
     async fn vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
-        self.raft_rpc(req, |raft, rpc: VoteRequest<NodeId>| async move {
-            raft.vote(rpc).await
-        })
+        self.raft_rpc(
+            req,
+            GroupTable::get,
+            |raft, rpc: VoteRequest<NodeId>| async move { raft.vote(rpc).await },
+        )
         .await
     }
 

@@ -32,7 +32,7 @@ const MAX_BATCH: usize = 1024;
 /// folds happen at moderate load by themselves, and more so once syncs are
 /// paced: counting them kept a 2k msg/s publisher paced for good (a ~3 ms
 /// latency floor, issue 9).
-const BUSY_BATCH: usize = 16;
+const BUSY_FOLD: usize = 16;
 /// Proposals waiting for the proposer before `propose` applies backpressure.
 const QUEUE_DEPTH: usize = 8192;
 /// How long a proposal is retried (leader elections, forwarding) before its
@@ -424,7 +424,7 @@ impl Proposer {
                             Err(_) => break,
                         }
                     }
-                    if batch.len() >= BUSY_BATCH {
+                    if batch.len() >= BUSY_FOLD {
                         // A backlog queued up while earlier writes were in flight.
                         self.busy.note();
                     }
