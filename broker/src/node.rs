@@ -156,6 +156,8 @@ impl Broker {
                 group: META_GROUP,
                 peers: peers.clone(),
                 groups: groups.clone(),
+                durable: None,
+                detector: detector.clone(),
             },
             log,
             sm,
@@ -525,14 +527,20 @@ impl Broker {
                 let machine = QueueMachine::new(config.clone());
                 let bodies = SegmentBodies::open(&self.bodies_dir(rec.group_id), MEMORY_BUDGET)?;
                 let host = QueueHost::new(machine, Box::new(bodies), ctx.clone());
+                // The leader syncs its log while it replicates (raft_log::durable).
+                let log = self
+                    .store
+                    .log_store::<TypeConfig>(rec.group_id)?
+                    .ack_own_entries(me);
+                let durable = log.durable();
                 let sm = self
                     .store
-                    .state_machine::<TypeConfig, QueueHost>(rec.group_id, host)?;
+                    .state_machine::<TypeConfig, QueueHost>(rec.group_id, host)?
+                    .apply_when_durable(durable.clone());
                 let host = sm.machine();
                 if let Ok(mut h) = host.lock() {
                     h.finish_open();
                 }
-                let log = self.store.log_store::<TypeConfig>(rec.group_id)?;
                 let cfg = Arc::new(
                     raft_config(rec.group_id).map_err(|e| NodeError::Raft(e.to_string()))?,
                 );
@@ -543,6 +551,8 @@ impl Broker {
                         group: rec.group_id,
                         peers: self.peers.clone(),
                         groups: self.groups.clone(),
+                        durable: Some(durable),
+                        detector: self.detector.clone(),
                     },
                     log,
                     sm,

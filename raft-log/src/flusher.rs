@@ -35,7 +35,7 @@ const PACE_ROUNDS: u32 = 64;
 /// Callbacks sharing one flush that make a paced [`Flusher`] pace: a backlog,
 /// not the pairs that meet by chance at moderate load (or because the
 /// previous round was paced, which kept a moderate load paced for good).
-pub const BUSY_BATCH: usize = 8;
+pub const BUSY_BATCH: usize = 16;
 
 /// Counters of a [`Flusher`], monotonically increasing since start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod codec;
+pub mod durable;
 mod error;
 mod flusher;
 pub mod keys;
@@ -27,6 +28,7 @@ mod wal;
 /// Identifier of one Raft group: a fresh u64 per queue incarnation, never reused (pitfall P9).
 pub type GroupId = u64;
 
+pub use durable::DurableIndex;
 pub use error::StoreError;
 pub use flusher::{BusyHint, FlushCallback, Flusher, FlusherStats, BUSY_BATCH};
 pub use log_store::LogStore;

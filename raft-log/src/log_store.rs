@@ -4,6 +4,9 @@
 //! Durability (openraft 0.9.25 `storage/v2.rs` contract, architecture-anchors §1.3):
 //! - `append` buffers the entries in the WAL (readable at once), then hands `LogFlushed` to the
 //!   node-wide [`Flusher`]; it fires only after a WAL sync that started after the append.
+//!   Exception, opted into with [`LogStore::ack_own_entries`]: a leader's own entries are
+//!   reported flushed at once and their durability is tracked by the group's [`DurableIndex`]
+//!   instead (see [`crate::durable`] for why that is safe).
 //! - `save_vote` and `truncate` wait for a sync before returning.
 //! - `purge` records the purge point and drops the entries in one WAL record. No sync: losing a
 //!   purge only brings back entries that a durable snapshot already covers.
@@ -24,41 +27,91 @@ use openraft::{
 };
 
 use crate::error::StoreResultExt;
+use crate::durable::DurableIndex;
 use crate::wal::Wal;
 use crate::{codec, Flusher, GroupId, StoreError};
 
 /// The Raft log, vote and committed id of one group. Obtain with `NodeStore::log_store`; pass to
 /// `openraft::Raft::new`. Clones share the same state (the clone is also the `LogReader`).
-pub struct LogStore<C> {
+pub struct LogStore<C: RaftTypeConfig> {
     group: GroupId,
     wal: Arc<Wal>,
     flusher: Flusher,
+    durable: DurableIndex<C::NodeId>,
+    /// This node's id when its own entries (as leader) are acknowledged before the sync.
+    own_acks: Option<C::NodeId>,
+    /// The vote as last saved (openraft calls `save_vote` and `append` on one instance).
+    vote: Option<Vote<C::NodeId>>,
     _c: PhantomData<fn() -> C>,
 }
 
-impl<C> Clone for LogStore<C> {
+impl<C: RaftTypeConfig> Clone for LogStore<C> {
     fn clone(&self) -> Self {
         LogStore {
             group: self.group,
             wal: self.wal.clone(),
             flusher: self.flusher.clone(),
+            durable: self.durable.clone(),
+            own_acks: self.own_acks.clone(),
+            vote: self.vote.clone(),
             _c: PhantomData,
         }
     }
 }
 
 type NodeIdOf<C> = <C as RaftTypeConfig>::NodeId;
+/// First and last log id of an append.
+type Span<C> = (LogId<NodeIdOf<C>>, LogId<NodeIdOf<C>>);
 
 impl<C> LogStore<C>
 where
     C: RaftTypeConfig<Entry = Entry<C>>,
 {
-    pub(crate) fn new(group: GroupId, wal: Arc<Wal>, flusher: Flusher) -> Self {
-        LogStore {
+    pub(crate) fn new(group: GroupId, wal: Arc<Wal>, flusher: Flusher) -> Result<Self, StoreError> {
+        let mut store = LogStore {
             group,
             wal,
             flusher,
+            durable: DurableIndex::new(None),
+            own_acks: None,
+            vote: None,
             _c: PhantomData,
+        };
+        // Everything recovered from the WAL counts as durable.
+        store.durable = DurableIndex::new(store.last_log_id()?);
+        store.vote = store
+            .wal
+            .meta(group)
+            .vote
+            .map(|b| codec::decode(&b))
+            .transpose()?;
+        Ok(store)
+    }
+
+    /// Acknowledge this node's own entries (written while it leads, `me` = its node id) as
+    /// flushed as soon as they are written, so openraft replicates them while the local sync
+    /// runs (Raft thesis §10.2.1). Only safe together with
+    /// [`crate::GroupStateMachine::apply_when_durable`] on the group's state machine and a
+    /// transport that caps the commit index it sends with [`DurableIndex::cap`].
+    pub fn ack_own_entries(mut self, me: C::NodeId) -> Self {
+        self.own_acks = Some(me);
+        self
+    }
+
+    /// How far this group's log is durable on this node.
+    pub fn durable(&self) -> DurableIndex<C::NodeId> {
+        self.durable.clone()
+    }
+
+    /// True when `first` was written by this node as the leader of its current vote.
+    fn is_own(&self, first: &LogId<C::NodeId>) -> bool {
+        match (&self.own_acks, &self.vote) {
+            (Some(me), Some(vote)) => {
+                vote.is_committed()
+                    && vote.leader_id() == &first.leader_id
+                    && first.leader_id.voted_for().as_ref() == Some(me)
+            }
+            _ => false,
         }
     }
 
@@ -78,8 +131,12 @@ where
         &mut self,
         entries: I,
     ) -> Result<(), StoreError> {
-        self.write_entries(entries)?;
-        self.flusher.flush().await
+        let written = self.write_entries(entries)?;
+        self.flusher.flush().await?;
+        if let Some((_, last)) = written {
+            self.durable.advance(last);
+        }
+        Ok(())
     }
 
     /// Number of entries currently held.
@@ -95,12 +152,18 @@ where
     fn write_entries<I: IntoIterator<Item = Entry<C>>>(
         &self,
         entries: I,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<Span<C>>, StoreError> {
+        let mut ids = None;
         let encoded = entries
             .into_iter()
-            .map(|e| Ok((e.log_id.index, codec::encode(&e)?)))
+            .map(|e| {
+                let first = ids.take().map_or_else(|| e.log_id.clone(), |(f, _)| f);
+                ids = Some((first, e.log_id.clone()));
+                Ok((e.log_id.index, codec::encode(&e)?))
+            })
             .collect::<Result<Vec<_>, StoreError>>()?;
-        self.wal.append(self.group, encoded)
+        self.wal.append(self.group, encoded)?;
+        Ok(ids)
     }
 
     fn read_range<RB: RangeBounds<u64>>(&self, range: RB) -> Result<Vec<Entry<C>>, StoreError> {
@@ -190,6 +253,7 @@ where
         codec::encode(vote)
             .and_then(|b| self.wal.set_vote(self.group, &b))
             .sto(ErrorSubject::Vote, ErrorVerb::Write)?;
+        self.vote = Some(vote.clone());
         self.flusher
             .flush()
             .await
@@ -232,10 +296,36 @@ where
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        self.write_entries(entries)
+        let written = self
+            .write_entries(entries)
             .sto(ErrorSubject::Logs, ErrorVerb::Write)?;
+        let Some((first, last)) = written else {
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        };
+        let group = self.group;
+        let index = last.index;
+        tracing::trace!(target: "timeline", ev = "wal_append", group, last = index);
+        let durable = self.durable.clone();
+        let mark = move |r: &Result<(), std::io::Error>| {
+            tracing::trace!(target: "timeline", ev = "wal_flushed", group, last = index);
+            match r {
+                Ok(()) => durable.advance(last),
+                Err(_) => durable.fail(),
+            }
+        };
+        let cb: crate::FlushCallback = if self.is_own(&first) {
+            // The leader's own entries: replicate now, apply once `durable` covers them.
+            callback.log_io_completed(Ok(()));
+            Box::new(move |r| mark(&r))
+        } else {
+            Box::new(move |r| {
+                mark(&r);
+                callback.log_io_completed(r)
+            })
+        };
         self.flusher
-            .submit(Box::new(move |r| callback.log_io_completed(r)))
+            .submit(cb)
             .sto(ErrorSubject::Logs, ErrorVerb::Write)
     }
 
@@ -245,6 +335,7 @@ where
         self.wal
             .truncate(self.group, log_id.index)
             .sto(subject(), ErrorVerb::Delete)?;
+        self.durable.truncate(log_id.index);
         self.flusher.flush().await.sto(subject(), ErrorVerb::Delete)
     }
 
@@ -261,7 +352,56 @@ where
 mod tests {
     use std::ops::Bound;
 
+    use openraft::storage::RaftLogStorage;
+    use openraft::{CommittedLeaderId, LeaderId, LogId, Vote};
+
     use super::index_bounds;
+    use crate::NodeStore;
+
+    openraft::declare_raft_types!(
+        Tc:
+            D = u64,
+            R = u64,
+            NodeId = u64,
+            Node = openraft::BasicNode,
+            Entry = openraft::Entry<Tc>,
+            SnapshotData = std::io::Cursor<Vec<u8>>,
+    );
+
+    fn by(term: u64, node: u64, index: u64) -> LogId<u64> {
+        LogId::new(CommittedLeaderId::new(term, node), index)
+    }
+
+    fn committed(term: u64, node: u64) -> Vote<u64> {
+        let mut v = Vote::new(term, node);
+        v.commit();
+        v
+    }
+
+    /// Early acknowledgement is only for entries this node wrote as the leader of its vote:
+    /// a follower must sync before it acknowledges (its acknowledgement counts toward commit).
+    #[tokio::test]
+    async fn only_the_leaders_own_entries_are_acknowledged_early() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let ns = NodeStore::open(dir.path(), 1 << 20).unwrap();
+        let mut plain = ns.log_store::<Tc>(7).unwrap();
+        let mut log = ns.log_store::<Tc>(7).unwrap().ack_own_entries(1);
+        assert!(!log.is_own(&by(1, 1, 1)), "no vote yet");
+
+        log.save_vote(&Vote::new(3, 1)).await.unwrap();
+        assert!(!log.is_own(&by(3, 1, 1)), "a candidate's vote is not a leader's");
+
+        log.save_vote(&committed(3, 1)).await.unwrap();
+        assert!(log.is_own(&by(3, 1, 5)), "leading in term 3: own entries");
+        assert!(!log.is_own(&by(2, 1, 5)), "entries of an earlier term of this node");
+        plain.save_vote(&committed(3, 1)).await.unwrap();
+        assert!(!plain.is_own(&by(3, 1, 5)), "not opted in");
+
+        log.save_vote(&committed(4, 2)).await.unwrap();
+        assert!(!log.is_own(&by(4, 2, 6)), "following node 2");
+        assert!(!log.is_own(&by(3, 1, 6)), "own old entries resent to a follower");
+        assert_eq!(LeaderId::new(4, 2), *committed(4, 2).leader_id());
+    }
 
     #[test]
     fn empty_and_edge_ranges() {

@@ -121,12 +121,12 @@ impl NodeStore {
     /// The log store of `group` (its part of the WAL; empty if the group is new).
     ///
     /// Use exactly one `Raft` per group per node; clones of the returned store share state.
-    /// Errors: none today; kept fallible for future formats.
+    /// Errors: decode errors or [`StoreError::Corrupt`] for a bad last entry or vote record.
     pub fn log_store<C>(&self, group: GroupId) -> Result<LogStore<C>, StoreError>
     where
         C: RaftTypeConfig<Entry = Entry<C>>,
     {
-        Ok(LogStore::new(group, self.wal.clone(), self.flusher.clone()))
+        LogStore::new(group, self.wal.clone(), self.flusher.clone())
     }
 
     /// The state machine of `group` wrapping `machine` (tree `snap/<gid>`, created if missing).

@@ -21,6 +21,7 @@ use openraft::{
     RaftTypeConfig, SnapshotMeta, StorageError, StoredMembership,
 };
 
+use crate::durable::DurableIndex;
 use crate::error::StoreResultExt;
 use crate::snapshot::{SnapshotPayload, SnapshotStore};
 use crate::{ApplyMeta, GroupId, Machine, StoreError};
@@ -45,6 +46,8 @@ struct Applied<C: RaftTypeConfig> {
 /// `openraft::Raft::new`; read application state through [`GroupStateMachine::machine`].
 pub struct GroupStateMachine<C: RaftTypeConfig, M> {
     shared: Shared<C, M>,
+    /// Entries are applied only once durable here (see [`crate::durable`]).
+    durable: Option<DurableIndex<C::NodeId>>,
 }
 
 /// State shared by the state machine and its snapshot builders.
@@ -91,7 +94,19 @@ impl<C: GroupTypeConfig, M: Machine<C>> GroupStateMachine<C, M> {
             applied: Arc::new(Mutex::new(applied)),
             snapshots,
         };
-        Ok(GroupStateMachine { shared })
+        Ok(GroupStateMachine {
+            shared,
+            durable: None,
+        })
+    }
+
+    /// Apply an entry only once `durable` (the group's log, see
+    /// [`crate::LogStore::durable`]) covers it: required with
+    /// [`crate::LogStore::ack_own_entries`], where openraft may commit a leader's entry before
+    /// the leader's own copy is synced.
+    pub fn apply_when_durable(mut self, durable: DurableIndex<C::NodeId>) -> Self {
+        self.durable = Some(durable);
+        self
     }
 
     /// The application state. Lock it briefly: `apply` and snapshot builds wait on this lock.
@@ -191,6 +206,13 @@ impl<C: GroupTypeConfig, M: Machine<C>> RaftStateMachine<C> for GroupStateMachin
         I::IntoIter: OptionalSend,
     {
         let group = self.group();
+        let entries: Vec<C::Entry> = entries.into_iter().collect();
+        if let (Some(durable), Some(last)) = (&self.durable, entries.last()) {
+            durable
+                .wait_for(last.log_id.index)
+                .await
+                .sto(ErrorSubject::Logs, ErrorVerb::Write)?;
+        }
         let mut machine =
             lock(&self.shared.machine).sto(ErrorSubject::StateMachine, ErrorVerb::Write)?;
         let mut applied =
@@ -209,6 +231,7 @@ impl<C: GroupTypeConfig, M: Machine<C>> RaftStateMachine<C> for GroupStateMachin
                     C::R::default()
                 }
                 EntryPayload::Normal(cmd) => {
+                    tracing::trace!(target: "timeline", ev = "apply", group, index = log_id.index);
                     let meta = ApplyMeta {
                         group,
                         index: log_id.index,

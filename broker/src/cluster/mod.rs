@@ -3,6 +3,7 @@
 //! server), forwarding to leaders, deliveries to remote consumers, the
 //! failure detector and the elections it starts, and per-group Raft settings.
 
+pub mod commit_updates;
 pub mod deliveries;
 pub mod detector;
 pub mod elections;

@@ -21,14 +21,20 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     SnapshotResponse, VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, Snapshot, Vote};
+use openraft::{BasicNode, LogId, Snapshot, Vote};
 use quorumq_proto::v1::raft_transport_client::RaftTransportClient;
 use quorumq_proto::v1::{RaftRequest, SnapshotChunk};
 use tonic::transport::Channel;
 
+use super::commit_updates::CommitUpdates;
+use super::detector::Detector;
+use raft_log::DurableIndex;
 use super::groups::GroupTable;
 use super::peers::{Peers, MAX_MESSAGE_BYTES};
-use super::types::{NodeId, TypeConfig};
+use super::types::{NodeId, TypeConfig, META_GROUP};
+
+/// Time limit of one background commit-index update (ms).
+const COMMIT_UPDATE_TIMEOUT_MS: u64 = 1000;
 
 /// Bytes of snapshot data or message bodies per streamed chunk.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
@@ -42,12 +48,24 @@ pub struct Network {
     pub peers: Arc<Peers>,
     /// Local replicas (the snapshot sender reads bodies through them).
     pub groups: Arc<GroupTable>,
+    /// Queue groups: how far the local log is durable. The leader syncs its
+    /// own entries while replicating them, so followers are told a commit
+    /// index no further than this (`raft_log::durable`).
+    pub durable: Option<DurableIndex<NodeId>>,
+    /// Node liveness: a timed-out call to a live node is retried at once.
+    pub detector: Arc<Detector>,
 }
 
-/// A client to one peer for one group.
+/// A client to one peer for one group (one per replication session).
 pub struct PeerClient {
     target: NodeId,
     net: Network,
+    /// The last log id the follower confirmed to this client (None until an
+    /// append succeeded, and after a refusal).
+    confirmed: Option<LogId<NodeId>>,
+    /// Queue groups: commit-index updates sent off the replication path
+    /// (started with the first one).
+    commits: Option<CommitUpdates>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,11 +94,47 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         PeerClient {
             target,
             net: self.clone(),
+            confirmed: None,
+            commits: None,
         }
     }
 }
 
 impl PeerClient {
+    async fn send_append(
+        &self,
+        rpc: &AppendEntriesRequest<TypeConfig>,
+        ttl: Duration,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.unary(rpc, ttl, |mut c, r| async move { c.append_entries(r).await })
+            .await
+    }
+
+    /// The background sender of this session's commit-index updates.
+    fn commit_updates(&mut self) -> &CommitUpdates {
+        let (target, net) = (self.target, self.net.clone());
+        self.commits.get_or_insert_with(|| {
+            let client = PeerClient {
+                target,
+                net,
+                confirmed: None,
+                commits: None,
+            };
+            let client = Arc::new(client);
+            CommitUpdates::start(move |update| {
+                let client = client.clone();
+                async move {
+                    if let (Some(d), Some(c)) = (&client.net.durable, &update.leader_commit) {
+                        // Never tell a follower to apply what this leader has not synced.
+                        d.wait_for(c.index).await.ok()?;
+                    }
+                    let ttl = Duration::from_millis(COMMIT_UPDATE_TIMEOUT_MS);
+                    client.send_append(&update, ttl).await.ok()
+                }
+            })
+        })
+    }
+
     fn client(&self) -> Result<RaftTransportClient<Channel>, TransportError> {
         let ch = self
             .net
@@ -128,6 +182,12 @@ impl PeerClient {
                     node: self.target,
                     after: ttl,
                 };
+                // openraft backs off 200 ms after `Unreachable`. A live node that was slow
+                // once (a disk stall: syncs on this 2-core VM stall 100+ ms now and then)
+                // gets the call again at once; a node the detector holds dead is backed off.
+                if self.net.detector.is_alive(self.target) {
+                    return Err(RPCError::Network(NetworkError::new(&e)));
+                }
                 return Err(RPCError::Unreachable(Unreachable::new(&e)));
             }
             Ok(Err(status)) => return Err(status_error(self.target, status)),
@@ -260,13 +320,51 @@ fn status_error<E: std::error::Error>(
 impl RaftNetwork<TypeConfig> for PeerClient {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.unary(&rpc, option.hard_ttl(), |mut c, r| async move {
-            c.append_entries(r).await
-        })
-        .await
+        if let Some(refused) = self.commits.as_ref().and_then(CommitUpdates::take_refusal) {
+            self.confirmed = None;
+            return Ok(refused);
+        }
+        let commit_only = rpc.entries.is_empty()
+            && rpc.prev_log_id.is_some()
+            && rpc.prev_log_id == self.confirmed
+            && self.net.group != META_GROUP;
+        if commit_only {
+            // Sent once the commit index is durable here.
+            self.commit_updates().push(rpc);
+            return Ok(AppendEntriesResponse::Success);
+        }
+        let commit = rpc.leader_commit;
+        if let Some(d) = &self.net.durable {
+            rpc.leader_commit = d.cap(commit);
+        }
+        let held_back = rpc.leader_commit != commit;
+        let vote = rpc.vote;
+        let (group, target) = (self.net.group, self.target);
+        let last_id = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
+        let last = last_id.map_or(0, |l| l.index);
+        let n = rpc.entries.len();
+        tracing::trace!(target: "timeline", ev = "ae_send", group, target, last, n);
+        let r = self.send_append(&rpc, option.hard_ttl()).await;
+        tracing::trace!(target: "timeline", ev = "ae_reply", group, target, last, n);
+        self.confirmed = match &r {
+            Ok(AppendEntriesResponse::Success) => last_id,
+            Ok(AppendEntriesResponse::PartialSuccess(m)) => *m,
+            _ => None,
+        };
+        if held_back && self.confirmed.is_some() && self.net.group != META_GROUP {
+            // The rest of the commit index follows once it is durable here.
+            let prev_log_id = self.confirmed;
+            self.commit_updates().push(AppendEntriesRequest {
+                vote,
+                prev_log_id,
+                leader_commit: commit,
+                entries: Vec::new(),
+            });
+        }
+        r
     }
 
     async fn install_snapshot(

@@ -378,13 +378,15 @@ impl QueueHandle {
     }
 }
 
-/// Raft writes a queue's proposer keeps in flight when this node leads. With one, a batch waits
-/// for the previous batch's apply and reply; with two, the next batch's log append overlaps with
-/// them. (Measured on the 2-core VM: 1 and 2 within run-to-run noise; 4 was slower — smaller
-/// batches, more syncs per message.) Replies still arrive in log order. Forwarded writes go one
+/// Raft writes a queue's proposer keeps in flight when this node leads. Since the leader syncs its
+/// log while it replicates (`raft_log::durable`), openraft no longer stalls one sync per entry,
+/// and entries appended while an AppendEntries is in flight travel together in the next one.
+/// Measured on the 2-core VM, 3 nodes: 8 vs 2 gives e2e p50 2.0 vs 2.6 ms at 2k msg/s and 28.4k
+/// vs 24.8k msg/s at saturation (before that change, 8 was far worse: 14 ms at 2k msg/s).
+/// Replies still arrive in log order. Forwarded writes go one
 /// at a time: two concurrent calls could reach the leader out of order, and a resend must never
 /// follow a later sequence number.
-const PIPELINE_DEPTH: usize = 2;
+const PIPELINE_DEPTH: usize = 8;
 
 type Replies = Vec<oneshot::Sender<Result<QueueReply, QueueError>>>;
 
@@ -438,6 +440,7 @@ impl Proposer {
                     self.seq += 1;
                     let proposer = ProposerId { node: self.origin.node, epoch: self.origin.epoch };
                     let cmd = QueueCommand::Deduped { proposer, seq: self.seq, cmd: Box::new(inner) };
+                    tracing::trace!(target: "timeline", ev = "submit", group = self.route.group, seq = self.seq, n = replies.len());
                     if let Some(raft) = self.route.local_leader() {
                         let submitted = raft
                             .client_write_ff(GroupCommand::Queue { origin: self.origin, cmd: cmd.clone() })
@@ -468,6 +471,7 @@ impl Proposer {
 
     /// A write came back: answer it, or resend it first if it failed.
     async fn finish(&mut self, result: WriteResult, cmd: QueueCommand, replies: Replies) {
+        tracing::trace!(target: "timeline", ev = "reply", group = self.route.group, seq = self.seq_of(&cmd));
         let result = match result {
             Ok(r) => Ok(r),
             Err(e) => {
@@ -476,6 +480,13 @@ impl Proposer {
             }
         };
         answer(result, &cmd, replies);
+    }
+
+    fn seq_of(&self, cmd: &QueueCommand) -> u64 {
+        match cmd {
+            QueueCommand::Deduped { seq, .. } => *seq,
+            _ => 0,
+        }
     }
 
     /// Sends `cmd` to whoever leads until it is applied, [`RETRY_FOR`]
