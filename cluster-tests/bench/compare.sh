@@ -11,7 +11,9 @@
 # run of the same mode (20k messages) on the same broker.
 #
 # Modes (override with MODES): dl = 50k dead-letter arrival in the DLX target,
-# dlc = 50k dead-letter with --consume-target, plain = 100k publish+consume.
+# dlc = 50k dead-letter with --consume-target, plain = 100k publish+consume;
+# latency at a fixed rate: lat1k, lat2k, lat5k, lat10k (10 s each; e2e and
+# confirm p50/p90/p99/p99.9/max), e.g. MODES="lat1k lat2k lat5k lat10k".
 # Extra quorumq-perf flags: PERF_ARGS (e.g. "--client lapin").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,6 +32,7 @@ mode_args() {
     dl) echo "--messages ${2:-50000} --dead-letter" ;;
     dlc) echo "--messages ${2:-50000} --dead-letter --consume-target" ;;
     plain) echo "--messages ${2:-100000}" ;;
+    lat*k) local r=$(( ${1//[!0-9]/} * 1000 )); echo "--messages ${2:-$((r * 10))} --rate $r" ;;
     *) echo "unknown mode $1" >&2; exit 2 ;;
   esac
 }
@@ -44,9 +47,11 @@ cpu_of() { [ -n "$1" ] && awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || e
 
 # The mode with 20k messages, not measured: a fresh process first faults in and
 # zeroes the memory it then reuses (perf: clear_page_erms was 25 % of a first run).
-warm_up() { # uri mode
+warm_up() { # uri mode (a latency mode warms up with plain: no 20 s at a fixed rate)
+  local mode=$2
+  case "$mode" in lat*) mode=plain ;; esac
   ./target/release/quorumq-perf --uri "$1" --size 1024 --confirm 256 --prefetch 256 \
-    $(mode_args "$2" 20000) ${PERF_ARGS:-} >/dev/null 2>&1 || true
+    $(mode_args "$mode" 20000) ${PERF_ARGS:-} >/dev/null 2>&1 || true
 }
 
 run_one() { # broker-label uri pid mode
@@ -58,6 +63,10 @@ run_one() { # broker-label uri pid mode
   rate=$(echo "$out" | headline "$4" || echo 0)
   lost=$(echo "$out" | grep -oP '^lost: \K[0-9]+' || echo "?")
   echo "$4 $1 rate=${rate:-0} lost=$lost broker_cpu_s=$(awk -v a="$t0" -v b="$t1" -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.2f", (b-a)/hz}') $(echo "$out" | grep -o 'client_cpu_s=.*')"
+  case "$4" in lat*)
+    echo "$4 $1 e2e: $(echo "$out" | grep -oP '^latency: \K.*')"
+    echo "$4 $1 confirm: $(echo "$out" | grep -oP '^confirm latency: \K.*')" ;;
+  esac
 }
 
 if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
@@ -83,6 +92,7 @@ for mode in $modes; do
 done
 echo "=== summary (msg/s, min-max of $rounds; dl: arrival in the DLX target, else consume)"
 for mode in $modes; do
+  case "$mode" in lat*) grep -E "^$mode [a-z]+ (e2e|confirm):" "$results"; continue ;; esac
   q=$(awk -v m="$mode" '$1==m && $2=="quorumq" {sub("rate=","",$3); print $3}' "$results" | sort -n | sed -n '1p;$p' | paste -sd-)
   b=$(awk -v m="$mode" '$1==m && $2=="rabbitmq" {sub("rate=","",$3); print $3}' "$results" | sort -n | sed -n '1p;$p' | paste -sd-)
   echo "$mode: quorumq $q  RabbitMQ $b"

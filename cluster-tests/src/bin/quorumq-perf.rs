@@ -17,7 +17,9 @@
 //! I/O thread costs more client CPU than the broker spends per message on a
 //! small box. Queue setup and the depth polling use lapin either way.
 //!
-//! Reports publish and consume rates (msg/s), latency p50/p99/max (µs),
+//! Reports publish and consume rates (msg/s), end-to-end latency (publish to
+//! delivery) and, with the lean client and confirms, publish-to-confirm
+//! latency, each as p50/p90/p99/p99.9/max in ms from an HDR histogram,
 //! lost messages (confirmed, or published when `--confirm 0`, but never
 //! received) and duplicates. Exit code 2 when messages were lost.
 
@@ -185,6 +187,8 @@ impl Receipts {
 struct Shared {
     published: AtomicU64,
     confirmed: Mutex<HashSet<(u32, u64)>>,
+    /// Publish-to-confirm time (µs) of every acked publish (lean client).
+    confirm_us: Mutex<Histogram<u64>>,
     nacked: AtomicU64,
     rejected: AtomicU64,
     receipts: Mutex<Receipts>,
@@ -417,6 +421,10 @@ async fn lean_producer(
     let mut book = ConfirmBook::new(args.messages);
     let mut out = Vec::with_capacity(64 * (body.len() + 128));
     let mut seq = 0u64;
+    // Send time (ns) per sequence number, and the next one whose confirm is not yet timed.
+    let mut sent_ns: Vec<u64> = Vec::with_capacity(args.messages as usize);
+    let mut timed = 0usize;
+    let mut confirm_us = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
     let start = Instant::now();
     let read_confirms = |conn: &mut LeanConn, book: &mut ConfirmBook| -> anyhow::Result<()> {
         while let Some(frame) = conn.reader.buffered()? {
@@ -443,11 +451,23 @@ async fn lean_producer(
             for _ in 0..batch {
                 if args.rate > 0 {
                     let due = start + Duration::from_secs_f64(seq as f64 / args.rate as f64);
-                    tokio::time::sleep_until(due.into()).await;
+                    // Read confirms while waiting, so each is timed when it arrives.
+                    loop {
+                        let read = tokio::select! {
+                            _ = tokio::time::sleep_until(due.into()) => None,
+                            r = conn.reader.fill(), if confirms => Some(r),
+                        };
+                        let Some(r) = read else { break };
+                        r?;
+                        read_confirms(&mut conn, &mut book)?;
+                        time_confirms(&book, &sent_ns, &mut timed, &mut confirm_us);
+                    }
                 }
                 let mut patch = [0u8; 16];
+                let sent = now_ns();
+                sent_ns.push(sent);
                 patch[..8].copy_from_slice(&seq.to_be_bytes());
-                patch[8..].copy_from_slice(&now_ns().to_be_bytes());
+                patch[8..].copy_from_slice(&sent.to_be_bytes());
                 // Sequence and send time follow the 4-byte producer id.
                 template.append(&mut out, 4, &patch);
                 seq += 1;
@@ -457,6 +477,7 @@ async fn lean_producer(
             shared.published.fetch_add(batch, Ordering::Relaxed);
             if confirms && conn.reader.try_fill()? {
                 read_confirms(&mut conn, &mut book)?;
+                time_confirms(&book, &sent_ns, &mut timed, &mut confirm_us);
             }
             continue;
         }
@@ -465,7 +486,9 @@ async fn lean_producer(
         }
         conn.reader.fill().await?;
         read_confirms(&mut conn, &mut book)?;
+        time_confirms(&book, &sent_ns, &mut timed, &mut confirm_us);
     }
+    shared.confirm_us.lock().unwrap().add(&confirm_us)?;
     {
         let mut confirmed = shared.confirmed.lock().unwrap();
         for (s, state) in book.state.iter().enumerate() {
@@ -482,6 +505,33 @@ async fn lean_producer(
     }
     conn.close().await;
     Ok(())
+}
+
+/// Records the publish-to-confirm time of the acks read since the last call, in sequence
+/// order (quorumq and RabbitMQ confirm in order; one settled out of order is timed when the
+/// gap before it closes).
+fn time_confirms(book: &ConfirmBook, sent_ns: &[u64], timed: &mut usize, h: &mut Histogram<u64>) {
+    let now = now_ns();
+    while *timed < sent_ns.len() && book.state[*timed] != ConfirmBook::PENDING {
+        if book.state[*timed] == ConfirmBook::ACK {
+            let _ = h.record((now.saturating_sub(sent_ns[*timed]) / 1000).max(1));
+        }
+        *timed += 1;
+    }
+}
+
+/// Latency percentiles of `h` (µs) in ms: p50, p90, p99, p99.9, max.
+fn percentiles(h: &Histogram<u64>) -> String {
+    let ms = |v: u64| v as f64 / 1000.0;
+    format!(
+        "p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, p99.9 {:.3} ms, max {:.3} ms (n={})",
+        ms(h.value_at_quantile(0.50)),
+        ms(h.value_at_quantile(0.90)),
+        ms(h.value_at_quantile(0.99)),
+        ms(h.value_at_quantile(0.999)),
+        ms(h.max()),
+        h.len()
+    )
 }
 
 /// Consumer on the lean client: acks (or rejects, requeue=false) every
@@ -607,6 +657,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let shared = Arc::new(Shared {
         published: AtomicU64::new(0),
         confirmed: Mutex::new(HashSet::new()),
+        confirm_us: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3)?),
         nacked: AtomicU64::new(0),
         rejected: AtomicU64::new(0),
         receipts: Mutex::new(Receipts::new()?),
@@ -782,13 +833,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if measure_depth {
         println!("latency: n/a (targets drained after the arrival measurement)");
     } else {
-        println!(
-            "latency: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms (n={})",
-            h.value_at_quantile(0.50) as f64 / 1000.0,
-            h.value_at_quantile(0.99) as f64 / 1000.0,
-            h.max() as f64 / 1000.0,
-            h.len()
-        );
+        println!("latency: {}", percentiles(&h));
+    }
+    let confirm_us = shared.confirm_us.lock().unwrap();
+    if !confirm_us.is_empty() {
+        println!("confirm latency: {}", percentiles(&confirm_us));
     }
     println!("lost: {lost}  duplicates: {}", duplicates);
     if !args.keep_queues {
