@@ -38,7 +38,7 @@ export QUORUMQ_BIN_DIR="$PWD/target/release"
 cleanup() {
   "${LC[@]}" stop >/dev/null 2>&1 || true
   "$RMQ3" stop >/dev/null 2>&1 || true
-  rm -rf "$DATA"
+  if [ -n "${KEEP_DATA:-}" ]; then echo "data and logs kept in $DATA" >&2; else rm -rf "$DATA"; fi
 }
 trap cleanup EXIT
 RESULTS="$DATA/results"
