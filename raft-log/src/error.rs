@@ -37,6 +37,11 @@ pub enum StoreError {
     #[error("flusher stopped")]
     FlusherStopped,
 
+    /// An entry larger than a WAL record can hold ([`crate::MAX_ENTRY_BYTES`]); nothing was
+    /// written.
+    #[error("entry too large: {0}")]
+    TooLarge(String),
+
     /// The store is still in use (e.g. `NodeStore::close` timed out waiting for handles).
     #[error("store busy: {0}")]
     Busy(String),

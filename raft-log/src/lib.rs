@@ -25,6 +25,10 @@ mod snapshot;
 mod state_machine;
 mod wal;
 
+/// Largest encoded Raft entry the log accepts (bytes); `append` refuses larger ones with
+/// [`StoreError::TooLarge`]. Writers must bound their entries below it.
+pub const MAX_ENTRY_BYTES: usize = wal::MAX_ENTRY_BYTES;
+
 /// Identifier of one Raft group: a fresh u64 per queue incarnation, never reused (pitfall P9).
 pub type GroupId = u64;
 

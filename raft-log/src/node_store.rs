@@ -24,6 +24,9 @@ pub struct StoreOptions {
     pub group_cache_bytes: usize,
     /// Shortest time between two WAL syncs (see [`Flusher::start_paced`]; default 0).
     pub min_sync_interval: std::time::Duration,
+    /// Largest encoded entry `append` accepts, in bytes (default and upper bound
+    /// [`crate::MAX_ENTRY_BYTES`]); larger ones fail with [`StoreError::TooLarge`].
+    pub max_entry_bytes: usize,
 }
 
 impl Default for StoreOptions {
@@ -34,6 +37,7 @@ impl Default for StoreOptions {
             segment_bytes: wal.segment_bytes,
             group_cache_bytes: wal.group_cache_bytes,
             min_sync_interval: std::time::Duration::ZERO,
+            max_entry_bytes: wal.max_record_bytes,
         }
     }
 }
@@ -96,6 +100,7 @@ impl NodeStore {
             WalOptions {
                 segment_bytes: opts.segment_bytes,
                 group_cache_bytes: opts.group_cache_bytes,
+                max_record_bytes: opts.max_entry_bytes.min(crate::MAX_ENTRY_BYTES),
             },
         )?);
         let sync_wal = wal.clone();

@@ -237,3 +237,35 @@ async fn an_idle_group_does_not_pin_old_segments() {
     })
     .await
 }
+
+/// An entry larger than the WAL accepts is refused with an error, not a panic (a 32-bit record
+/// length used to `expect`), and nothing of it is written: the log goes on after it.
+#[tokio::test]
+async fn an_entry_over_the_size_limit_is_refused_and_nothing_is_written() {
+    bounded(async {
+        let dir = TempDir::new().unwrap();
+        let small = raft_log::codec::encode(&normal(1, 1, 7)).unwrap().len();
+        let big = common::membership(1, 1, &[1, 2, 3, 4, 5]);
+        assert!(raft_log::codec::encode(&big).unwrap().len() > small);
+        let ns = NodeStore::open_with(
+            dir.path(),
+            StoreOptions {
+                max_entry_bytes: small,
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap();
+        let (mut log, _) = stores(&ns, 3);
+        let err = log.append_durable([big]).await.unwrap_err();
+        assert!(
+            matches!(err, raft_log::StoreError::TooLarge(_)),
+            "unexpected error {err}"
+        );
+        assert!(log.is_empty());
+        log.append_durable([normal(1, 1, 7)]).await.unwrap();
+        assert_eq!(log.len(), 1);
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, Some(log_id(1, 1)));
+    })
+    .await
+}

@@ -24,6 +24,9 @@ use crate::queue::types::{
     ConsumerId, EnqueueMsg, EnqueueOutcome, MsgId, QueueCommand, QueueReply,
 };
 
+/// Most body bytes reserved when a content header arrives (bytes); larger bodies grow as
+/// their frames arrive.
+const BODY_RESERVE_BYTES: u64 = 1 << 20;
 /// Largest message body accepted (bytes), RabbitMQ 3.10's `max_message_size`.
 pub const MAX_MESSAGE_SIZE: u64 = 134_217_728;
 
@@ -965,7 +968,9 @@ impl Conn {
             return Ok(());
         }
         p.header = Some((properties, raw, body_size));
-        p.body.reserve(body_size as usize);
+        // The declared size is the client's word: reserve at most one chunk up front and grow
+        // as body frames arrive (2,047 channels announcing 128 MiB each must not reserve 256 GiB).
+        p.body.reserve(body_size.min(BODY_RESERVE_BYTES) as usize);
         if body_size == 0 {
             return self.finish_publish(ch).await;
         }

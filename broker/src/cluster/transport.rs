@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use openraft::error::{
-    Fatal, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed,
-    StreamingError, Unreachable,
+    Fatal, InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    ReplicationClosed, StreamingError, Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -32,6 +32,10 @@ use raft_log::DurableIndex;
 use super::groups::GroupTable;
 use super::peers::{Peers, MAX_MESSAGE_BYTES};
 use super::types::{NodeId, TypeConfig, META_GROUP};
+
+/// Largest encoded AppendEntries sent (bytes): below the gRPC message limit,
+/// leaving room for framing. A larger one is split (openraft's entries hint).
+const MAX_APPEND_BYTES: usize = MAX_MESSAGE_BYTES - (1 << 20);
 
 /// Time limit of one background commit-index update (ms).
 const COMMIT_UPDATE_TIMEOUT_MS: u64 = 1000;
@@ -106,7 +110,17 @@ impl PeerClient {
         rpc: &AppendEntriesRequest<TypeConfig>,
         ttl: Duration,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.unary(rpc, ttl, |mut c, r| async move { c.append_entries(r).await })
+        let req = self
+            .request(rpc)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let n = rpc.entries.len();
+        if req.payload.len() > MAX_APPEND_BYTES && n > 1 {
+            // openraft retries with at most this many entries.
+            return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(
+                (n / 2) as u64,
+            )));
+        }
+        self.send_encoded(req, ttl, |mut c, r| async move { c.append_entries(r).await })
             .await
     }
 
@@ -173,6 +187,22 @@ impl PeerClient {
         let req = self
             .request(rpc)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.send_encoded(req, ttl, call).await
+    }
+
+    /// Sends an encoded request with `ttl` and decodes `Result<Resp, RaftError<E>>`.
+    async fn send_encoded<Resp, E, F, Fut>(
+        &self,
+        req: RaftRequest,
+        ttl: Duration,
+        call: F,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        Resp: serde::de::DeserializeOwned,
+        E: std::error::Error + serde::de::DeserializeOwned,
+        F: FnOnce(RaftTransportClient<Channel>, RaftRequest) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<quorumq_proto::v1::RaftReply>, tonic::Status>>,
+    {
         let client = self
             .client()
             .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;

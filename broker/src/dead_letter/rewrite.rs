@@ -81,7 +81,9 @@ pub fn rewrite(
                 Some(v) => int_value(v).unwrap_or(0),
                 None => 0,
             };
-            t.insert("count".into(), AMQPValue::LongLongInt(count + 1));
+            // The count may come from the client (a republished x-death): it stops at the
+            // largest AMQP long-long instead of overflowing (issue 14).
+            t.insert("count".into(), AMQPValue::LongLongInt(count.saturating_add(1)));
             t
         }
         None => {
@@ -380,6 +382,25 @@ mod tests {
             Some(&AMQPValue::LongString("q1".into()))
         );
         assert_eq!(c.deaths.len(), 2);
+    }
+
+    #[test]
+    fn a_client_supplied_count_at_the_maximum_stays_there() {
+        let mut entry = FieldTable::default();
+        entry.insert("count".into(), AMQPValue::LongLongInt(i64::MAX));
+        entry.insert("reason".into(), AMQPValue::LongString("rejected".into()));
+        entry.insert("queue".into(), AMQPValue::LongString("q".into()));
+        let mut deaths = FieldArray::default();
+        deaths.push(AMQPValue::FieldTable(entry));
+        let mut h = FieldTable::default();
+        h.insert("x-death".into(), AMQPValue::FieldArray(deaths));
+        let m = msg(AMQPProperties::default().with_headers(h), vec![]);
+        let out = rewrite(&m, "q", DeadLetterReason::Rejected, &target(None), 1);
+        let (_, h) = headers_of(&out.message);
+        assert_eq!(
+            death(&h, 0).inner().get("count"),
+            Some(&AMQPValue::LongLongInt(i64::MAX))
+        );
     }
 
     #[test]

@@ -27,6 +27,10 @@ use crate::cluster::types::{GroupCommand, GroupReply, Origin, Raft};
 
 /// Most commands folded into one Raft entry.
 const MAX_BATCH: usize = 1024;
+/// Message bytes after which no further command is folded into an entry: an
+/// entry stays below this plus one message (128 MiB), far below what a WAL
+/// record (`raft_log::MAX_ENTRY_BYTES`, 4 GiB) and a gRPC message hold.
+const MAX_BATCH_BYTES: usize = 64 << 20;
 /// Commands folded into one entry that tell the WAL flusher the node is busy
 /// (it then paces its syncs, see `raft_log::Flusher::start_paced`). Small
 /// folds happen at moderate load by themselves, and more so once syncs are
@@ -407,6 +411,8 @@ impl Proposer {
         // Grows with the first burst and keeps its capacity; an idle queue's
         // stays empty.
         let mut batch: Vec<Box<Proposal>> = Vec::new();
+        // A proposal that did not fit the previous entry's byte bound: it opens the next one.
+        let mut carry: Option<Box<Proposal>> = None;
         let mut inflight = FuturesOrdered::new();
         let mut open = true;
         while open || !inflight.is_empty() {
@@ -414,18 +420,13 @@ impl Proposer {
                 Some((result, cmd, replies)) = inflight.next(), if !inflight.is_empty() => {
                     self.finish(result, cmd, replies).await;
                 }
-                first = rx.recv(), if open && inflight.len() < PIPELINE_DEPTH => {
+                first = next_proposal(&mut carry, &mut rx), if open && inflight.len() < PIPELINE_DEPTH => {
                     let Some(first) = first else {
                         open = false;
                         continue;
                     };
                     batch.push(first);
-                    while batch.len() < MAX_BATCH {
-                        match rx.try_recv() {
-                            Ok(p) => batch.push(p),
-                            Err(_) => break,
-                        }
-                    }
+                    fold_queued(&mut batch, &mut carry, &mut rx, MAX_BATCH_BYTES);
                     if batch.len() >= BUSY_FOLD {
                         // A backlog queued up while earlier writes were in flight.
                         self.busy.note();
@@ -563,6 +564,42 @@ impl Proposer {
     }
 }
 
+/// Folds the proposals already queued behind `batch[0]` into `batch`, up to
+/// [`MAX_BATCH`] commands and `max_bytes` of messages; the first one that does
+/// not fit is left in `carry` (it opens the next entry). Boxes as they come
+/// out of the channel (moved, not copied).
+#[allow(clippy::vec_box)]
+fn fold_queued(
+    batch: &mut Vec<Box<Proposal>>,
+    carry: &mut Option<Box<Proposal>>,
+    rx: &mut mpsc::Receiver<Box<Proposal>>,
+    max_bytes: usize,
+) {
+    let mut bytes: usize = batch.iter().map(|p| p.cmd.payload_bytes()).sum();
+    while batch.len() < MAX_BATCH && bytes < max_bytes {
+        let Ok(p) = rx.try_recv() else { break };
+        let size = p.cmd.payload_bytes();
+        if bytes + size > max_bytes {
+            *carry = Some(p);
+            break;
+        }
+        bytes += size;
+        batch.push(p);
+    }
+}
+
+/// The proposal left over from the previous fold, else the next one queued
+/// (None when the queue's handle is gone).
+async fn next_proposal(
+    carry: &mut Option<Box<Proposal>>,
+    rx: &mut mpsc::Receiver<Box<Proposal>>,
+) -> Option<Box<Proposal>> {
+    match carry.take() {
+        Some(p) => Some(p),
+        None => rx.recv().await,
+    }
+}
+
 /// Hand each proposal of one batch its reply (or the batch's error).
 fn answer(result: WriteResult, cmd: &QueueCommand, replies: Replies) {
     match result {
@@ -638,5 +675,69 @@ impl QueueHandle {
             .lock()
             .map(|u| u.had_consumer && u.count == 0)
             .unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use tokio::sync::{mpsc, oneshot};
+
+    use super::{fold_queued, Proposal};
+    use crate::queue::types::{EnqueueMsg, QueueCommand};
+
+    fn publish(bytes: usize) -> Box<Proposal> {
+        let (reply, _) = oneshot::channel();
+        let msg = EnqueueMsg {
+            payload: Bytes::from(vec![0u8; bytes]),
+            body_size: bytes as u32,
+            ttl_ms: None,
+        };
+        Box::new(Proposal {
+            cmd: QueueCommand::Enqueue {
+                now_ms: 0,
+                msgs: vec![msg],
+            },
+            reply,
+        })
+    }
+
+    fn sizes(batch: &[Box<Proposal>]) -> Vec<usize> {
+        batch.iter().map(|p| p.cmd.payload_bytes()).collect()
+    }
+
+    /// Large publishes queued together are split across entries by bytes (32 maximum-size
+    /// publishes folded into one entry once exceeded a WAL record's 4 GiB).
+    #[test]
+    fn a_fold_stops_at_the_byte_bound_and_carries_the_rest() {
+        let (tx, mut rx) = mpsc::channel(16);
+        for size in [400, 300, 500, 100] {
+            tx.try_send(publish(size)).unwrap();
+        }
+        let mut carry = None;
+        let mut batch = vec![publish(200)];
+        fold_queued(&mut batch, &mut carry, &mut rx, 1000);
+        assert_eq!(sizes(&batch), vec![200, 400, 300]);
+        let carried = carry.take().expect("the 500-byte publish waits for the next entry");
+        assert_eq!(carried.cmd.payload_bytes(), 500);
+
+        let mut batch = vec![carried];
+        fold_queued(&mut batch, &mut carry, &mut rx, 1000);
+        assert_eq!(sizes(&batch), vec![500, 100]);
+        assert!(carry.is_none());
+    }
+
+    #[test]
+    fn a_single_publish_over_the_bound_still_forms_its_own_entry() {
+        let (tx, mut rx) = mpsc::channel(4);
+        tx.try_send(publish(10)).unwrap();
+        let mut carry = None;
+        let mut batch = vec![publish(5000)];
+        fold_queued(&mut batch, &mut carry, &mut rx, 1000);
+        assert_eq!(sizes(&batch), vec![5000]);
+        assert!(carry.is_none(), "nothing is taken once the bound is reached");
+        let mut batch = vec![rx.try_recv().unwrap()];
+        fold_queued(&mut batch, &mut carry, &mut rx, 1000);
+        assert_eq!(sizes(&batch), vec![10]);
     }
 }

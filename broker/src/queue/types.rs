@@ -176,6 +176,19 @@ pub enum QueueCommand {
     },
 }
 
+impl QueueCommand {
+    /// Message bytes the command carries (encoded publishes), to bound a
+    /// folded Raft entry by size; other commands count 0.
+    pub fn payload_bytes(&self) -> usize {
+        match self {
+            QueueCommand::Enqueue { msgs, .. } => msgs.iter().map(|m| m.payload.len()).sum(),
+            QueueCommand::Batch(cmds) => cmds.iter().map(QueueCommand::payload_bytes).sum(),
+            QueueCommand::Deduped { cmd, .. } => cmd.payload_bytes(),
+            _ => 0,
+        }
+    }
+}
+
 /// Who proposes to a queue: one proposer per (node, boot epoch) and queue,
 /// the node's queue reference (cluster issue §6: publishing node, channel
 /// epoch, sequence).

@@ -835,9 +835,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         println!("latency: {}", percentiles(&h));
     }
-    let confirm_us = shared.confirm_us.lock().unwrap();
-    if !confirm_us.is_empty() {
-        println!("confirm latency: {}", percentiles(&confirm_us));
+    let confirm_line = {
+        let confirm_us = shared.confirm_us.lock().unwrap();
+        (!confirm_us.is_empty()).then(|| percentiles(&confirm_us))
+    };
+    if let Some(line) = confirm_line {
+        println!("confirm latency: {line}");
     }
     println!("lost: {lost}  duplicates: {}", duplicates);
     if !args.keep_queues {

@@ -37,6 +37,9 @@ use group::EntryBytes;
 use record::Kind;
 use state::{seg_id, seg_path, Rec, Seg, State};
 
+/// Largest record payload the WAL holds (bytes).
+pub(crate) const MAX_ENTRY_BYTES: usize = record::MAX_PAYLOAD_BYTES;
+
 /// Tuning of the [`Wal`].
 #[derive(Debug, Clone, Copy)]
 pub struct WalOptions {
@@ -44,6 +47,8 @@ pub struct WalOptions {
     pub segment_bytes: u64,
     /// Bytes of recently appended entries kept in memory per group (default 8 MiB).
     pub group_cache_bytes: usize,
+    /// Largest entry payload accepted (default and upper bound [`MAX_ENTRY_BYTES`]).
+    pub max_record_bytes: usize,
 }
 
 impl Default for WalOptions {
@@ -51,6 +56,7 @@ impl Default for WalOptions {
         WalOptions {
             segment_bytes: 64 << 20,
             group_cache_bytes: 8 << 20,
+            max_record_bytes: MAX_ENTRY_BYTES,
         }
     }
 }

@@ -57,8 +57,11 @@ impl Kind {
 
 /// Append one framed record to `buf`; returns the offset of its payload within `buf`.
 ///
-/// Panics only if `payload` is 4 GiB or larger (openraft entries are bounded far below that by
-/// the AMQP frame limits of the broker).
+/// Panics only if `payload` is larger than [`MAX_PAYLOAD_BYTES`]; `State::push` refuses such
+/// entries first.
+/// Largest record payload (bytes): the length field is 32 bits.
+pub const MAX_PAYLOAD_BYTES: usize = u32::MAX as usize;
+
 pub(crate) fn frame(
     buf: &mut Vec<u8>,
     kind: Kind,

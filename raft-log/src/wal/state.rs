@@ -226,6 +226,15 @@ impl State {
         rec: Rec<'_>,
         data: Option<EntryBytes>,
     ) -> Result<(), StoreError> {
+        let limit = opts.max_record_bytes.min(record::MAX_PAYLOAD_BYTES);
+        if rec.payload.len() > limit {
+            return Err(StoreError::TooLarge(format!(
+                "group {} entry {}: {} bytes, at most {limit} accepted",
+                rec.group,
+                rec.index,
+                rec.payload.len(),
+            )));
+        }
         if rec.kind == Kind::Entry {
             if let Some(g) = self.groups.get(&rec.group) {
                 g.can_put(rec.index)
