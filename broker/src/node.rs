@@ -29,7 +29,7 @@ use crate::config::Config;
 use crate::consumers::ConsumerRegistry;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::host::MetaHost;
-use crate::meta::{QueueKind, QueueRecord};
+use crate::meta::{QueueKind, QueueRecord, QueueType};
 use crate::queue::bodies::{MemBodies, SegmentBodies, MEMORY_BUDGET};
 use crate::queue::handle::{QueueHandle, Route};
 use crate::queue::host::{QueueContext, QueueHost};
@@ -506,6 +506,8 @@ impl Broker {
         let me = self.config.node_id;
         let (ctx, rx) = self.context(rec.group_id);
         let config = self.effective_config(&rec.vhost, &rec.name);
+        // Declared classic, or local (untyped non-durable/exclusive/auto-delete).
+        let classic = QueueType::of_args(&rec.arguments) != QueueType::Quorum;
         let handle = match rec.kind {
             QueueKind::Quorum if !rec.members.contains(&me) => {
                 let route = Route::new(
@@ -515,13 +517,16 @@ impl Broker {
                     self.forwarder.clone(),
                 );
                 // No replica here: nothing to run but the forwarding proposer.
-                return Ok(Arc::new(QueueHandle::remote(
-                    rec.vhost.clone(),
-                    rec.name.clone(),
-                    ctx,
-                    route,
-                    self.origin,
-                )));
+                return Ok(Arc::new(
+                    QueueHandle::remote(
+                        rec.vhost.clone(),
+                        rec.name.clone(),
+                        ctx,
+                        route,
+                        self.origin,
+                    )
+                    .classic(classic),
+                ));
             }
             QueueKind::Quorum => {
                 let machine = QueueMachine::new(config.clone());
@@ -617,15 +622,18 @@ impl Broker {
                     rec.members.clone(),
                     self.forwarder.clone(),
                 );
-                let h = Arc::new(QueueHandle::replica(
-                    rec.vhost.clone(),
-                    rec.name.clone(),
-                    host,
-                    ctx,
-                    route,
-                    self.origin,
-                    self.store.flusher().busy_hint(),
-                ));
+                let h = Arc::new(
+                    QueueHandle::replica(
+                        rec.vhost.clone(),
+                        rec.name.clone(),
+                        host,
+                        ctx,
+                        route,
+                        self.origin,
+                        self.store.flusher().busy_hint(),
+                    )
+                    .classic(classic),
+                );
                 // Consumers of this node's earlier boots are gone (spec §2.3),
                 // and policy changes made while the queue was down apply.
                 let h2 = h.clone();
@@ -651,12 +659,15 @@ impl Broker {
                 let machine = QueueMachine::new(config);
                 let host = QueueHost::new(machine, Box::new(MemBodies::default()), ctx.clone());
                 ctx.live.store(true, Ordering::Release);
-                Arc::new(QueueHandle::local(
-                    rec.vhost.clone(),
-                    rec.name.clone(),
-                    Arc::new(Mutex::new(host)),
-                    ctx,
-                ))
+                Arc::new(
+                    QueueHandle::local(
+                        rec.vhost.clone(),
+                        rec.name.clone(),
+                        Arc::new(Mutex::new(host)),
+                        ctx,
+                    )
+                    .classic(classic),
+                )
             }
         };
         runtime::spawn(Arc::downgrade(self), handle.clone(), rx);

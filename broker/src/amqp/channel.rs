@@ -785,6 +785,7 @@ impl Conn {
             })
             .await
             .map_err(ProtocolError::internal)?;
+        let counts = handle.counts_deliveries();
         let QueueReply::Dequeued(Some((delivery, left))) = reply else {
             self.send(
                 ch,
@@ -822,8 +823,13 @@ impl Conn {
                 message_count: left as u32,
             })),
         );
-        // RabbitMQ 3.10 adds x-delivery-count to every basic.get (spec §2.7).
-        let props = with_delivery_count(&msg.properties, delivery.delivery_count);
+        // RabbitMQ 3.10 adds x-delivery-count to every basic.get from a quorum
+        // queue (spec §2.7), never on a classic queue.
+        let props = if counts {
+            with_delivery_count(&msg.properties, delivery.delivery_count)
+        } else {
+            msg.properties.clone()
+        };
         codec::write_content(&mut self.out, ch, &props, &msg.body, self.frame_max);
         Ok(())
     }
@@ -1219,6 +1225,7 @@ impl Conn {
         let Some((ch, tag, no_ack, queue)) = found else {
             return;
         };
+        let counts = queue.counts_deliveries();
         if d.delivery.resend {
             let Some(state) = self.channels.get_mut(&ch) else {
                 return;
@@ -1266,7 +1273,7 @@ impl Conn {
                 routing_key: msg.routing_key.as_str().into(),
             })),
         );
-        if d.delivery.delivery_count > 0 {
+        if d.delivery.delivery_count > 0 && counts {
             let props = with_delivery_count(&msg.properties, d.delivery.delivery_count);
             codec::write_content(&mut self.out, ch, &props, &msg.body, self.frame_max);
         } else {

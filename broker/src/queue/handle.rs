@@ -214,9 +214,25 @@ pub struct QueueHandle {
     backend: Backend,
     route: Option<Arc<Route>>,
     usage: Mutex<ConsumerUse>,
+    /// Declared classic (or a local queue): deliveries carry no
+    /// `x-delivery-count`, as on RabbitMQ's classic queues.
+    classic: bool,
 }
 
 impl QueueHandle {
+    /// Marks a queue that behaves as a classic queue toward clients (declared
+    /// `x-queue-type: classic`, or local): RabbitMQ adds `x-delivery-count`
+    /// only on quorum queues.
+    pub fn classic(mut self, classic: bool) -> Self {
+        self.classic = classic;
+        self
+    }
+
+    /// True when deliveries carry `x-delivery-count` (quorum queues).
+    pub fn counts_deliveries(&self) -> bool {
+        !self.classic
+    }
+
     /// A quorum queue with a replica on this node (`host`, its Raft group in
     /// `route`); spawns its proposer.
     pub fn replica(
@@ -270,6 +286,7 @@ impl QueueHandle {
             backend: Backend::Raft { tx },
             route: Some(route),
             usage: Mutex::default(),
+            classic: false,
         }
     }
 
@@ -289,6 +306,7 @@ impl QueueHandle {
             backend: Backend::Local,
             route: None,
             usage: Mutex::default(),
+            classic: false,
         }
     }
 
