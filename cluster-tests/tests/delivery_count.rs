@@ -6,9 +6,7 @@
 
 use cluster_tests::*;
 use lapin::{
-    options::{
-        BasicGetOptions, BasicNackOptions, QueueDeclareOptions, QueueDeleteOptions,
-    },
+    options::{BasicGetOptions, BasicNackOptions, QueueDeclareOptions, QueueDeleteOptions},
     types::{AMQPValue, FieldTable},
     BasicProperties, Channel,
 };
@@ -38,7 +36,10 @@ async fn get_count(ch: &Channel, q: &str, requeue: bool) -> anyhow::Result<Optio
 }
 
 /// Publishes one message to `q`, then gets it twice (requeued in between).
-async fn counts_of(ch: &Channel, q: &str) -> anyhow::Result<(Option<AMQPValue>, Option<AMQPValue>)> {
+async fn counts_of(
+    ch: &Channel,
+    q: &str,
+) -> anyhow::Result<(Option<AMQPValue>, Option<AMQPValue>)> {
     publish_confirmed(ch, "", q, b"m", BasicProperties::default()).await?;
     let first = get_count(ch, q, true).await?;
     let second = get_count(ch, q, false).await?;

@@ -434,3 +434,117 @@ async fn global_qos_consume_on_quorum_queue_is_540() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// Each malformed or out-of-order input gets exactly the reply code RabbitMQ 3.10.8 sends for
+/// the same bytes (probed against it with raw frames), or — where RabbitMQ only resets the TCP
+/// connection or accepts the frame — the code the README lists as a deliberate difference.
+#[tokio::test]
+async fn malformed_input_gets_rabbitmqs_reply_code() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let open = || {
+            raw::frame(
+                raw::FRAME_METHOD,
+                1,
+                &raw::Args::method(20, 10).shortstr("").0,
+            )
+        };
+        let with_open = |rest: Vec<u8>| {
+            let mut b = open();
+            b.extend(rest);
+            b
+        };
+        let header = |size: u64| {
+            let mut p = Vec::new();
+            p.extend(60u16.to_be_bytes());
+            p.extend(0u16.to_be_bytes());
+            p.extend(size.to_be_bytes());
+            p.extend(0u16.to_be_bytes());
+            raw::frame(raw::FRAME_HEADER, 1, &p)
+        };
+        let publish = raw::frame(
+            raw::FRAME_METHOD,
+            1,
+            &raw::Args::method(60, 40)
+                .u16(0)
+                .shortstr("")
+                .shortstr("q")
+                .u8(0)
+                .0,
+        );
+        let mut bad_end = open();
+        *bad_end.last_mut().unwrap() = 0;
+        let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+            ("bad frame-end octet", bad_end, 501),
+            (
+                "unknown frame type",
+                with_open(raw::frame(9, 1, b"abc")),
+                501,
+            ),
+            (
+                "content header without a publish",
+                with_open(header(5)),
+                505,
+            ),
+            (
+                "content body without a publish",
+                with_open(raw::frame(raw::FRAME_BODY, 1, b"x")),
+                505,
+            ),
+            (
+                "method on an unopened channel",
+                raw::frame(
+                    raw::FRAME_METHOD,
+                    5,
+                    &raw::Args::method(60, 40)
+                        .u16(0)
+                        .shortstr("")
+                        .shortstr("q")
+                        .u8(0)
+                        .0,
+                ),
+                504,
+            ),
+            // Deliberate differences (README): RabbitMQ resets the connection.
+            (
+                "unknown class",
+                with_open(raw::frame(
+                    raw::FRAME_METHOD,
+                    1,
+                    &raw::Args::method(99, 10).0,
+                )),
+                502,
+            ),
+            (
+                "unknown method",
+                with_open(raw::frame(
+                    raw::FRAME_METHOD,
+                    1,
+                    &raw::Args::method(60, 99).0,
+                )),
+                502,
+            ),
+            // RabbitMQ opens the channel; the spec says channel_max bounds it.
+            (
+                "channel above channel_max",
+                raw::frame(
+                    raw::FRAME_METHOD,
+                    3000,
+                    &raw::Args::method(20, 10).shortstr("").0,
+                ),
+                530,
+            ),
+            (
+                "body longer than the header's size",
+                with_open([publish, header(3), raw::frame(raw::FRAME_BODY, 1, b"hello")].concat()),
+                501,
+            ),
+        ];
+        for (what, bytes, code) in cases {
+            let r = abuse_after_handshake(broker.uri(), &bytes, &[code]).await?;
+            assert_eq!(r.map(|(c, _)| c), Some(code), "{what}");
+        }
+        Ok(())
+    })
+    .await
+}

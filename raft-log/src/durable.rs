@@ -171,7 +171,11 @@ mod tests {
     async fn truncation_below_the_mark_resets_it_until_the_next_sync() {
         let d = DurableIndex::new(Some(id(1, 10)));
         d.truncate(11);
-        assert_eq!(d.last(), Some(id(1, 10)), "a cut above the mark changes nothing");
+        assert_eq!(
+            d.last(),
+            Some(id(1, 10)),
+            "a cut above the mark changes nothing"
+        );
         d.truncate(8);
         assert_eq!(d.last(), None);
         assert!(pending(d.wait_for(7)).await);

@@ -26,8 +26,8 @@ use openraft::{
     Entry, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftTypeConfig, StorageError, Vote,
 };
 
-use crate::error::StoreResultExt;
 use crate::durable::DurableIndex;
+use crate::error::StoreResultExt;
 use crate::wal::Wal;
 use crate::{codec, Flusher, GroupId, StoreError};
 
@@ -389,17 +389,26 @@ mod tests {
         assert!(!log.is_own(&by(1, 1, 1)), "no vote yet");
 
         log.save_vote(&Vote::new(3, 1)).await.unwrap();
-        assert!(!log.is_own(&by(3, 1, 1)), "a candidate's vote is not a leader's");
+        assert!(
+            !log.is_own(&by(3, 1, 1)),
+            "a candidate's vote is not a leader's"
+        );
 
         log.save_vote(&committed(3, 1)).await.unwrap();
         assert!(log.is_own(&by(3, 1, 5)), "leading in term 3: own entries");
-        assert!(!log.is_own(&by(2, 1, 5)), "entries of an earlier term of this node");
+        assert!(
+            !log.is_own(&by(2, 1, 5)),
+            "entries of an earlier term of this node"
+        );
         plain.save_vote(&committed(3, 1)).await.unwrap();
         assert!(!plain.is_own(&by(3, 1, 5)), "not opted in");
 
         log.save_vote(&committed(4, 2)).await.unwrap();
         assert!(!log.is_own(&by(4, 2, 6)), "following node 2");
-        assert!(!log.is_own(&by(3, 1, 6)), "own old entries resent to a follower");
+        assert!(
+            !log.is_own(&by(3, 1, 6)),
+            "own old entries resent to a follower"
+        );
         assert_eq!(LeaderId::new(4, 2), *committed(4, 2).leader_id());
     }
 

@@ -132,14 +132,18 @@ impl RaftTransport for ClusterServices {
     ) -> Result<Response<RaftReply>, Status> {
         // Noting the leader's contact: elections wait out its lease.
         let find = GroupTable::get_for_append;
-        self.raft_rpc(req, find, |raft, rpc: AppendEntriesRequest<TypeConfig>| async move {
-            let last = rpc.entries.last().map_or(0, |e| e.log_id.index);
-            let n = rpc.entries.len();
-            tracing::trace!(target: "timeline", ev = "ae_recv", last, n);
-            let r = raft.append_entries(rpc).await;
-            tracing::trace!(target: "timeline", ev = "ae_resp", last, n);
-            r
-        })
+        self.raft_rpc(
+            req,
+            find,
+            |raft, rpc: AppendEntriesRequest<TypeConfig>| async move {
+                let last = rpc.entries.last().map_or(0, |e| e.log_id.index);
+                let n = rpc.entries.len();
+                tracing::trace!(target: "timeline", ev = "ae_recv", last, n);
+                let r = raft.append_entries(rpc).await;
+                tracing::trace!(target: "timeline", ev = "ae_resp", last, n);
+                r
+            },
+        )
         .await
     }
 

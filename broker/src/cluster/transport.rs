@@ -28,10 +28,10 @@ use tonic::transport::Channel;
 
 use super::commit_updates::CommitUpdates;
 use super::detector::Detector;
-use raft_log::DurableIndex;
 use super::groups::GroupTable;
 use super::peers::{Peers, MAX_MESSAGE_BYTES};
 use super::types::{NodeId, TypeConfig, META_GROUP};
+use raft_log::DurableIndex;
 
 /// Largest encoded AppendEntries sent (bytes): below the gRPC message limit,
 /// leaving room for framing. A larger one is split (openraft's entries hint).
@@ -116,12 +116,16 @@ impl PeerClient {
         let n = rpc.entries.len();
         if req.payload.len() > MAX_APPEND_BYTES && n > 1 {
             // openraft retries with at most this many entries.
-            return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(
-                (n / 2) as u64,
-            )));
+            return Err(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint((n / 2) as u64),
+            ));
         }
-        self.send_encoded(req, ttl, |mut c, r| async move { c.append_entries(r).await })
-            .await
+        self.send_encoded(
+            req,
+            ttl,
+            |mut c, r| async move { c.append_entries(r).await },
+        )
+        .await
     }
 
     /// The background sender of this session's commit-index updates.

@@ -83,7 +83,10 @@ pub fn rewrite(
             };
             // The count may come from the client (a republished x-death): it stops at the
             // largest AMQP long-long instead of overflowing (issue 14).
-            t.insert("count".into(), AMQPValue::LongLongInt(count.saturating_add(1)));
+            t.insert(
+                "count".into(),
+                AMQPValue::LongLongInt(count.saturating_add(1)),
+            );
             t
         }
         None => {

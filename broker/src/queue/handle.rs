@@ -736,7 +736,9 @@ mod tests {
         let mut batch = vec![publish(200)];
         fold_queued(&mut batch, &mut carry, &mut rx, 1000);
         assert_eq!(sizes(&batch), vec![200, 400, 300]);
-        let carried = carry.take().expect("the 500-byte publish waits for the next entry");
+        let carried = carry
+            .take()
+            .expect("the 500-byte publish waits for the next entry");
         assert_eq!(carried.cmd.payload_bytes(), 500);
 
         let mut batch = vec![carried];
@@ -753,7 +755,10 @@ mod tests {
         let mut batch = vec![publish(5000)];
         fold_queued(&mut batch, &mut carry, &mut rx, 1000);
         assert_eq!(sizes(&batch), vec![5000]);
-        assert!(carry.is_none(), "nothing is taken once the bound is reached");
+        assert!(
+            carry.is_none(),
+            "nothing is taken once the bound is reached"
+        );
         let mut batch = vec![rx.try_recv().unwrap()];
         fold_queued(&mut batch, &mut carry, &mut rx, 1000);
         assert_eq!(sizes(&batch), vec![10]);
