@@ -199,6 +199,12 @@ impl RawConn {
     /// Performs the whole handshake (PLAIN guest/guest, vhost "/", heartbeat 0)
     /// up to connection.open-ok.
     pub async fn handshake(uri: &str) -> anyhow::Result<RawConn> {
+        Self::handshake_with_heartbeat(uri, 0).await
+    }
+
+    /// [`RawConn::handshake`] asking for a `heartbeat` interval (s) in tune-ok;
+    /// the connection itself never sends a heartbeat.
+    pub async fn handshake_with_heartbeat(uri: &str, heartbeat: u16) -> anyhow::Result<RawConn> {
         let t = Duration::from_secs(10);
         let mut c = RawConn::connect(uri).await?;
         c.send(PROTOCOL_HEADER).await?;
@@ -232,7 +238,10 @@ impl RawConn {
         c.frame_max = frame_max;
         c.send_method(
             0,
-            Args::method(10, 31).u16(channel_max).u32(frame_max).u16(0),
+            Args::method(10, 31)
+                .u16(channel_max)
+                .u32(frame_max)
+                .u16(heartbeat),
         )
         .await?;
         c.send_method(0, Args::method(10, 40).shortstr("/").shortstr("").u8(0))

@@ -2,11 +2,14 @@
 //! AMQPLAIN, refused logins, heartbeat negotiation, channel.flow.
 //! Reference behaviour: RabbitMQ 3.10.8 (texts asserted verbatim).
 
-use cluster_tests::{raw::RawConn, *};
+use cluster_tests::{
+    raw::{self, RawConn},
+    *,
+};
 use lapin::{
-    options::{ChannelFlowOptions, ExchangeDeclareOptions},
+    options::{BasicGetOptions, ChannelFlowOptions, ExchangeDeclareOptions},
     types::FieldTable,
-    ExchangeKind,
+    BasicProperties, ExchangeKind,
 };
 use std::time::Duration;
 
@@ -275,6 +278,72 @@ async fn heartbeat_is_negotiated() -> anyhow::Result<()> {
         let sep = if broker.uri().contains('?') { "&" } else { "?" };
         let conn = connect(&format!("{}{sep}heartbeat=10", broker.uri())).await?;
         assert_eq!(conn.configuration().heartbeat(), 10);
+        close_connection(&conn).await?;
+        Ok(())
+    })
+    .await
+}
+
+/// A client that negotiated heartbeats and then goes silent (a half-open TCP
+/// connection) is dropped after two missed intervals, as RabbitMQ does (TCP
+/// close, no connection.close), and the message it held unacked is returned
+/// to the queue, redelivered.
+#[tokio::test]
+async fn a_silent_client_is_dropped_and_its_unacked_messages_return() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let conn = connect(broker.uri()).await?;
+        let ch = confirm_channel(&conn).await?;
+        let q = unique("hb.silent");
+        ch.queue_declare(q.as_str().into(), durable(), quorum_args(&[]))
+            .await?;
+        publish_confirmed(&ch, "", &q, b"held", BasicProperties::default()).await?;
+
+        let mut silent = RawConn::handshake_with_heartbeat(broker.uri(), 1).await?;
+        silent
+            .send_method(1, raw::Args::method(20, 10).shortstr(""))
+            .await?;
+        let consume = raw::Args::method(60, 20)
+            .u16(0)
+            .shortstr(&q)
+            .shortstr("silent")
+            .u8(0)
+            .empty_table();
+        silent.send_method(1, consume).await?;
+        let mut delivered = false;
+        while let Some(f) = silent.read_frame(Duration::from_secs(10)).await? {
+            if f.method() == Some((60, 60)) {
+                delivered = true;
+                break;
+            }
+        }
+        assert!(delivered, "the silent client got its delivery");
+        let since = std::time::Instant::now();
+        assert!(
+            silent.wait_eof(Duration::from_secs(10)).await,
+            "a client missing heartbeats must be disconnected"
+        );
+        let after = since.elapsed();
+        assert!(
+            after >= Duration::from_millis(1500),
+            "dropped after {after:?}"
+        );
+
+        let mut back = None;
+        for _ in 0..100 {
+            back = ch
+                .basic_get(q.as_str().into(), BasicGetOptions { no_ack: true })
+                .await?;
+            if back.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let back = back.expect("the unacked message returned to the queue");
+        assert_eq!(back.delivery.data, b"held");
+        assert!(back.delivery.redelivered);
+        ch.queue_delete(q.as_str().into(), Default::default())
+            .await?;
         close_connection(&conn).await?;
         Ok(())
     })
