@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 use super::at_most_once::{log_once, prepare};
 use crate::node::Broker;
 use crate::queue::handle::QueueHandle;
+use crate::queue::supervise::supervise;
 use crate::queue::types::{
     DeadLetterStrategy, EnqueueMsg, EnqueueOutcome, MsgId, QueueCommand, QueueReply,
 };
@@ -35,7 +36,15 @@ impl Worker {
     /// Starts the worker of `queue`.
     pub fn spawn(broker: Weak<Broker>, queue: Arc<QueueHandle>) -> Worker {
         let wake = Arc::new(Notify::new());
-        let task = tokio::spawn(run(broker, queue, wake.clone()));
+        let notify = wake.clone();
+        let name = queue.name.clone();
+        // Restarted if it panics: held dead letters must keep moving.
+        let task = tokio::spawn(async move {
+            supervise("dead-letter worker", &name, |_| {
+                run(broker.clone(), queue.clone(), notify.clone())
+            })
+            .await
+        });
         Worker { wake, task }
     }
 

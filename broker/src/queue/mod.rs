@@ -20,6 +20,7 @@ pub mod handle;
 pub mod host;
 pub mod replica;
 pub mod runtime;
+pub mod supervise;
 pub mod types;
 
 mod consumers;

@@ -9,6 +9,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::handle::QueueHandle;
 use super::host::LeaderEffect;
+use super::supervise::supervise;
 use super::types::QueueCommand;
 use crate::dead_letter;
 use crate::node::Broker;
@@ -17,20 +18,34 @@ use crate::node::Broker;
 const IDLE_TICK_MS: u64 = 500;
 
 /// Spawns the runtime task of `queue`.
+/// Restarted if it panics ([`supervise`]); a restarted runtime ticks at once,
+/// so the machine re-arms the expiry timer the panic lost.
 pub fn spawn(
     broker: Weak<Broker>,
     queue: Arc<QueueHandle>,
     effects: UnboundedReceiver<LeaderEffect>,
 ) {
-    tokio::spawn(run(broker, queue, effects));
+    let effects = Arc::new(tokio::sync::Mutex::new(effects));
+    let name = queue.name.clone();
+    tokio::spawn(async move {
+        supervise("runtime", &name, |restarts| {
+            let (broker, queue, effects) = (broker.clone(), queue.clone(), effects.clone());
+            async move {
+                let mut effects = effects.lock().await;
+                run(broker, queue, &mut effects, restarts > 0).await
+            }
+        })
+        .await
+    });
 }
 
 async fn run(
     broker: Weak<Broker>,
     queue: Arc<QueueHandle>,
-    mut effects: UnboundedReceiver<LeaderEffect>,
+    effects: &mut UnboundedReceiver<LeaderEffect>,
+    restarted: bool,
 ) {
-    let mut next_tick: Option<u64> = None;
+    let mut next_tick: Option<u64> = restarted.then(crate::now_ms);
     let worker = dead_letter::worker::Worker::spawn(broker.clone(), queue.clone());
     let mut expires_check = tokio::time::interval(Duration::from_millis(IDLE_TICK_MS));
     loop {
