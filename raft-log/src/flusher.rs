@@ -1,19 +1,21 @@
-//! Node-wide group commit: one thread makes the writes of *all* Raft groups durable with one sled
-//! flush and then completes every callback that was waiting for it.
+//! Node-wide group commit: one thread makes the writes of *all* Raft groups durable with one
+//! write-ahead-log sync (`Wal::sync`: write the pending records, then `fdatasync` the segment)
+//! and then completes every callback that was waiting for it.
 //!
-//! Why one flusher: every tree of a sled `Db` shares one log, so one `Db::flush` makes every earlier
-//! write of every group stable (architecture-anchors §2.1). openraft 0.9 waits for each `append`'s
-//! `LogFlushed` before doing anything else (§1.4), so the win is across groups: N groups blocked on
-//! their own flush share one physical sync (Ra's WAL, TiKV async-io).
+//! Why one flusher: every group appends to the same WAL, so one sync makes every earlier append of
+//! every group stable. openraft 0.9 waits for each follower `append`'s `LogFlushed` before doing
+//! anything else, so the win is across groups: N groups blocked on their own flush share one
+//! physical sync (Ra's WAL, TiKV async-io). (A leader's own entries do not wait: see
+//! [`crate::durable`].)
 //!
 //! Invariant (openraft v2.rs durability contract, pitfall P1): a callback is completed only after a
-//! flush that *started after the callback was submitted* has returned. The loop therefore drains
-//! the queue first, flushes second, completes the drained callbacks third; callbacks submitted
-//! during a flush wait for the next round. Callers write to sled *before* they submit.
+//! sync that *started after the callback was submitted* has returned. The loop therefore drains
+//! the queue first, syncs second, completes the drained callbacks third; callbacks submitted
+//! during a sync wait for the next round. Callers write to the WAL *before* they submit.
 //!
-//! It is a dedicated OS thread rather than a tokio task: sled's flush is blocking work, the thread
+//! It is a dedicated OS thread rather than a tokio task: the sync is blocking work, the thread
 //! survives any particular tokio runtime (openraft's test suite uses one runtime per test), and
-//! dropping the last handle joins it, so the `Db` is closed and its file lock released
+//! dropping the last handle joins it, so the stores are closed and sled's file lock released
 //! deterministically (needed to reopen a data dir in the same process).
 
 use std::io;

@@ -51,6 +51,8 @@ impl Default for StoreOptions {
 #[derive(Clone)]
 pub struct NodeStore {
     db: sled::Db,
+    /// sled's directory (snapshot saves fsync it, see `snapshot.rs`).
+    sled_dir: Arc<std::path::PathBuf>,
     wal: Arc<Wal>,
     flusher: Flusher,
 }
@@ -109,7 +111,12 @@ impl NodeStore {
                 sync_wal.sync()
             })?;
         tracing::info!(dir = %dir.display(), segments = wal.segments(), "opened raft-log store");
-        Ok(NodeStore { db, wal, flusher })
+        Ok(NodeStore {
+            db,
+            sled_dir: Arc::new(dir.join("sled")),
+            wal,
+            flusher,
+        })
     }
 
     /// The underlying sled `Db` (for node-local records such as an epoch counter and metrics;
@@ -151,7 +158,7 @@ impl NodeStore {
     {
         let tree = self.db.open_tree(keys::snap_tree(group))?;
         GroupStateMachine::open(
-            SnapshotStore::new(group, tree, self.flusher.clone()),
+            SnapshotStore::new(group, tree, self.flusher.clone(), self.sled_dir.clone()),
             machine,
         )
     }

@@ -6,11 +6,14 @@
 //! the `SnapshotMeta` sent alongside them (pitfall P6) and a restart can restore from the bytes
 //! alone.
 //!
-//! Durability: [`SnapshotStore::save`] writes meta + data in one atomic sled batch and waits for
-//! sled's flush (write + fsync) before returning, so a snapshot openraft learns about is on disk before
-//! openraft may purge the logs it covers (pitfall P4, openraft `v2.rs`: snapshot must be
-//! persisted). Saves never move the stored snapshot backwards.
+//! Durability: [`SnapshotStore::save`] writes meta + data in one atomic sled batch, waits for
+//! sled's flush — which is only write + `sync_file_range` (sled#1452: no device-cache flush, no
+//! size metadata) — and then `fsync`s every file and directory under sled's directory itself, so
+//! a snapshot openraft learns about is on disk, power loss included, before openraft may purge
+//! the logs it covers (pitfall P4, openraft `v2.rs`: snapshot must be persisted). Saves never
+//! move the stored snapshot backwards.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use openraft::{LogId, NodeId, SnapshotMeta, StoredMembership};
@@ -100,6 +103,8 @@ pub(crate) struct SnapshotStore {
     group: GroupId,
     tree: sled::Tree,
     flusher: Flusher,
+    /// sled's directory: fsynced after each save.
+    sled_dir: Arc<PathBuf>,
     /// Serializes compare-and-save so a slow build cannot overwrite a newer install.
     save_lock: Arc<tokio::sync::Mutex<()>>,
 }
@@ -110,17 +115,24 @@ impl Clone for SnapshotStore {
             group: self.group,
             tree: self.tree.clone(),
             flusher: self.flusher.clone(),
+            sled_dir: self.sled_dir.clone(),
             save_lock: self.save_lock.clone(),
         }
     }
 }
 
 impl SnapshotStore {
-    pub(crate) fn new(group: GroupId, tree: sled::Tree, flusher: Flusher) -> Self {
+    pub(crate) fn new(
+        group: GroupId,
+        tree: sled::Tree,
+        flusher: Flusher,
+        sled_dir: Arc<PathBuf>,
+    ) -> Self {
         SnapshotStore {
             group,
             tree,
             flusher,
+            sled_dir,
             save_lock: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
@@ -163,6 +175,24 @@ impl SnapshotStore {
         batch.insert(keys::SNAP_DATA, data);
         self.tree.apply_batch(batch)?;
         self.tree.flush_async().await?;
+        let dir = self.sled_dir.clone();
+        tokio::task::spawn_blocking(move || sync_tree(&dir))
+            .await
+            .map_err(|e| StoreError::Flush(std::io::Error::other(e.to_string())))?
+            .map_err(StoreError::Flush)?;
         Ok(true)
     }
+}
+
+/// `fsync`s every file under `dir`, then the directories themselves (new files' entries).
+fn sync_tree(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            sync_tree(&path)?;
+        } else {
+            std::fs::File::open(&path)?.sync_all()?;
+        }
+    }
+    std::fs::File::open(dir)?.sync_all()
 }
