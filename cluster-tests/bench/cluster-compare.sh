@@ -98,6 +98,9 @@ fault() { # broker scenario round
   local out
   out=$(python3 cluster-tests/bench/failover.py "$(port_of "$b" 2)" "$(port_of "$b" 3)" "$q" "$cmd" ${heal:+"$heal"} 2>&1 | tail -1) || true
   echo "$s $b $out" | tee -a "$RESULTS"
+  if [ -n "${KEEP_DATA:-}" ] && [ "$b" = quorumq ]; then # the nodes' logs of this fault
+    mkdir -p "$DATA/$s-$3" && cp "$DATA"/node-*.log "$DATA/$s-$3/" 2>/dev/null || true
+  fi
   if [ "$s" = kill9 ]; then restart_node "$b" 1 || true; fi
 }
 
