@@ -49,7 +49,9 @@ impl CommitUpdates {
                 let Some(update) = rx.borrow_and_update().clone() else {
                     continue;
                 };
-                match send(update).await {
+                // Boxed: the task of an idle group then holds a pointer, not
+                // a whole gRPC call's state (idle queues must stay cheap).
+                match Box::pin(send(update)).await {
                     Some(r @ AppendEntriesResponse::HigherVote(_))
                     | Some(r @ AppendEntriesResponse::Conflict) => {
                         if let Ok(mut s) = seen.lock() {
