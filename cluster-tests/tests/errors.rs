@@ -462,16 +462,15 @@ async fn malformed_input_gets_rabbitmqs_reply_code() -> anyhow::Result<()> {
             p.extend(0u16.to_be_bytes());
             raw::frame(raw::FRAME_HEADER, 1, &p)
         };
-        let publish = raw::frame(
-            raw::FRAME_METHOD,
-            1,
-            &raw::Args::method(60, 40)
+        let publish_on = |channel: u16| {
+            let args = raw::Args::method(60, 40)
                 .u16(0)
                 .shortstr("")
                 .shortstr("q")
-                .u8(0)
-                .0,
-        );
+                .u8(0);
+            raw::frame(raw::FRAME_METHOD, channel, &args.0)
+        };
+        let publish = publish_on(1);
         let mut bad_end = open();
         *bad_end.last_mut().unwrap() = 0;
         let cases: Vec<(&str, Vec<u8>, u16)> = vec![
@@ -491,20 +490,7 @@ async fn malformed_input_gets_rabbitmqs_reply_code() -> anyhow::Result<()> {
                 with_open(raw::frame(raw::FRAME_BODY, 1, b"x")),
                 505,
             ),
-            (
-                "method on an unopened channel",
-                raw::frame(
-                    raw::FRAME_METHOD,
-                    5,
-                    &raw::Args::method(60, 40)
-                        .u16(0)
-                        .shortstr("")
-                        .shortstr("q")
-                        .u8(0)
-                        .0,
-                ),
-                504,
-            ),
+            ("method on an unopened channel", publish_on(5), 504),
             // Deliberate differences (README): RabbitMQ resets the connection.
             (
                 "unknown class",
