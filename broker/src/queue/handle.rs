@@ -574,8 +574,23 @@ impl Proposer {
             }
             attempt += 1;
             // Poll quickly through an election (about a lease, see
-            // cluster::LEADER_LEASE_MS, and a vote), slowly after a second.
-            tokio::time::sleep(Duration::from_millis(if attempt < 50 { 20 } else { 100 })).await;
+            // cluster::LEADER_LEASE_MS, and a vote), slowly after a second;
+            // with a local replica, go again as soon as it sees a new leader
+            // (a new queue's first publish no longer waits out a poll).
+            let pause = Duration::from_millis(if attempt < 50 { 20 } else { 100 });
+            match &self.route.raft {
+                Some(raft) => {
+                    let before = raft.metrics().borrow().current_leader;
+                    let _ = raft
+                        .wait(Some(pause))
+                        .metrics(
+                            |m| m.current_leader.is_some() && m.current_leader != before,
+                            "a new leader",
+                        )
+                        .await;
+                }
+                None => tokio::time::sleep(pause).await,
+            }
         }
         tracing::warn!(group = self.route.group, error = %last_error, "giving up on a write");
         Err(last_error)
