@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command: build quorumq, run every workspace test (the
 # cluster-tests integration tests spawn target/debug/quorumq themselves), then
-# run the pika compatibility tests against a quorumq started for them.
+# run the pika compatibility tests against a quorumq started for them, then
+# the fault-injection suite's short profile.
 set -euo pipefail
 cd "$(dirname "$0")"
 # The cluster tests must exercise quorumq here, not an external broker.
@@ -18,3 +19,5 @@ fi
 cargo build --bin quorumq --bin quorumqctl
 cargo test --workspace
 timeout 900 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/pika
+# The fault-injection suite, short profile: every workload and nemesis kind.
+timeout 900 cluster-tests/faults/run.sh --profile short

@@ -79,9 +79,23 @@ pub struct Cluster {
 
 struct Node {
     id: u64,
-    amqp_port: u16,
-    cluster_port: u16,
+    place: Placement,
     proc: Mutex<Proc>,
+}
+
+/// Where one node runs: its address (both listeners bind it), its ports and,
+/// for the fault suite, the network namespace its process is started in
+/// (`ip netns exec NS quorumq ...`, which execs: the pid is quorumq's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// IP address the node binds and peers dial (`127.0.0.1` by default).
+    pub host: String,
+    /// AMQP port.
+    pub amqp_port: u16,
+    /// Cluster gRPC port.
+    pub cluster_port: u16,
+    /// Network namespace to start the process in, if any.
+    pub netns: Option<String>,
 }
 
 #[derive(Default)]
@@ -121,19 +135,15 @@ impl Cluster {
                 .tempdir()?;
             std::fs::create_dir_all(root.path().join("data"))?;
             let ports = distinct_free_ports(2 * n)?;
-            let nodes = (0..n)
-                .map(|i| Node {
-                    id: i as u64 + 1,
+            let places = (0..n)
+                .map(|i| Placement {
+                    host: "127.0.0.1".into(),
                     amqp_port: ports[2 * i],
                     cluster_port: ports[2 * i + 1],
-                    proc: Mutex::new(Proc::default()),
+                    netns: None,
                 })
                 .collect();
-            let cluster = Cluster {
-                bin: bin.clone(),
-                root,
-                nodes,
-            };
+            let cluster = Cluster::new(bin.clone(), root, places);
             match cluster.launch_all().await {
                 Ok(()) => return Ok(cluster),
                 Err(e) if attempt < 3 && cluster.any_log_contains("binding") => {
@@ -143,6 +153,55 @@ impl Cluster {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Spawns one node per placement (node i+1 at `places[i]`), keeping all
+    /// data under `root/data/node-I/` (the caller may mount a file system
+    /// there first) and logs in `root/node-I.log`, and waits until each has
+    /// logged `quorumq ready`. No port-race retry: the caller chose the ports.
+    ///
+    /// Errors: as [`Cluster::start`].
+    pub async fn start_placed(
+        root: tempfile::TempDir,
+        places: Vec<Placement>,
+    ) -> anyhow::Result<Cluster> {
+        let bin = quorumq_bin();
+        if !bin.exists() {
+            bail!("quorumq binary not found at {}", bin.display());
+        }
+        std::fs::create_dir_all(root.path().join("data"))?;
+        let cluster = Cluster::new(bin, root, places);
+        cluster.launch_all().await?;
+        Ok(cluster)
+    }
+
+    fn new(bin: PathBuf, root: tempfile::TempDir, places: Vec<Placement>) -> Cluster {
+        let nodes = places
+            .into_iter()
+            .enumerate()
+            .map(|(i, place)| Node {
+                id: i as u64 + 1,
+                place,
+                proc: Mutex::new(Proc::default()),
+            })
+            .collect();
+        Cluster { bin, root, nodes }
+    }
+
+    /// The directory holding `data/` and the node logs.
+    pub fn root(&self) -> &std::path::Path {
+        self.root.path()
+    }
+
+    /// Copies every node's whole log to `dir/node-I.log`.
+    ///
+    /// Errors: a copy failed.
+    pub fn copy_logs(&self, dir: &std::path::Path) -> anyhow::Result<()> {
+        for id in self.ids() {
+            std::fs::copy(self.log_path(id), dir.join(format!("node-{id}.log")))
+                .with_context(|| format!("copying node {id}'s log"))?;
+        }
+        Ok(())
     }
 
     async fn launch_all(&self) -> anyhow::Result<()> {
@@ -180,13 +239,15 @@ impl Cluster {
 
     /// AMQP address of node `id` (`127.0.0.1:P`).
     fn amqp_addr(&self, id: u64) -> String {
-        format!("127.0.0.1:{}", self.node(id).amqp_port)
+        let p = &self.node(id).place;
+        format!("{}:{}", p.host, p.amqp_port)
     }
 
     /// Cluster (gRPC) address of node `id` (`127.0.0.1:C`), as in `--peers`;
     /// quorumqctl's `--node` is `http://` and this.
     fn cluster_addr(&self, id: u64) -> String {
-        format!("127.0.0.1:{}", self.node(id).cluster_port)
+        let p = &self.node(id).place;
+        format!("{}:{}", p.host, p.cluster_port)
     }
 
     /// The file receiving node `id`'s stdout and stderr (appended across restarts).
@@ -210,7 +271,7 @@ impl Cluster {
                 let name = format!(
                     "{}-{}-node-{id}.log",
                     std::process::id(),
-                    self.node(1).amqp_port
+                    self.node(1).place.amqp_port
                 );
                 let to = std::path::Path::new(&dir).join(name);
                 match std::fs::copy(self.log_path(id), &to) {
@@ -245,7 +306,15 @@ impl Cluster {
     /// Every node gets the same data dir (it keeps its files in `node-I/`).
     fn spawn_node(&self, id: u64) -> anyhow::Result<()> {
         let (log, launched_at) = open_log(&self.log_path(id))?;
-        let child = Command::new(&self.bin)
+        let mut cmd = match &self.node(id).place.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
+        let child = cmd
             .arg("--node-id")
             .arg(id.to_string())
             .arg("--amqp-listen")
@@ -491,7 +560,7 @@ fn reap(p: &mut Proc) {
 }
 
 /// `n` distinct ports that were free a moment ago on 127.0.0.1.
-fn distinct_free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+pub fn distinct_free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
     let mut seen = HashSet::new();
     let mut out = Vec::with_capacity(n);
     for _ in 0..n * 20 {

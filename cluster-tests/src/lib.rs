@@ -41,6 +41,7 @@ use std::{
 
 pub mod cluster;
 pub mod dlx;
+pub mod faults;
 pub mod lean;
 pub mod raw;
 

@@ -37,6 +37,6 @@ pub use error::StoreError;
 pub use flusher::{BusyHint, FlushCallback, Flusher, FlusherStats, BUSY_BATCH};
 pub use log_store::LogStore;
 pub use machine::{ApplyMeta, Machine};
-pub use node_store::{NodeStore, StoreOptions};
+pub use node_store::{fail_stop, NodeStore, StoreOptions};
 pub use snapshot::{SnapshotHeader, SnapshotPayload};
 pub use state_machine::{GroupSnapshotBuilder, GroupStateMachine, GroupTypeConfig};

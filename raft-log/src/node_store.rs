@@ -27,6 +27,25 @@ pub struct StoreOptions {
     /// Largest encoded entry `append` accepts, in bytes (default and upper bound
     /// [`crate::MAX_ENTRY_BYTES`]); larger ones fail with [`StoreError::TooLarge`].
     pub max_entry_bytes: usize,
+    /// Called when a WAL write, `fdatasync` or segment creation fails, before the error is
+    /// returned to the waiting appends (default [`fail_stop`]).
+    pub on_sync_failure: fn(&std::io::Error),
+}
+
+/// The default [`StoreOptions::on_sync_failure`]: logs the error and exits the process with
+/// status 70 (EX_SOFTWARE), so the node is fail-stop.
+///
+/// After a failed write or `fdatasync` the file's contents and the kernel's page cache are in
+/// an unknown state (PostgreSQL's "fsyncgate", 2018: a retried fsync can report success for
+/// pages the kernel already dropped), and openraft stops only the groups whose appends were
+/// waiting, leaving the others running on a WAL with a hole. Nothing after the last good sync
+/// may be acknowledged; on restart the WAL is replayed from disk and a torn tail is cut, and
+/// the other replicas hold every committed entry. A full disk therefore stops the node (as etcd
+/// does) instead of leaving it up with dead Raft groups that still route publishes.
+pub fn fail_stop(e: &std::io::Error) {
+    tracing::error!(error = %e, "raft-log WAL sync failed: stopping the process (fail-stop)");
+    eprintln!("raft-log WAL sync failed: {e}; stopping the process (fail-stop)");
+    std::process::exit(70);
 }
 
 impl Default for StoreOptions {
@@ -38,6 +57,7 @@ impl Default for StoreOptions {
             group_cache_bytes: wal.group_cache_bytes,
             min_sync_interval: std::time::Duration::ZERO,
             max_entry_bytes: wal.max_record_bytes,
+            on_sync_failure: fail_stop,
         }
     }
 }
@@ -103,6 +123,7 @@ impl NodeStore {
                 segment_bytes: opts.segment_bytes,
                 group_cache_bytes: opts.group_cache_bytes,
                 max_record_bytes: opts.max_entry_bytes.min(crate::MAX_ENTRY_BYTES),
+                on_failure: opts.on_sync_failure,
             },
         )?);
         let sync_wal = wal.clone();

@@ -49,6 +49,9 @@ pub struct WalOptions {
     pub group_cache_bytes: usize,
     /// Largest entry payload accepted (default and upper bound [`MAX_ENTRY_BYTES`]).
     pub max_record_bytes: usize,
+    /// Called when a write, `fdatasync` or segment creation fails, before the error is
+    /// returned (default [`crate::fail_stop`]).
+    pub on_failure: fn(&io::Error),
 }
 
 impl Default for WalOptions {
@@ -57,6 +60,7 @@ impl Default for WalOptions {
             segment_bytes: 64 << 20,
             group_cache_bytes: 8 << 20,
             max_record_bytes: MAX_ENTRY_BYTES,
+            on_failure: crate::fail_stop,
         }
     }
 }
@@ -375,6 +379,8 @@ impl Wal {
             let mut st = self.lock();
             if let Err(e) = &res {
                 st.failed = Some(e.to_string());
+                drop(st);
+                (self.opts.on_failure)(e);
                 return res;
             }
             for c in &chunks {
@@ -396,5 +402,49 @@ impl Wal {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static FAILURES: AtomicUsize = AtomicUsize::new(0);
+
+    fn count_failure(_: &io::Error) {
+        FAILURES.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A WAL whose directory vanished can neither make a new segment durable nor create one:
+    /// each failure reaches `on_failure` (the broker's fail-stop) before the error is
+    /// returned, and a failed sync takes no more appends.
+    #[test]
+    fn io_failures_reach_the_failure_hook_and_poison_the_wal() {
+        let opts = WalOptions {
+            segment_bytes: 4096,
+            on_failure: count_failure,
+            ..WalOptions::default()
+        };
+        // A sync that must fsync the directory of a segment created since the last sync.
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(&dir.path().join("wal"), opts).unwrap();
+        wal.append(1, vec![(1, vec![7; 100]), (2, vec![7; 5000])]).unwrap();
+        wal.sync().unwrap();
+        wal.append(1, vec![(3, vec![7; 10])]).unwrap(); // rolls into a new segment
+        std::fs::remove_dir_all(dir.path().join("wal")).unwrap();
+        assert_eq!(FAILURES.load(Ordering::SeqCst), 0);
+        assert!(wal.sync().is_err(), "the new segment's directory is gone: the sync must fail");
+        assert_eq!(FAILURES.load(Ordering::SeqCst), 1);
+        assert!(wal.append(1, vec![(4, vec![7; 10])]).is_err(), "a failed WAL takes no appends");
+
+        // A segment that cannot be created.
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(&dir.path().join("wal"), opts).unwrap();
+        wal.append(1, vec![(1, vec![7; 5000])]).unwrap();
+        wal.sync().unwrap();
+        std::fs::remove_dir_all(dir.path().join("wal")).unwrap();
+        assert!(wal.append(1, vec![(2, vec![7; 10])]).is_err(), "no directory to roll into");
+        assert_eq!(FAILURES.load(Ordering::SeqCst), 2);
     }
 }

@@ -242,7 +242,12 @@ impl State {
             }
         }
         if self.current_len >= opts.segment_bytes {
-            self.roll(dir)?;
+            if let Err(e) = self.roll(dir) {
+                if let StoreError::Flush(io) = &e {
+                    (opts.on_failure)(io);
+                }
+                return Err(e);
+            }
             self.compact_oldest(opts)?;
         }
         let at = self.frame(&rec);

@@ -1,0 +1,143 @@
+//! `quorumq-faults`: the fault-injection suite (see `cluster_tests::faults`).
+//! Normally started by `cluster-tests/faults/run.sh`, which builds the
+//! binaries and points `QUORUMQ_BIN` at them.
+//!
+//! Prints a one-screen summary; its last line is the verdict:
+//! `verdict: ops=N lost=L unexpected=U duplicates=D faults=K seed=S`.
+//! Exit status 0 only when every workload lost nothing, delivered nothing
+//! unexpected, every dead letter carried a well-formed x-death, and every
+//! queue drained after healing.
+
+use clap::Parser;
+use cluster_tests::faults::{self, nemesis, workload, Options, Profile, Report};
+use std::{path::PathBuf, time::Duration};
+
+#[derive(Parser)]
+#[command(about = "quorumq fault-injection suite: partitions, kill -9, pauses, lossy links, full disk")]
+struct Args {
+    /// `short`: every nemesis kind once, spread over the workloads (a few
+    /// minutes); `long`: random kinds for --time per workload.
+    #[arg(long, default_value = "short")]
+    profile: String,
+    /// Nemesis phase per workload in seconds (long profile; default 450 = 30 min over 4 workloads).
+    #[arg(long, default_value_t = 450)]
+    time: u64,
+    /// Nemesis kinds, comma-separated, or `all`: kill, kill-leader, pause,
+    /// partition-one, partition-halves, bridge, partition-leader, loss, delay,
+    /// rolling-restart, disk-full.
+    #[arg(long, default_value = "all")]
+    nemesis: String,
+    /// Workloads, comma-separated, or `all`: total-queue, dead-letter, delivery-limit, expiry.
+    #[arg(long, default_value = "all")]
+    workload: String,
+    /// Seed of the schedule (default: from the clock; printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Publish rate per publisher, msg/s (one publisher per node).
+    #[arg(long, default_value_t = 100)]
+    rate: u64,
+    /// Results root; the run writes to `<root>/<unix time>-seed<S>/`.
+    #[arg(long, default_value = "cluster-tests/faults/results")]
+    results: PathBuf,
+}
+
+fn list<T: Copy>(spec: &str, all: &[T], parse: impl Fn(&str) -> Option<T>) -> Result<Vec<T>, String> {
+    if spec == "all" {
+        return Ok(all.to_vec());
+    }
+    spec.split(',').map(|s| parse(s.trim()).ok_or_else(|| format!("unknown name {s:?}"))).collect()
+}
+
+fn summary(r: &Report, results: &std::path::Path) -> (u64, u64, u64, u64, u64) {
+    println!("quorumq fault suite — seed {}, {}", r.seed, r.network);
+    if !r.skipped.is_empty() {
+        println!("skipped here: {}", r.skipped.join(", "));
+    }
+    println!(
+        "{:<15} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}",
+        "workload", "ops", "acked", "nacked", "unkn", "lost", "unexp", "dup", "unconf", "malf", "faults"
+    );
+    let (mut ops, mut lost, mut unexpected, mut dups, mut faults) = (0, 0, 0, 0, 0);
+    for v in &r.verdicts {
+        println!(
+            "{:<15} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}{}",
+            v.workload,
+            v.ops,
+            v.confirmed,
+            v.nacked,
+            v.unknown,
+            v.lost,
+            v.unexpected,
+            v.duplicates,
+            v.delivered_unconfirmed,
+            v.malformed,
+            v.faults,
+            if v.passed() { "" } else { "  FAILED" }
+        );
+        if !v.lost_sample.is_empty() {
+            println!("    lost e.g. {:?}", v.lost_sample);
+        }
+        for m in &v.malformed_sample {
+            println!("    malformed: {m}");
+        }
+        if let Some(s) = &v.stuck {
+            println!("    stuck: {s}");
+        }
+        let rec: Vec<String> = v
+            .recoveries
+            .iter()
+            .map(|r| match r.first_confirm_ms {
+                Some(ms) => format!("{} {:.2}/{:.2}s", r.kind, ms as f64 / 1000.0, r.max_gap_ms as f64 / 1000.0),
+                None => format!("{} -/{:.2}s", r.kind, r.max_gap_ms as f64 / 1000.0),
+            })
+            .collect();
+        println!("    first confirm after heal / longest confirm gap: {}", rec.join(", "));
+        ops += v.ops;
+        lost += v.lost;
+        unexpected += v.unexpected;
+        dups += v.duplicates;
+        faults += v.faults;
+    }
+    println!("results: {}", results.display());
+    (ops, lost, unexpected, dups, faults)
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    let profile = match args.profile.as_str() {
+        "short" => Profile::Short,
+        "long" => Profile::Long,
+        other => {
+            eprintln!("--profile must be short or long, not {other:?}");
+            std::process::exit(2);
+        }
+    };
+    let (nemeses, workloads) = match (
+        list(&args.nemesis, &nemesis::Kind::ALL, nemesis::Kind::parse),
+        list(&args.workload, &workload::Kind::ALL, workload::Kind::parse),
+    ) {
+        (Ok(n), Ok(w)) => (n, w),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let seed = args.seed.unwrap_or(now.as_nanos() as u64 % 1_000_000);
+    let results = args.results.join(format!("{}-seed{seed}", now.as_secs()));
+    eprintln!("seed {seed}; results in {}", results.display());
+    let opts = Options { profile, time: Duration::from_secs(args.time), workloads, nemeses, seed, rate: args.rate, results: results.clone() };
+    match faults::run(&opts).await {
+        Ok(report) => {
+            let (ops, lost, unexpected, dups, faults) = summary(&report, &results);
+            println!("verdict: ops={ops} lost={lost} unexpected={unexpected} duplicates={dups} faults={faults} seed={seed}");
+            std::process::exit(if report.passed() { 0 } else { 1 });
+        }
+        Err(e) => {
+            eprintln!("fault suite aborted: {e:#}");
+            println!("verdict: aborted seed={seed}");
+            std::process::exit(1);
+        }
+    }
+}

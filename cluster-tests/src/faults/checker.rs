@@ -1,0 +1,268 @@
+//! Verdicts from a workload's history (pure: no I/O, no clocks).
+//!
+//! * *total-queue* (Jepsen's checker for RabbitMQ): every confirmed id must
+//!   be delivered from the queue at least once. `lost` = confirmed and never
+//!   delivered; `unexpected` = delivered and never published; `duplicates` =
+//!   deliveries beyond an id's first; `delivered_unconfirmed` = delivered ids
+//!   whose publish got no basic.ack (allowed: the confirm was lost, not the
+//!   message).
+//! * Dead-letter workloads: "delivered" means delivered from the DLX target,
+//!   and every such delivery must carry an `x-death` whose first entry has
+//!   the expected reason and source queue and a count ≥ 1 (RabbitMQ dlx.md);
+//!   others are `malformed`.
+//! * Recovery: for each heal, the time to the first basic.ack after it.
+
+use super::history::{Op, Record};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+
+/// What a workload's deliveries must look like.
+#[derive(Debug, Clone)]
+pub struct Expect {
+    /// The queue whose deliveries count as "delivered" (the DLX target for dead-letter workloads).
+    pub queue: String,
+    /// For dead-letter workloads: the `x-death` reason and source queue each delivery must carry.
+    pub death: Option<(String, String)>,
+}
+
+/// Time from a heal to the first confirm after it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recovery {
+    /// Nemesis kind.
+    pub kind: String,
+    /// When the fault was healed (ms since the run started).
+    pub healed_ms: u64,
+    /// Milliseconds to the first basic.ack after the heal; None when there was none.
+    pub first_confirm_ms: Option<u64>,
+    /// Longest time without any basic.ack (all publishers) from the fault's start to the
+    /// first confirm after its heal (ms).
+    pub max_gap_ms: u64,
+}
+
+/// A workload's verdict. It passes when `lost`, `unexpected` and `malformed`
+/// are 0 and it drained (`stuck` is None).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Verdict {
+    /// Workload name.
+    pub workload: String,
+    /// basic.publish attempts (count).
+    pub ops: u64,
+    /// Publishes answered basic.ack.
+    pub confirmed: u64,
+    /// Publishes answered basic.nack.
+    pub nacked: u64,
+    /// Publishes with no answer (connection lost or timeout).
+    pub unknown: u64,
+    /// Distinct ids delivered from the checked queue.
+    pub delivered: u64,
+    /// Confirmed, never delivered.
+    pub lost: u64,
+    /// Delivered, never published.
+    pub unexpected: u64,
+    /// Deliveries beyond an id's first.
+    pub duplicates: u64,
+    /// Delivered ids whose publish was not confirmed.
+    pub delivered_unconfirmed: u64,
+    /// Deliveries whose x-death did not match the expectation.
+    pub malformed: u64,
+    /// Up to 10 lost ids.
+    pub lost_sample: Vec<u64>,
+    /// Up to 5 malformed deliveries, described.
+    pub malformed_sample: Vec<String>,
+    /// Faults injected during the workload (count).
+    pub faults: u64,
+    /// One per heal.
+    pub recoveries: Vec<Recovery>,
+    /// Why the queues did not drain after the faults were healed, if they did not.
+    pub stuck: Option<String>,
+}
+
+impl Verdict {
+    /// No loss, nothing unexpected, nothing malformed, drained.
+    pub fn passed(&self) -> bool {
+        self.lost == 0 && self.unexpected == 0 && self.malformed == 0 && self.stuck.is_none()
+    }
+}
+
+/// Checks one workload's `records` against `expect`.
+pub fn check(workload: &str, records: &[Record], expect: &Expect) -> Verdict {
+    let mut v = Verdict { workload: workload.to_string(), ..Verdict::default() };
+    let mut published = HashSet::new();
+    let mut confirmed = HashSet::new();
+    let mut seen: HashMap<u64, u64> = HashMap::new();
+    let mut heals = Vec::new();
+    let mut acks = Vec::new();
+    let mut fault_start = None;
+    for r in records {
+        match &r.op {
+            Op::Publish { id, .. } => {
+                v.ops += 1;
+                published.insert(*id);
+            }
+            Op::Confirmed { id, .. } => {
+                v.confirmed += 1;
+                confirmed.insert(*id);
+                acks.push(r.t_ms);
+            }
+            Op::Nacked { .. } => v.nacked += 1,
+            Op::Unknown { .. } => v.unknown += 1,
+            Op::Delivered { id, queue, death, .. } if *queue == expect.queue => {
+                *seen.entry(*id).or_default() += 1;
+                if let Some((reason, source)) = &expect.death {
+                    let problem = match death {
+                        None => Some("no x-death".to_string()),
+                        Some(d) if d.reason != *reason || d.queue != *source || d.count < 1 => {
+                            Some(format!("x-death {d:?}"))
+                        }
+                        Some(_) => None,
+                    };
+                    if let Some(p) = problem {
+                        v.malformed += 1;
+                        if v.malformed_sample.len() < 5 {
+                            v.malformed_sample.push(format!("id {id}: {p}"));
+                        }
+                    }
+                }
+            }
+            Op::Delivered { .. } => {}
+            Op::Fault { .. } => {
+                v.faults += 1;
+                fault_start = Some(r.t_ms);
+            }
+            Op::Healed { kind } => heals.push((kind.clone(), fault_start.take().unwrap_or(r.t_ms), r.t_ms)),
+        }
+    }
+    v.delivered = seen.len() as u64;
+    v.duplicates = seen.values().map(|n| n - 1).sum();
+    let mut lost: Vec<u64> = confirmed.iter().filter(|id| !seen.contains_key(id)).copied().collect();
+    lost.sort_unstable();
+    v.lost = lost.len() as u64;
+    v.lost_sample = lost.into_iter().take(10).collect();
+    v.unexpected = seen.keys().filter(|id| !published.contains(id)).count() as u64;
+    v.delivered_unconfirmed = seen.keys().filter(|id| !confirmed.contains(id)).count() as u64;
+    acks.sort_unstable();
+    v.recoveries = heals
+        .into_iter()
+        .map(|(kind, started_ms, healed_ms)| {
+            let i = acks.partition_point(|&t| t < healed_ms);
+            let first = acks.get(i).copied();
+            let end = first.unwrap_or(healed_ms);
+            let from = acks.partition_point(|&t| t < started_ms);
+            let mut prev = started_ms;
+            let mut max_gap_ms = 0;
+            for &t in acks[from..].iter().take_while(|&&t| t <= end) {
+                max_gap_ms = max_gap_ms.max(t - prev);
+                prev = t;
+            }
+            max_gap_ms = max_gap_ms.max(end - prev);
+            Recovery { kind, healed_ms, first_confirm_ms: first.map(|t| t - healed_ms), max_gap_ms }
+        })
+        .collect();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::faults::history::{Action, Death};
+
+    fn rec(t_ms: u64, op: Op) -> Record {
+        Record { t_ms, op }
+    }
+
+    fn delivered(id: u64, queue: &str, death: Option<Death>) -> Op {
+        Op::Delivered { id, node: 1, queue: queue.into(), redelivered: false, action: Action::Ack, death }
+    }
+
+    fn total() -> Expect {
+        Expect { queue: "q".into(), death: None }
+    }
+
+    #[test]
+    fn counts_lost_unexpected_duplicates_and_unconfirmed() {
+        let h = vec![
+            rec(0, Op::Publish { id: 1, node: 1 }),
+            rec(1, Op::Confirmed { id: 1, node: 1 }),
+            rec(2, Op::Publish { id: 2, node: 2 }),
+            rec(3, Op::Confirmed { id: 2, node: 2 }),
+            rec(4, Op::Publish { id: 3, node: 3 }),
+            rec(5, Op::Unknown { id: 3, node: 3, error: "timeout".into() }),
+            rec(6, delivered(1, "q", None)),
+            rec(7, delivered(1, "q", None)),
+            rec(8, delivered(3, "q", None)),
+            rec(9, delivered(99, "q", None)),
+            rec(10, delivered(2, "other", None)),
+        ];
+        let v = check("total-queue", &h, &total());
+        assert_eq!((v.ops, v.confirmed, v.unknown), (3, 2, 1));
+        assert_eq!(v.lost, 1, "id 2 was only delivered from another queue");
+        assert_eq!(v.lost_sample, vec![2]);
+        assert_eq!(v.unexpected, 1);
+        assert_eq!(v.duplicates, 1);
+        assert_eq!(v.delivered, 3);
+        assert_eq!(v.delivered_unconfirmed, 2, "ids 3 and 99");
+        assert!(!v.passed());
+    }
+
+    #[test]
+    fn a_clean_history_passes() {
+        let h = vec![
+            rec(0, Op::Publish { id: 1, node: 1 }),
+            rec(1, Op::Confirmed { id: 1, node: 1 }),
+            rec(2, delivered(1, "q", None)),
+        ];
+        assert!(check("total-queue", &h, &total()).passed());
+    }
+
+    #[test]
+    fn dead_letters_need_the_expected_x_death() {
+        let expect = Expect { queue: "dst".into(), death: Some(("rejected".into(), "src".into())) };
+        let good = Death { reason: "rejected".into(), count: 1, queue: "src".into() };
+        let h = vec![
+            rec(0, Op::Publish { id: 1, node: 1 }),
+            rec(1, Op::Confirmed { id: 1, node: 1 }),
+            rec(2, Op::Publish { id: 2, node: 1 }),
+            rec(3, Op::Confirmed { id: 2, node: 1 }),
+            rec(4, Op::Publish { id: 3, node: 1 }),
+            rec(5, Op::Confirmed { id: 3, node: 1 }),
+            rec(6, delivered(1, "dst", Some(good.clone()))),
+            rec(7, delivered(2, "dst", Some(Death { reason: "expired".into(), ..good.clone() }))),
+            rec(8, delivered(3, "dst", None)),
+            rec(9, delivered(3, "src", None)),
+        ];
+        let v = check("dead-letter", &h, &expect);
+        assert_eq!((v.lost, v.malformed, v.delivered), (0, 2, 3));
+        assert_eq!(v.malformed_sample.len(), 2);
+        assert!(!v.passed());
+    }
+
+    #[test]
+    fn recovery_is_the_first_confirm_after_each_heal() {
+        let h = vec![
+            rec(100, Op::Fault { kind: "kill".into(), targets: vec![1], detail: String::new() }),
+            rec(150, Op::Confirmed { id: 1, node: 2 }),
+            rec(300, Op::Healed { kind: "kill".into() }),
+            rec(420, Op::Confirmed { id: 2, node: 2 }),
+            rec(500, Op::Healed { kind: "pause".into() }),
+        ];
+        let v = check("total-queue", &h, &total());
+        assert_eq!(v.faults, 1);
+        assert_eq!(
+            v.recoveries,
+            vec![
+                // acks at 150 and 420 after the fault at 100: gaps 50 and 270.
+                Recovery { kind: "kill".into(), healed_ms: 300, first_confirm_ms: Some(120), max_gap_ms: 270 },
+                // no fault record: the window is the heal alone, and no ack follows it.
+                Recovery { kind: "pause".into(), healed_ms: 500, first_confirm_ms: None, max_gap_ms: 0 },
+            ]
+        );
+    }
+
+    #[test]
+    fn stuck_fails_the_verdict() {
+        let mut v = check("total-queue", &[], &total());
+        assert!(v.passed());
+        v.stuck = Some("3 messages ready".into());
+        assert!(!v.passed());
+    }
+}
