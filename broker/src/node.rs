@@ -19,6 +19,7 @@ use crate::cluster::deliveries::RemoteDeliveries;
 use crate::cluster::detector::Detector;
 use crate::cluster::forward::{Forwarded, Forwarder};
 use crate::cluster::groups::GroupTable;
+use crate::cluster::join;
 use crate::cluster::peers::Peers;
 use crate::cluster::server::ClusterServices;
 use crate::cluster::status::{ClusterStatus, NodeStatus, QueueStatus};
@@ -122,8 +123,15 @@ impl Broker {
             .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
             .map(u64::from_be_bytes)
             .unwrap_or(0);
-        let peers = Arc::new(Peers::new(me, cluster_id));
+        let peers = Arc::new(Peers::new(me, cluster_id).bind_outgoing_to(&config.cluster_listen));
         peers.set_addr(me, &config.advertised());
+        // Addresses learned when this node joined or from the meta membership;
+        // the static list below wins where both name a node.
+        for (id, addr) in join::remembered(store.db()) {
+            if id != me {
+                peers.set_addr(id, &addr);
+            }
+        }
         for p in &peers_cfg {
             if p.id != me {
                 peers.set_addr(p.id, &p.addr);
@@ -173,11 +181,13 @@ impl Broker {
         // Formation: every node of the static list initializes the meta group
         // with the same voters (at most 5, lowest ids), so any majority of
         // them forms the cluster. A restarted node keeps its state.
+        // A node started with --join (and no --peers) waits to be admitted
+        // instead (see `Broker::join_if_needed`).
         let mut voters: Vec<u64> = peers_cfg.iter().map(|p| p.id).collect();
-        if voters.is_empty() {
+        if voters.is_empty() && config.join.is_none() {
             voters.push(me);
         }
-        voters.truncate(5);
+        voters.truncate(join::MAX_META_VOTERS);
         if voters.contains(&me) {
             initialize(&meta_raft, &voters).await?;
         }
@@ -214,6 +224,7 @@ impl Broker {
     /// at once. Call once the cluster listener serves [`Broker::open`]'s
     /// services.
     pub async fn start(self: &Arc<Self>) -> Result<(), NodeError> {
+        self.join_if_needed().await?;
         self.detector.spawn();
         elections::spawn(
             self.node_id(),
@@ -237,6 +248,7 @@ impl Broker {
         self.reconcile().await;
         tokio::spawn(reconciler(Arc::downgrade(self)));
         tokio::spawn(peer_watch(Arc::downgrade(self)));
+        tokio::spawn(membership_watch(Arc::downgrade(self)));
         Ok(())
     }
 
@@ -804,6 +816,60 @@ impl Broker {
     }
 
     /// Learns (or, as meta leader, fixes) the cluster id.
+    /// With `--join` and no meta state yet: asks the node at the join
+    /// address to admit this one (retried every second for up to 120 s while
+    /// the cluster has no meta leader or is unreachable), then takes the
+    /// peer addresses and cluster id of the reply. A node that already has
+    /// meta state (a restart) does nothing.
+    ///
+    /// Errors: refused for good (e.g. the node id is taken), or not admitted in time.
+    async fn join_if_needed(&self) -> Result<(), NodeError> {
+        let Some(via) = self.config.join.clone() else {
+            return Ok(());
+        };
+        let initialized = self
+            .meta_raft
+            .is_initialized()
+            .await
+            .map_err(|e| NodeError::Raft(e.to_string()))?;
+        if initialized {
+            return Ok(());
+        }
+        let me = self.node_id();
+        let req = quorumq_proto::v1::JoinRequest {
+            node_id: me,
+            cluster_addr: self.config.advertised(),
+            amqp_addr: self.config.amqp_advertised(),
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let last = match join::ask(&via, req.clone()).await {
+                Ok(r) if r.accepted => {
+                    for p in &r.peers {
+                        if p.node_id != me {
+                            self.peers.set_addr(p.node_id, &p.cluster_addr);
+                            join::remember(self.store.db(), p.node_id, &p.cluster_addr)?;
+                        }
+                    }
+                    self.store.db().flush_async().await?;
+                    self.adopt_cluster_id(r.cluster_id).await;
+                    tracing::info!(via = %via, peers = r.peers.len(), "admitted to the cluster");
+                    return Ok(());
+                }
+                Ok(r) if r.permanent => {
+                    return Err(NodeError::Config(format!("joining via {via} was refused: {}", r.error)))
+                }
+                Ok(r) => r.error,
+                Err(e) => e,
+            };
+            if tokio::time::Instant::now() > deadline {
+                return Err(NodeError::Config(format!("could not join via {via} within 120 s: {last}")));
+            }
+            tracing::warn!(via = %via, error = %last, "not admitted yet; retrying");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
     async fn adopt_cluster_id(&self, in_meta: u64) {
         if in_meta == 0 {
             if self.meta_raft.metrics().borrow().current_leader == Some(self.node_id()) {
@@ -968,6 +1034,42 @@ async fn peer_watch(broker: std::sync::Weak<Broker>) {
                     );
                 }
             }
+        }
+    }
+}
+
+/// Learns node addresses from the meta membership (nodes admitted by
+/// `--join` carry theirs) and remembers every known peer address in sled,
+/// so a restarted node finds its peers by itself.
+async fn membership_watch(broker: std::sync::Weak<Broker>) {
+    let Some(mut metrics) = broker.upgrade().map(|b| b.meta_raft.metrics()) else {
+        return;
+    };
+    let mut seen = None;
+    loop {
+        let Some(b) = broker.upgrade() else { return };
+        let membership = metrics.borrow_and_update().membership_config.clone();
+        if seen.as_ref() != Some(membership.log_id()) {
+            seen = Some(*membership.log_id());
+            let me = b.node_id();
+            for (id, node) in membership.membership().nodes() {
+                if *id != me && !node.addr.is_empty() && b.peers.addr(*id).as_deref() != Some(node.addr.as_str()) {
+                    b.peers.set_addr(*id, &node.addr);
+                }
+            }
+            let db = b.store.db();
+            for (id, addr) in b.peers.all() {
+                if id != me {
+                    if let Err(e) = join::remember(db, id, &addr) {
+                        tracing::warn!(node = id, error = %e, "could not remember a peer address");
+                    }
+                }
+            }
+            let _ = db.flush_async().await;
+        }
+        drop(b);
+        if metrics.changed().await.is_err() {
+            return;
         }
     }
 }

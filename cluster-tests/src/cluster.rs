@@ -96,6 +96,26 @@ pub struct Placement {
     pub cluster_port: u16,
     /// Network namespace to start the process in, if any.
     pub netns: Option<String>,
+    /// Cluster address peers dial (`--advertise`, and this node's entry in
+    /// every `--peers`), when not `host:cluster_port` (the fault suite's proxies).
+    pub advertise: Option<String>,
+    /// Start with `--join` to this node (its cluster address) instead of
+    /// `--peers`; the `--peers` of the other nodes leave this one out.
+    pub join: Option<u64>,
+}
+
+impl Placement {
+    /// Node on 127.0.0.1 with the given ports, no namespace, no proxy, static peers.
+    pub fn loopback(amqp_port: u16, cluster_port: u16) -> Placement {
+        Placement {
+            host: "127.0.0.1".into(),
+            amqp_port,
+            cluster_port,
+            netns: None,
+            advertise: None,
+            join: None,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -136,12 +156,7 @@ impl Cluster {
             std::fs::create_dir_all(root.path().join("data"))?;
             let ports = distinct_free_ports(2 * n)?;
             let places = (0..n)
-                .map(|i| Placement {
-                    host: "127.0.0.1".into(),
-                    amqp_port: ports[2 * i],
-                    cluster_port: ports[2 * i + 1],
-                    netns: None,
-                })
+                .map(|i| Placement::loopback(ports[2 * i], ports[2 * i + 1]))
                 .collect();
             let cluster = Cluster::new(bin.clone(), root, places);
             match cluster.launch_all().await {
@@ -245,7 +260,7 @@ impl Cluster {
 
     /// Cluster (gRPC) address of node `id` (`127.0.0.1:C`), as in `--peers`;
     /// quorumqctl's `--node` is `http://` and this.
-    fn cluster_addr(&self, id: u64) -> String {
+    pub fn cluster_addr(&self, id: u64) -> String {
         let p = &self.node(id).place;
         format!("{}:{}", p.host, p.cluster_port)
     }
@@ -294,10 +309,15 @@ impl Cluster {
             .any(|id| self.log_tail(id, 8000).contains(needle))
     }
 
-    /// `--peers` value: every node as `ID=127.0.0.1:C`, comma separated.
+    /// `--peers` value: every node started without `--join` as
+    /// `ID=127.0.0.1:C` (or its advertised address), comma separated.
     fn peers_arg(&self) -> String {
         self.ids()
-            .map(|id| format!("{id}={}", self.cluster_addr(id)))
+            .filter(|&id| self.node(id).place.join.is_none())
+            .map(|id| {
+                let addr = self.node(id).place.advertise.clone().unwrap_or_else(|| self.cluster_addr(id));
+                format!("{id}={addr}")
+            })
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -323,8 +343,11 @@ impl Cluster {
             .arg(self.cluster_addr(id))
             .arg("--data-dir")
             .arg(self.root.path().join("data"))
-            .arg("--peers")
-            .arg(self.peers_arg())
+            .args(match self.node(id).place.join {
+                Some(via) => ["--join".to_string(), self.cluster_addr(via)],
+                None => ["--peers".to_string(), self.peers_arg()],
+            })
+            .args(self.node(id).place.advertise.iter().flat_map(|a| ["--advertise", a.as_str()]))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -273,7 +273,8 @@ impl Drop for Broker {
     }
 }
 
-fn quorumq_bin() -> PathBuf {
+/// The quorumq binary: env `QUORUMQ_BIN`, else `<workspace>/target/debug/quorumq`.
+pub fn quorumq_bin() -> PathBuf {
     if let Ok(p) = std::env::var(BIN_ENV) {
         return PathBuf::from(p);
     }

@@ -21,7 +21,7 @@ async fn a_node_whose_disk_fills_stops_and_loses_no_confirmed_message() -> anyho
             .map_err(|e| e.context("this test mounts a tmpfs and needs root"))?;
         let places = distinct_free_ports(6)?
             .chunks(2)
-            .map(|p| Placement { host: "127.0.0.1".into(), amqp_port: p[0], cluster_port: p[1], netns: None })
+            .map(|p| Placement::loopback(p[0], p[1]))
             .collect();
         let cluster = Cluster::start_placed(root, places).await?;
 

@@ -901,44 +901,26 @@ impl Conn {
             return;
         };
         let now_ms = crate::now_ms();
-        let mut waits = Vec::new();
+        let mut downs = Vec::new();
         for (_, c) in state.consumers {
             self.broker.consumers().unregister(c.id);
-            waits.push(
-                c.queue
-                    .propose(QueueCommand::ConsumerDown {
-                        now_ms,
-                        consumer: c.id,
-                    })
-                    .await,
-            );
+            downs.push((c.id, c.queue.clone()));
             if !c.cancelled {
                 c.queue.remove_consumer(c.exclusive);
                 self.broker.maybe_auto_delete(&c.queue).await;
             }
         }
-        for (id, q) in state.cancelled {
-            waits.push(
-                q.propose(QueueCommand::ConsumerDown {
-                    now_ms,
-                    consumer: id,
-                })
-                .await,
-            );
-        }
-
+        downs.extend(state.cancelled);
         for (_, (id, q)) in state.get_slots {
             self.broker.consumers().unregister(id);
-            waits.push(
-                q.propose(QueueCommand::ConsumerDown {
-                    now_ms,
-                    consumer: id,
-                })
-                .await,
-            );
+            downs.push((id, q));
+        }
+        let mut waits = Vec::new();
+        for (id, q) in downs {
+            waits.push(q.consumer_down(id, now_ms).await);
         }
         for w in waits {
-            let _ = w.await;
+            w.await;
         }
     }
 

@@ -9,6 +9,7 @@ pub mod detector;
 pub mod elections;
 pub mod forward;
 pub mod groups;
+pub mod join;
 pub mod peers;
 pub mod server;
 pub mod status;

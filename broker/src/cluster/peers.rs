@@ -16,6 +16,8 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// Known nodes and their channels.
 pub struct Peers {
     me: u64,
+    /// Source address of outgoing peer connections (None: the kernel picks).
+    local_ip: Option<std::net::IpAddr>,
     cluster_id: AtomicU64,
     addrs: RwLock<BTreeMap<u64, String>>,
     channels: RwLock<HashMap<u64, (String, Channel)>>,
@@ -26,10 +28,24 @@ impl Peers {
     pub fn new(me: u64, cluster_id: u64) -> Self {
         Peers {
             me,
+            local_ip: None,
             cluster_id: AtomicU64::new(cluster_id),
             addrs: RwLock::new(BTreeMap::new()),
             channels: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// Outgoing peer connections leave from the IP of `cluster_listen`
+    /// (`host:port`) when it names one address (not `0.0.0.0`/`::`), so a
+    /// multi-homed node talks to its peers from the address it listens on
+    /// and firewall rules (or the fault suite's proxies) see that address.
+    pub fn bind_outgoing_to(mut self, cluster_listen: &str) -> Self {
+        self.local_ip = cluster_listen
+            .parse::<std::net::SocketAddr>()
+            .ok()
+            .map(|a| a.ip())
+            .filter(|ip| !ip.is_unspecified());
+        self
     }
 
     /// This node's id.
@@ -100,10 +116,26 @@ impl Peers {
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5))
             .keep_alive_while_idle(true)
+            .local_address(self.local_ip)
             .connect_lazy();
         if let Ok(mut c) = self.channels.write() {
             c.insert(id, (addr, ch.clone()));
         }
         Some(ch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outgoing_connections_bind_the_listen_ip_only_when_it_names_one() {
+        let ip = |listen: &str| Peers::new(1, 0).bind_outgoing_to(listen).local_ip;
+        assert_eq!(ip("127.0.0.12:5680"), Some("127.0.0.12".parse().unwrap()));
+        assert_eq!(ip("[::1]:5680"), Some("::1".parse().unwrap()));
+        assert_eq!(ip("0.0.0.0:5680"), None);
+        assert_eq!(ip("[::]:5680"), None);
+        assert_eq!(ip("node1.example:5680"), None, "a host name binds nothing");
     }
 }

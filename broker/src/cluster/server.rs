@@ -293,11 +293,12 @@ impl Cluster for ClusterServices {
         Ok(Response::new(self.detector.serve(req.into_inner())))
     }
 
-    async fn join(&self, _req: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
-        Ok(Response::new(JoinReply {
-            accepted: false,
-            error: "join is not supported yet: start every node with the same --peers list".into(),
-            cluster_id: self.peers.cluster_id(),
-        }))
+    async fn join(&self, req: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
+        let Some(meta) = self.groups.get(META_GROUP) else {
+            return Err(Status::unavailable("this node has no meta group yet"));
+        };
+        Ok(Response::new(
+            super::join::admit(meta.raft(), &self.peers, req.into_inner()).await,
+        ))
     }
 }

@@ -20,7 +20,7 @@ use raft_log::BusyHint;
 use tokio::sync::{mpsc, oneshot};
 
 use super::host::{QueueContext, QueueHost};
-use super::types::{ProposerId, QueueCommand, QueueReply};
+use super::types::{ConsumerId, ProposerId, QueueCommand, QueueReply};
 use crate::cluster::forward::{Forwarded, Forwarder};
 use crate::cluster::status::QueueStatus;
 use crate::cluster::types::{GroupCommand, GroupReply, Origin, Raft};
@@ -338,6 +338,40 @@ impl QueueHandle {
         &self.ctx
     }
 
+    /// Records that consumer `consumer` is gone (its channel closed or it
+    /// was cancelled): proposes `ConsumerDown`, so its unacked messages
+    /// return to the queue (spec §2.3). The returned future waits for that
+    /// write; if it failed because no leader was reachable (a partition, an
+    /// election), the proposal is retried in the background every second for
+    /// up to [`CONSUMER_DOWN_RETRY`]: a lost `ConsumerDown` left the messages
+    /// checked out to a consumer that no longer exists (found by the fault
+    /// suite: 20 messages stuck after a partition healed).
+    pub async fn consumer_down(
+        self: &Arc<Self>,
+        consumer: ConsumerId,
+        now_ms: u64,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let cmd = QueueCommand::ConsumerDown { now_ms, consumer };
+        let pending = self.propose(cmd.clone()).await;
+        let q = self.clone();
+        async move {
+            if let Ok(Err(QueueError::Raft(e))) = pending.await {
+                tracing::warn!(queue = %q.name, ?consumer, error = %e, "consumer down not recorded yet; retrying");
+                tokio::spawn(async move {
+                    let deadline = tokio::time::Instant::now() + CONSUMER_DOWN_RETRY;
+                    while tokio::time::Instant::now() < deadline {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        match q.propose(cmd.clone()).await.await {
+                            Ok(Err(QueueError::Raft(_))) => continue,
+                            _ => return,
+                        }
+                    }
+                    tracing::error!(queue = %q.name, ?consumer, "consumer down still not recorded; its messages return when this node restarts");
+                });
+            }
+        }
+    }
+
     /// Queues a command; commands proposed through one handle are applied in
     /// the order `propose` was called. Waits only for room in the proposer.
     pub async fn propose(&self, cmd: QueueCommand) -> PendingReply {
@@ -410,6 +444,9 @@ impl QueueHandle {
 /// at a time: two concurrent calls could reach the leader out of order, and a resend must never
 /// follow a later sequence number.
 const PIPELINE_DEPTH: usize = 16;
+
+/// How long [`QueueHandle::consumer_down`] keeps retrying a failed `ConsumerDown`.
+pub const CONSUMER_DOWN_RETRY: Duration = Duration::from_secs(600);
 
 type Replies = Vec<oneshot::Sender<Result<QueueReply, QueueError>>>;
 

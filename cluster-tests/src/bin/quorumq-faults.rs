@@ -36,6 +36,10 @@ struct Args {
     /// Publish rate per publisher, msg/s (one publisher per node).
     #[arg(long, default_value_t = 100)]
     rate: u64,
+    /// `namespaces` (default; falls back to `proxy` where they are unavailable) or
+    /// `proxy`: nodes on 127.0.0.1x behind forwarding proxies on 127.0.0.2x.
+    #[arg(long, default_value = "namespaces")]
+    network: String,
     /// Results root; the run writes to `<root>/<unix time>-seed<S>/`.
     #[arg(long, default_value = "cluster-tests/faults/results")]
     results: PathBuf,
@@ -127,7 +131,24 @@ async fn main() {
     let seed = args.seed.unwrap_or(now.as_nanos() as u64 % 1_000_000);
     let results = args.results.join(format!("{}-seed{seed}", now.as_secs()));
     eprintln!("seed {seed}; results in {}", results.display());
-    let opts = Options { profile, time: Duration::from_secs(args.time), workloads, nemeses, seed, rate: args.rate, results: results.clone() };
+    let proxies = match args.network.as_str() {
+        "namespaces" => false,
+        "proxy" => true,
+        other => {
+            eprintln!("--network must be namespaces or proxy, not {other:?}");
+            std::process::exit(2);
+        }
+    };
+    let opts = Options {
+        profile,
+        time: Duration::from_secs(args.time),
+        workloads,
+        nemeses,
+        seed,
+        rate: args.rate,
+        results: results.clone(),
+        proxies,
+    };
     match faults::run(&opts).await {
         Ok(report) => {
             let (ops, lost, unexpected, dups, faults) = summary(&report, &results);

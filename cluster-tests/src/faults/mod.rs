@@ -1,5 +1,5 @@
 //! The fault-injection suite: a 3-node quorumq cluster in network
-//! namespaces, workloads with confirms and dead-lettering on every node,
+//! namespaces (or, without them, behind forwarding proxies), workloads with confirms and dead-lettering on every node,
 //! seeded nemesis schedules, and total-queue / dead-letter checkers.
 //!
 //! [`run`] takes the workloads one after another on one cluster. For each:
@@ -14,6 +14,7 @@ pub mod checker;
 pub mod history;
 pub mod nemesis;
 pub mod net;
+pub mod proxy;
 pub mod rng;
 pub mod workload;
 
@@ -21,8 +22,9 @@ use crate::cluster::{Cluster, Placement};
 use anyhow::Context;
 use checker::Verdict;
 use history::History;
-use nemesis::{Disk, Injector};
+use nemesis::{Disk, Injector, Links};
 use net::Net;
+use proxy::Proxies;
 use rng::Rng;
 use serde::Serialize;
 use std::{path::PathBuf, sync::Arc, time::Duration};
@@ -62,6 +64,8 @@ pub struct Options {
     pub rate: u64,
     /// Folder receiving this run's files.
     pub results: PathBuf,
+    /// Use the forwarding proxies on 127.0.0.x even where namespaces work.
+    pub proxies: bool,
 }
 
 /// One fault in a schedule: quiet time before, the kind, how long it holds.
@@ -139,13 +143,39 @@ impl Report {
 pub async fn run(opts: &Options) -> anyhow::Result<Report> {
     std::fs::create_dir_all(&opts.results)?;
     let root = tempfile::Builder::new().prefix("quorumq-faults-").tempdir()?;
-    let (net, network) = match Net::setup(NODES) {
+    let namespaces = if opts.proxies { Err(anyhow::anyhow!("--network proxy")) } else { Net::setup(NODES) };
+    let (links, network, places): (Links, String, Vec<Placement>) = match namespaces {
         Ok(net) => {
             let netem = if net.has_netem() { "netem" } else { "no sch_netem: delay = tbf + loss" };
             let desc = format!("network namespaces on {} ({netem})", net.subnet());
-            (Some(net), desc)
+            let places = (1..=NODES as u64)
+                .map(|i| Placement {
+                    host: net.addr(i),
+                    amqp_port: 5672,
+                    cluster_port: 5680,
+                    netns: Some(net.ns(i)),
+                    advertise: None,
+                    join: None,
+                })
+                .collect();
+            (Links::Namespaces(net), desc, places)
         }
-        Err(e) => (None, format!("no network namespaces ({e:#}): 127.0.0.1, process faults only")),
+        Err(e) => {
+            let ports = crate::cluster::distinct_free_ports(2)?;
+            let proxies = Proxies::start(NODES, ports[1]).await.context("starting the fallback proxies")?;
+            let desc = format!("no network namespaces ({e:#}): nodes on 127.0.0.1x behind forwarding proxies on 127.0.0.2x");
+            let places = (1..=NODES as u64)
+                .map(|i| Placement {
+                    host: proxy::node_ip(i),
+                    amqp_port: ports[0],
+                    cluster_port: ports[1],
+                    netns: None,
+                    advertise: Some(format!("{}:{}", proxy::proxy_ip(i), ports[1])),
+                    join: None,
+                })
+                .collect();
+            (Links::Proxies(proxies), desc, places)
+        }
     };
     eprintln!("network: {network}");
     let disk_dir = root.path().join("data").join(format!("node-{DISK_NODE}"));
@@ -156,17 +186,8 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
             None
         }
     };
-    let places = match &net {
-        Some(net) => (1..=NODES as u64)
-            .map(|i| Placement { host: net.addr(i), amqp_port: 5672, cluster_port: 5680, netns: Some(net.ns(i)) })
-            .collect(),
-        None => crate::cluster::distinct_free_ports(2 * NODES)?
-            .chunks(2)
-            .map(|p| Placement { host: "127.0.0.1".into(), amqp_port: p[0], cluster_port: p[1], netns: None })
-            .collect(),
-    };
     let cluster = Arc::new(Cluster::start_placed(root, places).await.context("starting the cluster")?);
-    let mut injector = Injector { cluster: cluster.clone(), net, disk, rng: Rng::new(opts.seed ^ 0x5eed) };
+    let mut injector = Injector { cluster: cluster.clone(), net: Some(links), disk, rng: Rng::new(opts.seed ^ 0x5eed) };
     let kinds: Vec<nemesis::Kind> = opts.nemeses.iter().copied().filter(|k| injector.supports(*k)).collect();
     let skipped = opts
         .nemeses
@@ -283,6 +304,7 @@ mod tests {
             seed,
             rate: 100,
             results: PathBuf::new(),
+            proxies: false,
         }
     }
 

@@ -20,6 +20,7 @@
 use super::{
     history::{History, Op},
     net::Net,
+    proxy::Proxies,
     rng::Rng,
 };
 use crate::cluster::Cluster;
@@ -97,12 +98,63 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.name() == s)
     }
 
-    /// Needs the namespaced network (iptables / tc).
+    /// Needs link faults (namespaces or proxies).
     pub fn needs_net(self) -> bool {
         matches!(
             self,
             Kind::PartitionOne | Kind::PartitionHalves | Kind::Bridge | Kind::PartitionLeader | Kind::Loss | Kind::Delay
         )
+    }
+}
+
+/// How node-to-node traffic is faulted: iptables/tc in network namespaces,
+/// or this process's forwarding proxies where namespaces are unavailable.
+pub enum Links {
+    /// [`Net`]: real packet drops.
+    Namespaces(Net),
+    /// [`Proxies`]: held bytes.
+    Proxies(Proxies),
+}
+
+impl Links {
+    fn block(&self, a: u64, b: u64) -> anyhow::Result<()> {
+        match self {
+            Links::Namespaces(n) => n.block(a, b),
+            Links::Proxies(p) => {
+                p.block(a, b);
+                Ok(())
+            }
+        }
+    }
+
+    fn lossy(&self, id: u64, p: f64) -> anyhow::Result<()> {
+        match self {
+            Links::Namespaces(n) => n.lossy(id, p),
+            Links::Proxies(x) => {
+                x.lossy(id, p);
+                Ok(())
+            }
+        }
+    }
+
+    fn delay(&self, id: u64, ms: u64) -> anyhow::Result<String> {
+        match self {
+            Links::Namespaces(n) => n.delay(id, ms),
+            Links::Proxies(p) => Ok(p.delay(id, ms)),
+        }
+    }
+
+    /// Lifts every partition, loss and delay.
+    ///
+    /// Errors: iptables failed.
+    pub fn heal(&self) -> anyhow::Result<()> {
+        match self {
+            Links::Namespaces(n) => n.heal(),
+            Links::Proxies(p) => {
+                p.heal();
+                Ok(())
+            }
+        }
     }
 }
 
@@ -184,8 +236,8 @@ enum Heal {
 pub struct Injector {
     /// The cluster under test.
     pub cluster: Arc<Cluster>,
-    /// The namespaced network; None when unavailable (network kinds are then skipped).
-    pub net: Option<Net>,
+    /// How links are faulted; None: network kinds are skipped.
+    pub net: Option<Links>,
     /// The tmpfs data directory; None when unavailable (`disk-full` is skipped).
     pub disk: Option<Disk>,
     /// The schedule's random source.
@@ -327,8 +379,8 @@ impl Injector {
         Ok(())
     }
 
-    fn net(&self) -> anyhow::Result<&Net> {
-        self.net.as_ref().context("no namespaced network")
+    fn net(&self) -> anyhow::Result<&Links> {
+        self.net.as_ref().context("no link faults here")
     }
 
     fn isolate(&self, node: u64, ids: &[u64]) -> anyhow::Result<()> {

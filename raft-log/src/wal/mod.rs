@@ -12,8 +12,9 @@
 //!   vote, committed id, purge point and live index range of every group. Recovery applies
 //!   records in file order; a checkpoint trims what earlier segments said, so non-entry records
 //!   of older segments are never needed again.
-//! - An older segment file is deleted once no live entry points into it and a newer
-//!   checkpoint is durable.
+//! - The oldest segment files are deleted, in order, once no live entry points into them and a
+//!   newer checkpoint is durable (only a prefix: recovery replays every record since the first
+//!   surviving checkpoint; small groups pinning the oldest segment are rewritten forward).
 //! - Appends only buffer; [`Wal::sync`] (run by the node's `Flusher` thread) writes the buffers,
 //!   `fdatasync`s the touched segments (and the directory after a segment was created), then
 //!   the flusher completes the waiting callbacks. A torn record therefore only ever covers
@@ -343,9 +344,12 @@ impl Wal {
                     files.push((c.seg, st.segs[&c.seg].file.clone()));
                 }
             }
-            // Segments that no live entry points into, older than the newest checkpoint that is
-            // durable once this round's writes are: the records that emptied them are in
-            // `chunks` or were written before, so deleting them after the writes loses nothing.
+            // The oldest segments, as long as no live entry points into them, older than the
+            // newest checkpoint that is durable once this round's writes are. Only a prefix:
+            // recovery then replays every record since the first surviving checkpoint. A dead
+            // segment deleted from the middle left older segments' dead entries of the same
+            // group to be replayed below a hole, before the record that removed them (found by
+            // the fault suite: "append of index 109164 to a log holding [106242, 106602)").
             let newest = files
                 .last()
                 .map_or(0, |(id, _)| *id)
@@ -353,7 +357,7 @@ impl Wal {
             let doomed: Vec<u64> = st
                 .segs
                 .range(..newest.min(st.current))
-                .filter(|(_, s)| s.live == 0)
+                .take_while(|(_, s)| s.live == 0)
                 .map(|(&id, _)| id)
                 .collect();
             (chunks, files, std::mem::take(&mut st.dir_dirty), doomed)
@@ -446,5 +450,41 @@ mod tests {
         std::fs::remove_dir_all(dir.path().join("wal")).unwrap();
         assert!(wal.append(1, vec![(2, vec![7; 10])]).is_err(), "no directory to roll into");
         assert_eq!(FAILURES.load(Ordering::SeqCst), 2);
+    }
+
+    /// Found by the fault suite (a node that restarted after a rolling restart refused to open:
+    /// "append of index 109164 to a log holding [106242, 106602)"): a dead segment between two
+    /// live ones was deleted; on replay the older one's dead entries of the same group were
+    /// held again, the checkpoint after the hole still listed the deleted entries, and the
+    /// next entry came before the purge that removed them all.
+    #[test]
+    fn a_dead_segment_behind_a_live_one_is_kept_so_recovery_sees_no_hole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        let opts = WalOptions {
+            segment_bytes: 4096,
+            ..WalOptions::default()
+        };
+        let e = |n: usize| vec![n as u8; 1500];
+        {
+            let wal = Wal::open(&path, opts).unwrap();
+            // Segment A: group 1 entries 1-2 and group 2's entry 1 (keeps A alive).
+            wal.append(1, vec![(1, e(1)), (2, e(2))]).unwrap();
+            wal.append(2, vec![(1, e(9))]).unwrap();
+            // Segment B: group 1 entries 3-5.
+            wal.append(1, vec![(3, e(3)), (4, e(4)), (5, e(5))]).unwrap();
+            // Segment C: its checkpoint lists group 1 as [1, 6); then entry 6, then the purge.
+            wal.append(1, vec![(6, e(6))]).unwrap();
+            wal.purge(1, 5, b"log-id-5").unwrap();
+            wal.sync().unwrap();
+            wal.append(1, vec![(7, e(7))]).unwrap();
+            wal.sync().unwrap();
+        }
+        let wal = Wal::open(&path, opts).expect("the WAL reopens");
+        // Entry n's bytes are all n: the first byte names the entry.
+        let held: Vec<u8> = wal.read(1, 1, 7).unwrap().iter().map(|d| d[0]).collect();
+        assert_eq!(held, vec![6, 7], "group 1 holds what it held before the restart");
+        let held2: Vec<u8> = wal.read(2, 1, 1).unwrap().iter().map(|d| d[0]).collect();
+        assert_eq!(held2, vec![9]);
     }
 }
