@@ -888,8 +888,11 @@ impl Conn {
                     ids,
                 },
             };
-            // Fire and forget: the command is ordered behind earlier ones.
-            drop(self.submit(ch, queue, cmd).await);
+            // Ordered behind earlier commands; not awaited here, but retried
+            // in the background if no leader took it.
+            if let Some(pending) = self.submit(ch, queue.clone(), cmd.clone()).await {
+                tokio::spawn(queue.keep_proposing(cmd, pending));
+            }
         }
         Ok(())
     }
@@ -1205,6 +1208,7 @@ impl Conn {
                 .map(|(tag, c)| (*ch, tag.clone(), c.no_ack, c.queue.clone()))
         });
         let Some((ch, tag, no_ack, queue)) = found else {
+            tracing::debug!(target: "deliveries", consumer = ?d.consumer, id = d.delivery.id, "dropped: no such consumer on this connection");
             return;
         };
         let counts = queue.counts_deliveries();
@@ -1214,6 +1218,7 @@ impl Conn {
             };
             if state.holds_unacked(d.consumer, d.delivery.id) {
                 // A new leader re-sent a delivery this consumer already has.
+                tracing::debug!(target: "deliveries", consumer = ?d.consumer, id = d.delivery.id, "resend of a held delivery dropped");
                 return;
             }
         }
@@ -1235,6 +1240,7 @@ impl Conn {
         }
         state.next_tag += 1;
         let dtag = state.next_tag;
+        tracing::debug!(target: "deliveries", consumer = ?d.consumer, id = d.delivery.id, dtag, "to client");
         if !no_ack {
             state.add_unacked(
                 dtag,

@@ -85,10 +85,12 @@ async fn run(
             // Consumers of an earlier boot of that node are gone.
             if let (Some(now), Some((_, c, _))) = (me.detector.epoch_of(node), wire.first()) {
                 if c.epoch < now {
+                    tracing::debug!(target: "deliveries", node, n = wire.len(), "dropped: consumers of an earlier boot");
                     break;
                 }
             }
             let Some(ch) = me.peers.channel(node) else {
+                tracing::debug!(target: "deliveries", node, n = wire.len(), "dropped: no address");
                 break;
             };
             let mut client = ClusterClient::new(ch).max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -98,7 +100,10 @@ async fn run(
             };
             drop(me);
             match tokio::time::timeout(Duration::from_secs(5), client.deliver(req)).await {
-                Ok(Ok(_)) => break,
+                Ok(Ok(_)) => {
+                    tracing::debug!(target: "deliveries", node, n = wire.len(), "delivered to remote consumers");
+                    break;
+                }
                 r => {
                     tries += 1;
                     if tries == 1 || tries.is_multiple_of(50) {

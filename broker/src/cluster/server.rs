@@ -264,6 +264,9 @@ impl Cluster for ClusterServices {
                 gone.push(consumer);
             }
         }
+        if !gone.is_empty() {
+            tracing::debug!(target: "deliveries", gone = ?gone, "deliveries for consumers that are gone");
+        }
         Ok(Response::new(DeliverReply {
             gone: encode(&gone)?.into(),
         }))

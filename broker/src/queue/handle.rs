@@ -341,11 +341,8 @@ impl QueueHandle {
     /// Records that consumer `consumer` is gone (its channel closed or it
     /// was cancelled): proposes `ConsumerDown`, so its unacked messages
     /// return to the queue (spec §2.3). The returned future waits for that
-    /// write; if it failed because no leader was reachable (a partition, an
-    /// election), the proposal is retried in the background every second for
-    /// up to [`CONSUMER_DOWN_RETRY`]: a lost `ConsumerDown` left the messages
-    /// checked out to a consumer that no longer exists (found by the fault
-    /// suite: 20 messages stuck after a partition healed).
+    /// write; if it failed because no leader was reachable it is retried in
+    /// the background ([`QueueHandle::keep_proposing`]).
     pub async fn consumer_down(
         self: &Arc<Self>,
         consumer: ConsumerId,
@@ -354,22 +351,33 @@ impl QueueHandle {
         let cmd = QueueCommand::ConsumerDown { now_ms, consumer };
         let pending = self.propose(cmd.clone()).await;
         let q = self.clone();
-        async move {
-            if let Ok(Err(QueueError::Raft(e))) = pending.await {
-                tracing::warn!(queue = %q.name, ?consumer, error = %e, "consumer down not recorded yet; retrying");
-                tokio::spawn(async move {
-                    let deadline = tokio::time::Instant::now() + CONSUMER_DOWN_RETRY;
-                    while tokio::time::Instant::now() < deadline {
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                        match q.propose(cmd.clone()).await.await {
-                            Ok(Err(QueueError::Raft(_))) => continue,
-                            _ => return,
-                        }
-                    }
-                    tracing::error!(queue = %q.name, ?consumer, "consumer down still not recorded; its messages return when this node restarts");
-                });
+        async move { q.keep_proposing(cmd, pending).await }
+    }
+
+    /// Waits for `pending`, the reply to `cmd` (a settlement or a
+    /// `ConsumerDown`, which the queue ignores for messages no longer
+    /// checked out to that consumer); if the write failed because no leader
+    /// was reachable (a partition, an election), proposes `cmd` again every
+    /// second for up to [`SETTLE_RETRY`], in a background task. A lost
+    /// settlement left its messages checked out to the consumer forever:
+    /// they filled its prefetch and it received nothing more (found by the
+    /// fault suite: 20 messages stuck after a partition healed).
+    pub async fn keep_proposing(self: Arc<Self>, cmd: QueueCommand, pending: PendingReply) {
+        let Ok(Err(QueueError::Raft(e))) = pending.await else {
+            return;
+        };
+        tracing::warn!(queue = %self.name, error = %e, "settlement not recorded yet; retrying");
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + SETTLE_RETRY;
+            while tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                match self.propose(cmd.clone()).await.await {
+                    Ok(Err(QueueError::Raft(_))) => continue,
+                    _ => return,
+                }
             }
-        }
+            tracing::error!(queue = %self.name, "settlement still not recorded; its messages return when this node restarts");
+        });
     }
 
     /// Queues a command; commands proposed through one handle are applied in
@@ -445,8 +453,8 @@ impl QueueHandle {
 /// follow a later sequence number.
 const PIPELINE_DEPTH: usize = 16;
 
-/// How long [`QueueHandle::consumer_down`] keeps retrying a failed `ConsumerDown`.
-pub const CONSUMER_DOWN_RETRY: Duration = Duration::from_secs(600);
+/// How long [`QueueHandle::keep_proposing`] retries a failed settlement or `ConsumerDown`.
+pub const SETTLE_RETRY: Duration = Duration::from_secs(600);
 
 type Replies = Vec<oneshot::Sender<Result<QueueReply, QueueError>>>;
 
@@ -499,15 +507,41 @@ impl Proposer {
                     let cmd = QueueCommand::Deduped { proposer, seq: self.seq, cmd: Box::new(inner) };
                     tracing::trace!(target: "timeline", ev = "submit", group = self.route.group, seq = self.seq, n = replies.len());
                     if let Some(raft) = self.route.local_leader() {
+                        let mut metrics = raft.metrics();
+                        let term = metrics.borrow().current_term;
+                        let me = self.route.me();
                         let submitted = raft
                             .client_write_ff(GroupCommand::Queue { origin: self.origin, cmd: cmd.clone() })
                             .await;
                         inflight.push_back(async move {
+                            // openraft 0.9 may never answer a write whose entry a snapshot
+                            // install replaced after this node lost the leadership: stop
+                            // waiting when the term or leader changes and resend (the
+                            // state machine skips the copy if the first one was applied).
+                            // Found by the fault suite: a proposer stalled for good after a
+                            // partition, and its consumers' acks with it.
+                            let lost = async {
+                                loop {
+                                    {
+                                        let m = metrics.borrow_and_update();
+                                        if m.current_term != term || m.current_leader != Some(me) {
+                                            return;
+                                        }
+                                    }
+                                    if metrics.changed().await.is_err() {
+                                        return;
+                                    }
+                                }
+                            };
                             let result = match submitted {
-                                Ok(rx) => match rx.await {
-                                    Ok(Ok(resp)) => Ok(resp.data),
-                                    Ok(Err(e)) => Err(e.to_string()),
-                                    Err(_) => Err("raft dropped the write".to_string()),
+                                Ok(rx) => tokio::select! {
+                                    biased;
+                                    r = rx => match r {
+                                        Ok(Ok(resp)) => Ok(resp.data),
+                                        Ok(Err(e)) => Err(e.to_string()),
+                                        Err(_) => Err("raft dropped the write".to_string()),
+                                    },
+                                    () = lost => Err("leadership changed before the write was answered".to_string()),
                                 },
                                 Err(e) => Err(e.to_string()),
                             };

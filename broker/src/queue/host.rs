@@ -152,6 +152,7 @@ impl QueueHost {
                     mut delivery,
                 } if lead => {
                     delivery.payload = self.bodies.get(delivery.id);
+                    tracing::debug!(target: "deliveries", group = self.ctx.group, ?consumer, id = delivery.id, resend = delivery.resend, body = delivery.payload.is_some(), "deliver");
                     self.ctx.consumers.deliver(QueueDelivery {
                         consumer,
                         group: self.ctx.group,
