@@ -16,6 +16,11 @@ if ! python3 -c 'import pika, pytest' 2>/dev/null; then
   python3 -m pip install --quiet pika pytest \
     || python3 -m pip install --quiet --break-system-packages pika pytest
 fi
+# The partition test and the fault suite need ip (iproute2) and iptables.
+if [ "$(id -u)" = 0 ] && { ! command -v iptables >/dev/null || ! command -v ip >/dev/null || ! command -v tc >/dev/null; }; then
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y iproute2 iptables
+fi
 cargo build --bin quorumq --bin quorumqctl
 cargo test --workspace
 timeout 900 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/pika
