@@ -366,6 +366,10 @@ impl QueueHandle {
         let Ok(Err(QueueError::Raft(e))) = pending.await else {
             return;
         };
+        if e == QueueError::Unavailable.to_string() {
+            // The proposer reports a shut-down group (queue deleted, node stopping) as text.
+            return;
+        }
         tracing::warn!(queue = %self.name, error = %e, "settlement not recorded yet; retrying");
         tokio::spawn(async move {
             let deadline = tokio::time::Instant::now() + SETTLE_RETRY;
