@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod config;
 pub mod consumers;
 pub mod dead_letter;
+pub mod liveness;
 pub mod message;
 pub mod meta;
 pub mod node;

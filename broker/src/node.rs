@@ -247,7 +247,7 @@ impl Broker {
         self.drop_own_local_queues().await;
         self.reconcile().await;
         tokio::spawn(reconciler(Arc::downgrade(self)));
-        tokio::spawn(peer_watch(Arc::downgrade(self)));
+        tokio::spawn(crate::liveness::run(Arc::downgrade(self)));
         tokio::spawn(membership_watch(Arc::downgrade(self)));
         Ok(())
     }
@@ -255,6 +255,11 @@ impl Broker {
     /// This node's id.
     pub fn node_id(&self) -> u64 {
         self.config.node_id
+    }
+
+    /// The node-level failure detector.
+    pub fn detector(&self) -> &Arc<Detector> {
+        &self.detector
     }
 
     /// Directory of a quorum queue's body segments.
@@ -857,13 +862,18 @@ impl Broker {
                     return Ok(());
                 }
                 Ok(r) if r.permanent => {
-                    return Err(NodeError::Config(format!("joining via {via} was refused: {}", r.error)))
+                    return Err(NodeError::Config(format!(
+                        "joining via {via} was refused: {}",
+                        r.error
+                    )))
                 }
                 Ok(r) => r.error,
                 Err(e) => e,
             };
             if tokio::time::Instant::now() > deadline {
-                return Err(NodeError::Config(format!("could not join via {via} within 120 s: {last}")));
+                return Err(NodeError::Config(format!(
+                    "could not join via {via} within 120 s: {last}"
+                )));
             }
             tracing::warn!(via = %via, error = %last, "not admitted yet; retrying");
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1002,42 +1012,6 @@ async fn reconciler(broker: std::sync::Weak<Broker>) {
     }
 }
 
-/// When a peer restarts (a new boot epoch in its beats), the queues this
-/// node leads return the messages checked out to that peer's consumers of
-/// earlier boots (`NodeRestarted`, as the node itself does for its own
-/// replicas at start).
-async fn peer_watch(broker: std::sync::Weak<Broker>) {
-    let Some(mut changes) = broker.upgrade().map(|b| b.detector.subscribe()) else {
-        return;
-    };
-    while changes.changed().await.is_ok() {
-        let Some(b) = broker.upgrade() else { return };
-        let peers = b.peers.others();
-        for h in b.queue_handles() {
-            if !h.is_quorum() || !h.is_local_leader() {
-                continue;
-            }
-            for &p in &peers {
-                let Some(epoch) = b.detector.epoch_of(p) else {
-                    continue;
-                };
-                if h.read(|host| host.machine().has_consumers_before(p, epoch))
-                    .unwrap_or(false)
-                {
-                    drop(
-                        h.propose(QueueCommand::NodeRestarted {
-                            now_ms: crate::now_ms(),
-                            node: p,
-                            epoch,
-                        })
-                        .await,
-                    );
-                }
-            }
-        }
-    }
-}
-
 /// Learns node addresses from the meta membership (nodes admitted by
 /// `--join` carry theirs) and remembers every known peer address in sled,
 /// so a restarted node finds its peers by itself.
@@ -1053,7 +1027,10 @@ async fn membership_watch(broker: std::sync::Weak<Broker>) {
             seen = Some(*membership.log_id());
             let me = b.node_id();
             for (id, node) in membership.membership().nodes() {
-                if *id != me && !node.addr.is_empty() && b.peers.addr(*id).as_deref() != Some(node.addr.as_str()) {
+                if *id != me
+                    && !node.addr.is_empty()
+                    && b.peers.addr(*id).as_deref() != Some(node.addr.as_str())
+                {
                     b.peers.set_addr(*id, &node.addr);
                 }
             }

@@ -315,7 +315,12 @@ impl Cluster {
         self.ids()
             .filter(|&id| self.node(id).place.join.is_none())
             .map(|id| {
-                let addr = self.node(id).place.advertise.clone().unwrap_or_else(|| self.cluster_addr(id));
+                let addr = self
+                    .node(id)
+                    .place
+                    .advertise
+                    .clone()
+                    .unwrap_or_else(|| self.cluster_addr(id));
                 format!("{id}={addr}")
             })
             .collect::<Vec<_>>()
@@ -347,7 +352,13 @@ impl Cluster {
                 Some(via) => ["--join".to_string(), self.cluster_addr(via)],
                 None => ["--peers".to_string(), self.peers_arg()],
             })
-            .args(self.node(id).place.advertise.iter().flat_map(|a| ["--advertise", a.as_str()]))
+            .args(
+                self.node(id)
+                    .place
+                    .advertise
+                    .iter()
+                    .flat_map(|a| ["--advertise", a.as_str()]),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

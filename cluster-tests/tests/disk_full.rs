@@ -7,8 +7,9 @@
 
 use cluster_tests::{
     cluster::{distinct_free_ports, retry, wait_for, Cluster, Placement},
-    confirm_channel, connect, consume_n, durable, faults::nemesis::Disk, open_consumer,
-    publish_confirmed, quorum_args,
+    confirm_channel, connect, consume_n, durable,
+    faults::nemesis::Disk,
+    open_consumer, publish_confirmed, quorum_args,
 };
 use lapin::{options::BasicAckOptions, BasicProperties};
 use std::time::Duration;
@@ -16,7 +17,9 @@ use std::time::Duration;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_disk_fills_stops_and_loses_no_confirmed_message() -> anyhow::Result<()> {
     cluster_tests::bounded(Duration::from_secs(240), async {
-        let root = tempfile::Builder::new().prefix("quorumq-diskfull-").tempdir()?;
+        let root = tempfile::Builder::new()
+            .prefix("quorumq-diskfull-")
+            .tempdir()?;
         let disk = Disk::mount(3, &root.path().join("data").join("node-3"), 64 << 20)
             .map_err(|e| e.context("this test mounts a tmpfs and needs root"))?;
         let places = distinct_free_ports(6)?
@@ -28,11 +31,14 @@ async fn a_node_whose_disk_fills_stops_and_loses_no_confirmed_message() -> anyho
         let c1 = connect(&cluster.uri(1)).await?;
         let ch1 = confirm_channel(&c1).await?;
         retry(Duration::from_secs(30), "declare q1", || async {
-            ch1.queue_declare("disk.q1".into(), durable(), quorum_args(&[])).await?;
+            ch1.queue_declare("disk.q1".into(), durable(), quorum_args(&[]))
+                .await?;
             anyhow::Ok(())
         })
         .await?;
-        cluster.wait_queue_leader(1, "disk.q1", Duration::from_secs(30)).await?;
+        cluster
+            .wait_queue_leader(1, "disk.q1", Duration::from_secs(30))
+            .await?;
 
         // Fill node 3's disk and publish through node 3 until it stops.
         let written = disk.fill();
@@ -44,7 +50,13 @@ async fn a_node_whose_disk_fills_stops_and_loses_no_confirmed_message() -> anyho
                     let body = format!("full-{i}");
                     let sent = tokio::time::timeout(
                         Duration::from_secs(5),
-                        publish_confirmed(&ch3, "", "disk.q1", body.as_bytes(), BasicProperties::default().with_delivery_mode(2)),
+                        publish_confirmed(
+                            &ch3,
+                            "",
+                            "disk.q1",
+                            body.as_bytes(),
+                            BasicProperties::default().with_delivery_mode(2),
+                        ),
                     )
                     .await;
                     match sent {
@@ -54,25 +66,40 @@ async fn a_node_whose_disk_fills_stops_and_loses_no_confirmed_message() -> anyho
                 }
             }
         }
-        wait_for(Duration::from_secs(30), "node 3 to stop on its full disk", || async { cluster.pid(3).is_none() }).await?;
+        wait_for(
+            Duration::from_secs(30),
+            "node 3 to stop on its full disk",
+            || async { cluster.pid(3).is_none() },
+        )
+        .await?;
 
         // Free the disk, bring node 3 back; a queue declared after the failure must take
         // publishes through node 3 for real.
         disk.clear();
         cluster.restart(3).await?;
         retry(Duration::from_secs(30), "declare q2", || async {
-            ch1.queue_declare("disk.q2".into(), durable(), quorum_args(&[])).await?;
+            ch1.queue_declare("disk.q2".into(), durable(), quorum_args(&[]))
+                .await?;
             anyhow::Ok(())
         })
         .await?;
         let uri3 = cluster.uri(3);
-        let c3 = retry(Duration::from_secs(30), "connect to node 3", || connect(&uri3)).await?;
+        let c3 = retry(Duration::from_secs(30), "connect to node 3", || {
+            connect(&uri3)
+        })
+        .await?;
         let ch3 = confirm_channel(&c3).await?;
         let mut after = Vec::new();
         for i in 0..50u32 {
             let body = format!("after-{i}");
             retry(Duration::from_secs(30), "publish through node 3", || {
-                publish_confirmed(&ch3, "", "disk.q2", body.as_bytes(), BasicProperties::default().with_delivery_mode(2))
+                publish_confirmed(
+                    &ch3,
+                    "",
+                    "disk.q2",
+                    body.as_bytes(),
+                    BasicProperties::default().with_delivery_mode(2),
+                )
             })
             .await?;
             after.push(body);

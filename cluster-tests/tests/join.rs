@@ -19,14 +19,22 @@ async fn publish_n(uri: &str, q: &str, prefix: &str, n: u32) -> anyhow::Result<V
     let conn = connect(uri).await?;
     let ch = confirm_channel(&conn).await?;
     retry(WAIT, "declare", || async {
-        ch.queue_declare(q.into(), durable(), quorum_args(&[])).await?;
+        ch.queue_declare(q.into(), durable(), quorum_args(&[]))
+            .await?;
         anyhow::Ok(())
     })
     .await?;
     let mut sent = Vec::new();
     for i in 0..n {
         let body = format!("{prefix}-{i}");
-        publish_confirmed(&ch, "", q, body.as_bytes(), BasicProperties::default().with_delivery_mode(2)).await?;
+        publish_confirmed(
+            &ch,
+            "",
+            q,
+            body.as_bytes(),
+            BasicProperties::default().with_delivery_mode(2),
+        )
+        .await?;
         sent.push(body);
     }
     Ok(sent)
@@ -45,7 +53,10 @@ async fn drain(uri: &str, q: &str, want: &[String]) -> anyhow::Result<()> {
     bodies.sort();
     let mut want = want.to_vec();
     want.sort();
-    assert_eq!(bodies, want, "every confirmed message of {q} is delivered once");
+    assert_eq!(
+        bodies, want,
+        "every confirmed message of {q} is delivered once"
+    );
     Ok(())
 }
 
@@ -53,7 +64,10 @@ async fn drain(uri: &str, q: &str, want: &[String]) -> anyhow::Result<()> {
 async fn nodes_join_a_running_node_and_serve_its_queues() -> anyhow::Result<()> {
     cluster_tests::bounded(Duration::from_secs(240), async {
         let ports = distinct_free_ports(8)?;
-        let mut places: Vec<Placement> = ports[..6].chunks(2).map(|p| Placement::loopback(p[0], p[1])).collect();
+        let mut places: Vec<Placement> = ports[..6]
+            .chunks(2)
+            .map(|p| Placement::loopback(p[0], p[1]))
+            .collect();
         places[1].join = Some(1);
         places[2].join = Some(2);
         let root = tempfile::Builder::new().prefix("quorumq-join-").tempdir()?;
@@ -65,7 +79,11 @@ async fn nodes_join_a_running_node_and_serve_its_queues() -> anyhow::Result<()> 
         let view = cluster.queue_view(3, q).await?;
         let mut members = view.members.clone();
         members.sort();
-        assert_eq!(members, vec![1, 2, 3], "placement sees the joined nodes: {view:?}");
+        assert_eq!(
+            members,
+            vec![1, 2, 3],
+            "placement sees the joined nodes: {view:?}"
+        );
 
         // The founder dies: the joined nodes keep the queue (2 of 3).
         cluster.kill9(1);
@@ -101,13 +119,22 @@ async fn nodes_join_a_running_node_and_serve_its_queues() -> anyhow::Result<()> 
             if std::time::Instant::now() > deadline {
                 let _ = dup.kill();
                 let _ = dup.wait();
-                panic!("a node reusing id 2 was still running after 60 s: {}", std::fs::read_to_string(&log_path)?);
+                panic!(
+                    "a node reusing id 2 was still running after 60 s: {}",
+                    std::fs::read_to_string(&log_path)?
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         let text = std::fs::read_to_string(&log_path)?;
-        assert!(!status.success(), "a node reusing id 2 must not start: {text}");
-        assert!(text.contains("already a member"), "the refusal says why: {text}");
+        assert!(
+            !status.success(),
+            "a node reusing id 2 must not start: {text}"
+        );
+        assert!(
+            text.contains("already a member"),
+            "the refusal says why: {text}"
+        );
         anyhow::Ok(())
     })
     .await

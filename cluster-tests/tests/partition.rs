@@ -8,7 +8,9 @@
 
 use cluster_tests::{
     cluster::{retry, Cluster, Placement},
-    confirm_channel, connect, durable, faults::net::Net, publish_confirmed, quorum_args,
+    confirm_channel, connect, durable,
+    faults::net::Net,
+    publish_confirmed, quorum_args,
 };
 use lapin::{options::BasicPublishOptions, BasicProperties};
 use std::time::Duration;
@@ -16,7 +18,8 @@ use std::time::Duration;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_leader_answers_its_writes_after_a_snapshot_install() -> anyhow::Result<()> {
     cluster_tests::bounded(Duration::from_secs(300), async {
-        let net = Net::setup(3).map_err(|e| e.context("this test makes network namespaces and needs root"))?;
+        let net = Net::setup(3)
+            .map_err(|e| e.context("this test makes network namespaces and needs root"))?;
         let places = (1..=3u64)
             .map(|i| Placement {
                 host: net.addr(i),
@@ -24,23 +27,41 @@ async fn a_partitioned_leader_answers_its_writes_after_a_snapshot_install() -> a
                 ..Placement::loopback(5672, 5680)
             })
             .collect();
-        let root = tempfile::Builder::new().prefix("quorumq-partition-").tempdir()?;
+        let root = tempfile::Builder::new()
+            .prefix("quorumq-partition-")
+            .tempdir()?;
         let cluster = Cluster::start_placed(root, places).await?;
         let q = "part.q";
         let c1 = connect(&cluster.uri(1)).await?;
         let ch1 = confirm_channel(&c1).await?;
         retry(Duration::from_secs(30), "declare", || async {
-            ch1.queue_declare(q.into(), durable(), quorum_args(&[])).await?;
+            ch1.queue_declare(q.into(), durable(), quorum_args(&[]))
+                .await?;
             anyhow::Ok(())
         })
         .await?;
-        assert_eq!(cluster.wait_queue_leader(1, q, Duration::from_secs(30)).await?, 1, "declared on node 1, led by it");
+        assert_eq!(
+            cluster
+                .wait_queue_leader(1, q, Duration::from_secs(30))
+                .await?,
+            1,
+            "declared on node 1, led by it"
+        );
 
         // Writes in flight on node 1 when it is cut off.
         let mut pending = Vec::new();
         for i in 0..50u32 {
             let body = format!("cut-{i}");
-            pending.push(ch1.basic_publish("".into(), q.into(), BasicPublishOptions::default(), body.as_bytes(), BasicProperties::default()).await?);
+            pending.push(
+                ch1.basic_publish(
+                    "".into(),
+                    q.into(),
+                    BasicPublishOptions::default(),
+                    body.as_bytes(),
+                    BasicProperties::default(),
+                )
+                .await?,
+            );
         }
         net.block(1, 2)?;
         net.block(1, 3)?;
@@ -58,7 +79,9 @@ async fn a_partitioned_leader_answers_its_writes_after_a_snapshot_install() -> a
 
         // Node 1 answers its cut-off writes (confirmed or not) and takes new ones.
         for p in pending {
-            tokio::time::timeout(Duration::from_secs(60), p).await.map_err(|_| anyhow::anyhow!("a write in flight on node 1 was never answered"))??;
+            tokio::time::timeout(Duration::from_secs(60), p)
+                .await
+                .map_err(|_| anyhow::anyhow!("a write in flight on node 1 was never answered"))??;
         }
         tokio::time::timeout(
             Duration::from_secs(60),

@@ -42,6 +42,25 @@ pub struct Detector {
     peers: Arc<Peers>,
     state: Mutex<HashMap<u64, PeerState>>,
     changes: watch::Sender<u64>,
+    /// When this detector started: a peer not heard from within
+    /// [`UNHEARD_AFTER_MS`] of it counts as down.
+    started: Instant,
+}
+
+/// A peer never heard from since this node started is down after this
+/// long (ms): two silences, time for every live peer's stream to connect.
+pub const UNHEARD_AFTER_MS: u64 = 2 * DEAD_AFTER_MS;
+
+/// What this node's detector knows of a peer's liveness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Beating, in boot `epoch`.
+    Up { epoch: u32 },
+    /// Its stream closed, it went silent, or it was never heard from
+    /// within [`UNHEARD_AFTER_MS`] of this node's start.
+    Down,
+    /// Not heard from yet, and this node started too recently to tell.
+    Unknown,
 }
 
 /// A stream of beats (the server side's reply stream).
@@ -64,6 +83,7 @@ impl Detector {
             peers,
             state: Mutex::new(HashMap::new()),
             changes: watch::Sender::new(0),
+            started: Instant::now(),
         })
     }
 
@@ -106,6 +126,26 @@ impl Detector {
             return Some(self.epoch);
         }
         self.state.lock().ok()?.get(&node).map(|p| p.epoch)
+    }
+
+    /// `node`'s liveness as this node sees it (this node is always up).
+    pub fn liveness(&self, node: u64) -> Liveness {
+        if node == self.me {
+            return Liveness::Up { epoch: self.epoch };
+        }
+        let known = self
+            .state
+            .lock()
+            .ok()
+            .and_then(|s| s.get(&node).map(|p| (p.alive, p.epoch)));
+        match known {
+            Some((true, epoch)) => Liveness::Up { epoch },
+            Some((false, _)) => Liveness::Down,
+            None if self.started.elapsed() >= Duration::from_millis(UNHEARD_AFTER_MS) => {
+                Liveness::Down
+            }
+            None => Liveness::Unknown,
+        }
     }
 
     /// The AMQP address `node` reported, if it ever beat.

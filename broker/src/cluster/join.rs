@@ -41,7 +41,11 @@ fn refused(error: String, permanent: bool, peers: &Peers) -> JoinReply {
 /// accepted again (it may have crashed before it saw the reply).
 pub async fn admit(meta: &Raft, peers: &Peers, req: JoinRequest) -> JoinReply {
     if req.node_id == 0 || req.cluster_addr.is_empty() {
-        return refused("a joining node needs a node id > 0 and a cluster address".into(), true, peers);
+        return refused(
+            "a joining node needs a node id > 0 and a cluster address".into(),
+            true,
+            peers,
+        );
     }
     let metrics = meta.metrics().borrow().clone();
     let me = peers.me();
@@ -54,9 +58,14 @@ pub async fn admit(meta: &Raft, peers: &Peers, req: JoinRequest) -> JoinReply {
     let id = req.node_id;
     if let Some(node) = membership.get_node(&id) {
         let known = peers.addr(id).unwrap_or_default();
-        let same = node.addr == req.cluster_addr || (node.addr.is_empty() && known == req.cluster_addr);
+        let same =
+            node.addr == req.cluster_addr || (node.addr.is_empty() && known == req.cluster_addr);
         if !same {
-            let at = if node.addr.is_empty() { known } else { node.addr.clone() };
+            let at = if node.addr.is_empty() {
+                known
+            } else {
+                node.addr.clone()
+            };
             return refused(
                 format!("node id {id} is already a member at {at}; start this node with another --node-id"),
                 true,
@@ -71,8 +80,20 @@ pub async fn admit(meta: &Raft, peers: &Peers, req: JoinRequest) -> JoinReply {
                 .await
                 .map_err(|e| format!("adding node {id} as a learner: {e}"))?;
         }
-        let voters = meta.metrics().borrow().membership_config.membership().voter_ids().count();
-        let is_voter = meta.metrics().borrow().membership_config.membership().voter_ids().any(|v| v == id);
+        let voters = meta
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .count();
+        let is_voter = meta
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|v| v == id);
         if !is_voter && voters < MAX_META_VOTERS {
             meta.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
                 .await
@@ -81,7 +102,11 @@ pub async fn admit(meta: &Raft, peers: &Peers, req: JoinRequest) -> JoinReply {
         Ok::<(), String>(())
     })
     .await
-    .unwrap_or_else(|_| Err(format!("admitting node {id} took longer than {ADMIT_TIMEOUT:?}")));
+    .unwrap_or_else(|_| {
+        Err(format!(
+            "admitting node {id} took longer than {ADMIT_TIMEOUT:?}"
+        ))
+    });
     if let Err(e) = admitted {
         tracing::warn!(node = id, error = %e, "join not completed");
         return refused(e, false, peers);
@@ -94,7 +119,10 @@ pub async fn admit(meta: &Raft, peers: &Peers, req: JoinRequest) -> JoinReply {
         peers: peers
             .all()
             .into_iter()
-            .map(|(node_id, cluster_addr)| JoinPeer { node_id, cluster_addr })
+            .map(|(node_id, cluster_addr)| JoinPeer {
+                node_id,
+                cluster_addr,
+            })
             .collect(),
         permanent: false,
     }
@@ -102,11 +130,19 @@ pub async fn admit(meta: &Raft, peers: &Peers, req: JoinRequest) -> JoinReply {
 
 async fn forward(peers: &Peers, leader: u64, req: JoinRequest) -> JoinReply {
     let Some(ch) = peers.channel(leader) else {
-        return refused(format!("the meta leader, node {leader}, has no known address"), false, peers);
+        return refused(
+            format!("the meta leader, node {leader}, has no known address"),
+            false,
+            peers,
+        );
     };
     match ClusterClient::new(ch).join(req).await {
         Ok(r) => r.into_inner(),
-        Err(e) => refused(format!("forwarding to the meta leader, node {leader}: {e}"), false, peers),
+        Err(e) => refused(
+            format!("forwarding to the meta leader, node {leader}: {e}"),
+            false,
+            peers,
+        ),
     }
 }
 
@@ -148,7 +184,11 @@ pub fn remembered(db: &sled::Db) -> Vec<(u64, String)> {
     db.scan_prefix("node/peer/")
         .filter_map(Result::ok)
         .filter_map(|(k, v)| {
-            let id = std::str::from_utf8(&k).ok()?.strip_prefix("node/peer/")?.parse().ok()?;
+            let id = std::str::from_utf8(&k)
+                .ok()?
+                .strip_prefix("node/peer/")?
+                .parse()
+                .ok()?;
             Some((id, String::from_utf8(v.to_vec()).ok()?))
         })
         .collect()
@@ -161,12 +201,22 @@ mod tests {
     #[test]
     fn remembered_addresses_round_trip() {
         let dir = tempfile::tempdir().unwrap();
-        let db = sled::Config::new().path(dir.path()).temporary(true).open().unwrap();
+        let db = sled::Config::new()
+            .path(dir.path())
+            .temporary(true)
+            .open()
+            .unwrap();
         remember(&db, 2, "10.0.0.2:5680").unwrap();
         remember(&db, 11, "10.0.0.11:5680").unwrap();
         remember(&db, 2, "10.0.0.22:5680").unwrap();
         let mut got = remembered(&db);
         got.sort();
-        assert_eq!(got, vec![(2, "10.0.0.22:5680".to_string()), (11, "10.0.0.11:5680".to_string())]);
+        assert_eq!(
+            got,
+            vec![
+                (2, "10.0.0.22:5680".to_string()),
+                (11, "10.0.0.11:5680".to_string())
+            ]
+        );
     }
 }

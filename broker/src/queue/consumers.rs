@@ -18,6 +18,9 @@ pub(super) struct Consumer {
     pub no_ack: bool,
     /// Receives pushes. False for a cancelled consumer or a basic.get slot.
     pub active: bool,
+    /// Its node is down as the leader sees it (`NodeDown`): no pushes until
+    /// `NodeUp` (rabbit_fifo `suspected_down`).
+    pub suspected: bool,
     /// In the service queue (= active with spare prefetch).
     queued: bool,
     /// Messages delivered and not yet settled, by id.
@@ -30,6 +33,7 @@ impl Consumer {
             prefetch: 0,
             no_ack: false,
             active: false,
+            suspected: false,
             queued: false,
             checked_out: BTreeMap::new(),
         }
@@ -38,6 +42,7 @@ impl Consumer {
     /// Can take one more pushed message.
     fn has_spare(&self) -> bool {
         self.active
+            && !self.suspected
             && (self.no_ack
                 || self.prefetch == 0
                 || self.checked_out.len() < self.prefetch as usize)
@@ -130,9 +135,13 @@ impl Consumers {
     /// leaves the service queue; [`Consumers::check_out`] or
     /// [`Consumers::pushed_no_ack`] puts it back at the end if it has room.
     /// Single-active-consumer mode: the oldest active consumer (ids grow
-    /// with registration on a node) if it has spare prefetch.
+    /// with registration on a node) whose node is not suspected down, if it
+    /// has spare prefetch.
     pub fn single_active_for_push(&self) -> Option<(ConsumerId, bool)> {
-        let (id, rec) = self.records.iter().find(|(_, r)| r.active)?;
+        let (id, rec) = self
+            .records
+            .iter()
+            .find(|(_, r)| r.active && !r.suspected)?;
         rec.has_spare().then_some((*id, rec.no_ack))
     }
 
@@ -179,6 +188,23 @@ impl Consumers {
             .filter(|c| c.node == node && c.epoch < epoch)
             .copied()
             .collect()
+    }
+
+    /// Consumers of `node` (any boot), in id order.
+    pub fn of_node(&self, node: u64) -> Vec<ConsumerId> {
+        self.records
+            .keys()
+            .filter(|c| c.node == node)
+            .copied()
+            .collect()
+    }
+
+    /// Suspends or resumes pushes to `id` (its node went down or came back).
+    pub fn set_suspected(&mut self, id: ConsumerId, suspected: bool) {
+        if let Some(rec) = self.records.get_mut(&id) {
+            rec.suspected = suspected;
+        }
+        self.requeue(id);
     }
 
     /// Active (not cancelled) consumers.

@@ -142,6 +142,22 @@ impl QueueMachine {
                 self.node_restarted(now_ms, node, epoch, effects);
                 (now_ms, QueueReply::Ok)
             }
+            C::NodeDown { now_ms, node } => {
+                self.start_lease(now_ms);
+                self.node_down(now_ms, node, effects);
+                (now_ms, QueueReply::Ok)
+            }
+            C::NodeUp {
+                now_ms,
+                node,
+                epoch,
+            } => {
+                self.start_lease(now_ms);
+                self.proposers
+                    .retain(|p, _| p.node != node || p.epoch >= epoch);
+                self.node_up(now_ms, node, epoch, effects);
+                (now_ms, QueueReply::Ok)
+            }
             C::Settle {
                 now_ms,
                 consumer,

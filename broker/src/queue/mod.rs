@@ -40,4 +40,5 @@ mod settlement;
 mod tests;
 
 pub use machine::QueueMachine;
+pub use queries::{NodeConsumers, SeenNode};
 pub use types::*;

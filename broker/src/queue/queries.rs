@@ -3,6 +3,56 @@
 use super::machine::QueueMachine;
 use super::types::{ConsumerId, DeadLetterReason, MsgId, QueueConfig};
 
+/// The consumer records of one node in a queue ([`QueueMachine::consumer_nodes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeConsumers {
+    /// The node the records' channels live on.
+    pub node: u64,
+    /// Oldest boot epoch among them (below the node's current one: stale).
+    pub oldest_epoch: u32,
+    /// Newest boot epoch among them.
+    pub newest_epoch: u32,
+    /// Some record is not suspected down (pushes go to it).
+    pub unsuspected: bool,
+    /// Some record is suspected down (`NodeDown` applied, no `NodeUp` yet).
+    pub suspected: bool,
+}
+
+impl NodeConsumers {
+    /// The liveness command the leader should propose for this node, given
+    /// what its failure detector says of it (None: the records agree).
+    /// `Up(epoch)`: earlier boots are down and suspected records resume
+    /// (`NodeUp`); `Down`: records not yet suspected are (`NodeDown`).
+    pub fn command(&self, seen: SeenNode, now_ms: u64) -> Option<super::types::QueueCommand> {
+        use super::types::QueueCommand;
+        match seen {
+            SeenNode::Up { epoch } if self.oldest_epoch < epoch || self.suspected => {
+                Some(QueueCommand::NodeUp {
+                    now_ms,
+                    node: self.node,
+                    epoch,
+                })
+            }
+            SeenNode::Down if self.unsuspected => Some(QueueCommand::NodeDown {
+                now_ms,
+                node: self.node,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A node as the leader's failure detector sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeenNode {
+    /// Answering beats, in boot `epoch`.
+    Up { epoch: u32 },
+    /// Seen down (its stream closed or it went silent).
+    Down,
+    /// Not heard from yet since this node started: no verdict.
+    Unknown,
+}
+
 impl QueueMachine {
     /// Ready messages (returns + main queue), count. = `messages_ready`,
     /// the `queue.declare-ok` message count (spec §5.6).
@@ -94,9 +144,34 @@ impl QueueMachine {
         ids
     }
 
-    /// True when a consumer of `node` from a boot before `epoch` is attached
-    /// (the leader then proposes `NodeRestarted`).
-    pub fn has_consumers_before(&self, node: u64, epoch: u32) -> bool {
-        !self.consumers.of_node_before(node, epoch).is_empty()
+    /// The nodes this queue's consumer records (consumers, cancelled ones
+    /// holding messages, basic.get slots) live on, one summary per node in
+    /// node order: what the leader's consumer-liveness sweep compares with
+    /// its failure detector (`NodeDown` / `NodeUp`).
+    pub fn consumer_nodes(&self) -> Vec<NodeConsumers> {
+        let mut out: Vec<NodeConsumers> = Vec::new();
+        for (id, c) in self.consumers.iter() {
+            let s = match out.last_mut() {
+                Some(s) if s.node == id.node => s,
+                _ => {
+                    out.push(NodeConsumers {
+                        node: id.node,
+                        oldest_epoch: id.epoch,
+                        newest_epoch: id.epoch,
+                        unsuspected: false,
+                        suspected: false,
+                    });
+                    out.last_mut().expect("just pushed")
+                }
+            };
+            s.oldest_epoch = s.oldest_epoch.min(id.epoch);
+            s.newest_epoch = s.newest_epoch.max(id.epoch);
+            if c.suspected {
+                s.suspected = true;
+            } else {
+                s.unsuspected = true;
+            }
+        }
+        out
     }
 }

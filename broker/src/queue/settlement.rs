@@ -124,4 +124,52 @@ impl QueueMachine {
             self.consumer_down(now_ms, consumer, effects);
         }
     }
+
+    /// Node `node` is down as the leader sees it: every consumer of it is
+    /// suspected (no pushes) and everything checked out to its records is
+    /// returned in consumer-id, then message-id order, counted; records
+    /// that only held messages (cancelled consumers, basic.get slots) go.
+    /// rabbit_fifo 3.10 `{down, Pid, noconnection}` + `return_all`. Renews
+    /// the x-expires lease when anything changed.
+    pub(super) fn node_down(&mut self, now_ms: u64, node: u64, effects: &mut Vec<Effect>) {
+        let mut changed = false;
+        for consumer in self.consumers.of_node(node) {
+            let Some(rec) = self.consumers.get(&consumer) else {
+                continue;
+            };
+            if rec.suspected {
+                continue;
+            }
+            changed = true;
+            let ids: Vec<MsgId> = rec.checked_out.keys().copied().collect();
+            self.consumers.set_suspected(consumer, true);
+            for id in ids {
+                if let Some(msg) = self.consumers.take(consumer, id) {
+                    self.return_msg(msg, ReturnTo::Front, effects);
+                }
+            }
+            self.consumers.gc(consumer);
+        }
+        if changed {
+            self.touch(now_ms);
+        }
+    }
+
+    /// Node `node` is reachable in boot `epoch`: its consumers of earlier
+    /// boots are down ([`QueueMachine::node_restarted`]), its suspected
+    /// consumers of this boot take pushes again (rabbit_fifo `{nodeup, Node}`).
+    pub(super) fn node_up(
+        &mut self,
+        now_ms: u64,
+        node: u64,
+        epoch: u32,
+        effects: &mut Vec<Effect>,
+    ) {
+        self.node_restarted(now_ms, node, epoch, effects);
+        for consumer in self.consumers.of_node(node) {
+            if self.consumers.get(&consumer).is_some_and(|r| r.suspected) {
+                self.consumers.set_suspected(consumer, false);
+            }
+        }
+    }
 }

@@ -174,6 +174,17 @@ pub enum QueueCommand {
         seq: u64,
         cmd: Box<QueueCommand>,
     },
+    /// The leader's failure detector lost node `node` (killed, paused or
+    /// partitioned away): its consumers are suspected down — they get no
+    /// pushes, and every message checked out to them (and to its basic.get
+    /// slots and cancelled consumers) is returned, counted (delivery count
+    /// +1, maybe `delivery_limit`). rabbit_fifo 3.10 `{down, Pid,
+    /// noconnection}`: mark suspected, `return_all`.
+    NodeDown { now_ms: u64, node: u64 },
+    /// Node `node` is reachable again in boot `epoch`: its suspected
+    /// consumers of that boot take pushes again (rabbit_fifo `{nodeup,
+    /// Node}`); its consumers of earlier boots are down (as `NodeRestarted`).
+    NodeUp { now_ms: u64, node: u64, epoch: u32 },
 }
 
 impl QueueCommand {

@@ -13,7 +13,9 @@ use cluster_tests::faults::{self, nemesis, workload, Options, Profile, Report};
 use std::{path::PathBuf, time::Duration};
 
 #[derive(Parser)]
-#[command(about = "quorumq fault-injection suite: partitions, kill -9, pauses, lossy links, full disk")]
+#[command(
+    about = "quorumq fault-injection suite: partitions, kill -9, pauses, lossy links, full disk"
+)]
 struct Args {
     /// `short`: every nemesis kind once, spread over the workloads (a few
     /// minutes); `long`: random kinds for --time per workload.
@@ -45,11 +47,17 @@ struct Args {
     results: PathBuf,
 }
 
-fn list<T: Copy>(spec: &str, all: &[T], parse: impl Fn(&str) -> Option<T>) -> Result<Vec<T>, String> {
+fn list<T: Copy>(
+    spec: &str,
+    all: &[T],
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<Vec<T>, String> {
     if spec == "all" {
         return Ok(all.to_vec());
     }
-    spec.split(',').map(|s| parse(s.trim()).ok_or_else(|| format!("unknown name {s:?}"))).collect()
+    spec.split(',')
+        .map(|s| parse(s.trim()).ok_or_else(|| format!("unknown name {s:?}")))
+        .collect()
 }
 
 fn summary(r: &Report, results: &std::path::Path) -> (u64, u64, u64, u64, u64) {
@@ -59,7 +67,17 @@ fn summary(r: &Report, results: &std::path::Path) -> (u64, u64, u64, u64, u64) {
     }
     println!(
         "{:<15} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}",
-        "workload", "ops", "acked", "nacked", "unkn", "lost", "unexp", "dup", "unconf", "malf", "faults"
+        "workload",
+        "ops",
+        "acked",
+        "nacked",
+        "unkn",
+        "lost",
+        "unexp",
+        "dup",
+        "unconf",
+        "malf",
+        "faults"
     );
     let (mut ops, mut lost, mut unexpected, mut dups, mut faults) = (0, 0, 0, 0, 0);
     for v in &r.verdicts {
@@ -91,11 +109,19 @@ fn summary(r: &Report, results: &std::path::Path) -> (u64, u64, u64, u64, u64) {
             .recoveries
             .iter()
             .map(|r| match r.first_confirm_ms {
-                Some(ms) => format!("{} {:.2}/{:.2}s", r.kind, ms as f64 / 1000.0, r.max_gap_ms as f64 / 1000.0),
+                Some(ms) => format!(
+                    "{} {:.2}/{:.2}s",
+                    r.kind,
+                    ms as f64 / 1000.0,
+                    r.max_gap_ms as f64 / 1000.0
+                ),
                 None => format!("{} -/{:.2}s", r.kind, r.max_gap_ms as f64 / 1000.0),
             })
             .collect();
-        println!("    first confirm after heal / longest confirm gap: {}", rec.join(", "));
+        println!(
+            "    first confirm after heal / longest confirm gap: {}",
+            rec.join(", ")
+        );
         ops += v.ops;
         lost += v.lost;
         unexpected += v.unexpected;
@@ -127,7 +153,9 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     let seed = args.seed.unwrap_or(now.as_nanos() as u64 % 1_000_000);
     let results = args.results.join(format!("{}-seed{seed}", now.as_secs()));
     eprintln!("seed {seed}; results in {}", results.display());

@@ -86,7 +86,10 @@ impl Verdict {
 
 /// Checks one workload's `records` against `expect`.
 pub fn check(workload: &str, records: &[Record], expect: &Expect) -> Verdict {
-    let mut v = Verdict { workload: workload.to_string(), ..Verdict::default() };
+    let mut v = Verdict {
+        workload: workload.to_string(),
+        ..Verdict::default()
+    };
     let mut published = HashSet::new();
     let mut confirmed = HashSet::new();
     let mut seen: HashMap<u64, u64> = HashMap::new();
@@ -106,7 +109,9 @@ pub fn check(workload: &str, records: &[Record], expect: &Expect) -> Verdict {
             }
             Op::Nacked { .. } => v.nacked += 1,
             Op::Unknown { .. } => v.unknown += 1,
-            Op::Delivered { id, queue, death, .. } if *queue == expect.queue => {
+            Op::Delivered {
+                id, queue, death, ..
+            } if *queue == expect.queue => {
                 *seen.entry(*id).or_default() += 1;
                 if let Some((reason, source)) = &expect.death {
                     let problem = match death {
@@ -129,12 +134,18 @@ pub fn check(workload: &str, records: &[Record], expect: &Expect) -> Verdict {
                 v.faults += 1;
                 fault_start = Some(r.t_ms);
             }
-            Op::Healed { kind } => heals.push((kind.clone(), fault_start.take().unwrap_or(r.t_ms), r.t_ms)),
+            Op::Healed { kind } => {
+                heals.push((kind.clone(), fault_start.take().unwrap_or(r.t_ms), r.t_ms))
+            }
         }
     }
     v.delivered = seen.len() as u64;
     v.duplicates = seen.values().map(|n| n - 1).sum();
-    let mut lost: Vec<u64> = confirmed.iter().filter(|id| !seen.contains_key(id)).copied().collect();
+    let mut lost: Vec<u64> = confirmed
+        .iter()
+        .filter(|id| !seen.contains_key(id))
+        .copied()
+        .collect();
     lost.sort_unstable();
     v.lost = lost.len() as u64;
     v.lost_sample = lost.into_iter().take(10).collect();
@@ -155,7 +166,12 @@ pub fn check(workload: &str, records: &[Record], expect: &Expect) -> Verdict {
                 prev = t;
             }
             max_gap_ms = max_gap_ms.max(end - prev);
-            Recovery { kind, healed_ms, first_confirm_ms: first.map(|t| t - healed_ms), max_gap_ms }
+            Recovery {
+                kind,
+                healed_ms,
+                first_confirm_ms: first.map(|t| t - healed_ms),
+                max_gap_ms,
+            }
         })
         .collect();
     v
@@ -171,11 +187,21 @@ mod tests {
     }
 
     fn delivered(id: u64, queue: &str, death: Option<Death>) -> Op {
-        Op::Delivered { id, node: 1, queue: queue.into(), redelivered: false, action: Action::Ack, death }
+        Op::Delivered {
+            id,
+            node: 1,
+            queue: queue.into(),
+            redelivered: false,
+            action: Action::Ack,
+            death,
+        }
     }
 
     fn total() -> Expect {
-        Expect { queue: "q".into(), death: None }
+        Expect {
+            queue: "q".into(),
+            death: None,
+        }
     }
 
     #[test]
@@ -186,7 +212,14 @@ mod tests {
             rec(2, Op::Publish { id: 2, node: 2 }),
             rec(3, Op::Confirmed { id: 2, node: 2 }),
             rec(4, Op::Publish { id: 3, node: 3 }),
-            rec(5, Op::Unknown { id: 3, node: 3, error: "timeout".into() }),
+            rec(
+                5,
+                Op::Unknown {
+                    id: 3,
+                    node: 3,
+                    error: "timeout".into(),
+                },
+            ),
             rec(6, delivered(1, "q", None)),
             rec(7, delivered(1, "q", None)),
             rec(8, delivered(3, "q", None)),
@@ -216,8 +249,15 @@ mod tests {
 
     #[test]
     fn dead_letters_need_the_expected_x_death() {
-        let expect = Expect { queue: "dst".into(), death: Some(("rejected".into(), "src".into())) };
-        let good = Death { reason: "rejected".into(), count: 1, queue: "src".into() };
+        let expect = Expect {
+            queue: "dst".into(),
+            death: Some(("rejected".into(), "src".into())),
+        };
+        let good = Death {
+            reason: "rejected".into(),
+            count: 1,
+            queue: "src".into(),
+        };
         let h = vec![
             rec(0, Op::Publish { id: 1, node: 1 }),
             rec(1, Op::Confirmed { id: 1, node: 1 }),
@@ -226,7 +266,17 @@ mod tests {
             rec(4, Op::Publish { id: 3, node: 1 }),
             rec(5, Op::Confirmed { id: 3, node: 1 }),
             rec(6, delivered(1, "dst", Some(good.clone()))),
-            rec(7, delivered(2, "dst", Some(Death { reason: "expired".into(), ..good.clone() }))),
+            rec(
+                7,
+                delivered(
+                    2,
+                    "dst",
+                    Some(Death {
+                        reason: "expired".into(),
+                        ..good.clone()
+                    }),
+                ),
+            ),
             rec(8, delivered(3, "dst", None)),
             rec(9, delivered(3, "src", None)),
         ];
@@ -239,11 +289,28 @@ mod tests {
     #[test]
     fn recovery_is_the_first_confirm_after_each_heal() {
         let h = vec![
-            rec(100, Op::Fault { kind: "kill".into(), targets: vec![1], detail: String::new() }),
+            rec(
+                100,
+                Op::Fault {
+                    kind: "kill".into(),
+                    targets: vec![1],
+                    detail: String::new(),
+                },
+            ),
             rec(150, Op::Confirmed { id: 1, node: 2 }),
-            rec(300, Op::Healed { kind: "kill".into() }),
+            rec(
+                300,
+                Op::Healed {
+                    kind: "kill".into(),
+                },
+            ),
             rec(420, Op::Confirmed { id: 2, node: 2 }),
-            rec(500, Op::Healed { kind: "pause".into() }),
+            rec(
+                500,
+                Op::Healed {
+                    kind: "pause".into(),
+                },
+            ),
         ];
         let v = check("total-queue", &h, &total());
         assert_eq!(v.faults, 1);
@@ -251,9 +318,19 @@ mod tests {
             v.recoveries,
             vec![
                 // acks at 150 and 420 after the fault at 100: gaps 50 and 270.
-                Recovery { kind: "kill".into(), healed_ms: 300, first_confirm_ms: Some(120), max_gap_ms: 270 },
+                Recovery {
+                    kind: "kill".into(),
+                    healed_ms: 300,
+                    first_confirm_ms: Some(120),
+                    max_gap_ms: 270
+                },
                 // no fault record: the window is the heal alone, and no ack follows it.
-                Recovery { kind: "pause".into(), healed_ms: 500, first_confirm_ms: None, max_gap_ms: 0 },
+                Recovery {
+                    kind: "pause".into(),
+                    healed_ms: 500,
+                    first_confirm_ms: None,
+                    max_gap_ms: 0
+                },
             ]
         );
     }

@@ -59,7 +59,11 @@ pub enum Op {
         death: Option<Death>,
     },
     /// A fault began (`kind` as in `--nemesis`, the nodes it hit, details).
-    Fault { kind: String, targets: Vec<u64>, detail: String },
+    Fault {
+        kind: String,
+        targets: Vec<u64>,
+        detail: String,
+    },
     /// The fault of `kind` was healed.
     Healed { kind: String },
 }
@@ -101,18 +105,27 @@ impl History {
 
     /// Records `op` now.
     pub fn log(&self, op: Op) {
-        let rec = Record { t_ms: self.now_ms(), op };
+        let rec = Record {
+            t_ms: self.now_ms(),
+            op,
+        };
         if let Ok(line) = serde_json::to_string(&rec) {
             let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
             // A failed history write must not stop the run; the in-memory copy is what is checked.
             let _ = writeln!(f, "{line}");
         }
-        self.records.lock().unwrap_or_else(|p| p.into_inner()).push(rec);
+        self.records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(rec);
     }
 
     /// Every record so far, in the order they were logged.
     pub fn records(&self) -> Vec<Record> {
-        self.records.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Writes buffered lines to the file.
@@ -143,14 +156,25 @@ mod tests {
             queue: "q".into(),
             redelivered: false,
             action: Action::Ack,
-            death: Some(Death { reason: "rejected".into(), count: 1, queue: "src".into() }),
+            death: Some(Death {
+                reason: "rejected".into(),
+                count: 1,
+                queue: "src".into(),
+            }),
         });
         h.flush().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2);
-        assert!(lines[0].contains(r#""op":"publish","id":7,"node":2"#), "{}", lines[0]);
-        let back: Vec<Record> = lines.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert!(
+            lines[0].contains(r#""op":"publish","id":7,"node":2"#),
+            "{}",
+            lines[0]
+        );
+        let back: Vec<Record> = lines
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(back, h.records());
     }
 }

@@ -93,7 +93,11 @@ pub fn schedule(opts: &Options, kinds: &[nemesis::Kind]) -> Vec<Vec<Step>> {
             let mut dealt = kinds.to_vec();
             rng.shuffle(&mut dealt);
             for (i, kind) in dealt.into_iter().enumerate() {
-                let step = Step { quiet_ms: rng.range(2000, 3000), kind, hold_ms: rng.range(3000, 5000) };
+                let step = Step {
+                    quiet_ms: rng.range(2000, 3000),
+                    kind,
+                    hold_ms: rng.range(3000, 5000),
+                };
                 out[i % n].push(step);
             }
         }
@@ -142,11 +146,21 @@ impl Report {
 /// healed (the cluster is still torn down).
 pub async fn run(opts: &Options) -> anyhow::Result<Report> {
     std::fs::create_dir_all(&opts.results)?;
-    let root = tempfile::Builder::new().prefix("quorumq-faults-").tempdir()?;
-    let namespaces = if opts.proxies { Err(anyhow::anyhow!("--network proxy")) } else { Net::setup(NODES) };
+    let root = tempfile::Builder::new()
+        .prefix("quorumq-faults-")
+        .tempdir()?;
+    let namespaces = if opts.proxies {
+        Err(anyhow::anyhow!("--network proxy"))
+    } else {
+        Net::setup(NODES)
+    };
     let (links, network, places): (Links, String, Vec<Placement>) = match namespaces {
         Ok(net) => {
-            let netem = if net.has_netem() { "netem" } else { "no sch_netem: delay = tbf + loss" };
+            let netem = if net.has_netem() {
+                "netem"
+            } else {
+                "no sch_netem: delay = tbf + loss"
+            };
             let desc = format!("network namespaces on {} ({netem})", net.subnet());
             let places = (1..=NODES as u64)
                 .map(|i| Placement {
@@ -162,7 +176,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
         }
         Err(e) => {
             let ports = crate::cluster::distinct_free_ports(2)?;
-            let proxies = Proxies::start(NODES, ports[1]).await.context("starting the fallback proxies")?;
+            let proxies = Proxies::start(NODES, ports[1])
+                .await
+                .context("starting the fallback proxies")?;
             let desc = format!("no network namespaces ({e:#}): nodes on 127.0.0.1x behind forwarding proxies on 127.0.0.2x");
             let places = (1..=NODES as u64)
                 .map(|i| Placement {
@@ -186,9 +202,23 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
             None
         }
     };
-    let cluster = Arc::new(Cluster::start_placed(root, places).await.context("starting the cluster")?);
-    let mut injector = Injector { cluster: cluster.clone(), net: Some(links), disk, rng: Rng::new(opts.seed ^ 0x5eed) };
-    let kinds: Vec<nemesis::Kind> = opts.nemeses.iter().copied().filter(|k| injector.supports(*k)).collect();
+    let cluster = Arc::new(
+        Cluster::start_placed(root, places)
+            .await
+            .context("starting the cluster")?,
+    );
+    let mut injector = Injector {
+        cluster: cluster.clone(),
+        net: Some(links),
+        disk,
+        rng: Rng::new(opts.seed ^ 0x5eed),
+    };
+    let kinds: Vec<nemesis::Kind> = opts
+        .nemeses
+        .iter()
+        .copied()
+        .filter(|k| injector.supports(*k))
+        .collect();
     let skipped = opts
         .nemeses
         .iter()
@@ -222,8 +252,16 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
     if let Some(e) = failure {
         return Err(e);
     }
-    let report = Report { seed: opts.seed, network, skipped, verdicts };
-    std::fs::write(opts.results.join("verdict.json"), serde_json::to_vec_pretty(&report)?)?;
+    let report = Report {
+        seed: opts.seed,
+        network,
+        skipped,
+        verdicts,
+    };
+    std::fs::write(
+        opts.results.join("verdict.json"),
+        serde_json::to_vec_pretty(&report)?,
+    )?;
     Ok(report)
 }
 
@@ -234,7 +272,9 @@ async fn run_workload(
     cluster: &Arc<Cluster>,
     injector: &mut Injector,
 ) -> anyhow::Result<Verdict> {
-    let history = Arc::new(History::create(&opts.results.join(format!("history-{}.jsonl", kind.name())))?);
+    let history = Arc::new(History::create(
+        &opts.results.join(format!("history-{}.jsonl", kind.name())),
+    )?);
     eprintln!("workload {}: {} faults", kind.name(), steps.len());
     let mut w = workload::Workload::start(kind, cluster, history.clone(), opts.rate).await?;
     let queue = kind.source();
@@ -248,7 +288,10 @@ async fn run_workload(
     tokio::time::sleep(Duration::from_secs(3)).await;
     injector.heal_all().await?;
     w.stop_publishing().await;
-    let stuck = drain(cluster, &w.queues()).await.err().map(|e| format!("{e:#}"));
+    let stuck = drain(cluster, &w.queues())
+        .await
+        .err()
+        .map(|e| format!("{e:#}"));
     w.stop_consuming().await;
     history.flush()?;
     let mut v = checker::check(kind.name(), &history.records(), &kind.expect());

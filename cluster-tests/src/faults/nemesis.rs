@@ -102,7 +102,12 @@ impl Kind {
     pub fn needs_net(self) -> bool {
         matches!(
             self,
-            Kind::PartitionOne | Kind::PartitionHalves | Kind::Bridge | Kind::PartitionLeader | Kind::Loss | Kind::Delay
+            Kind::PartitionOne
+                | Kind::PartitionHalves
+                | Kind::Bridge
+                | Kind::PartitionLeader
+                | Kind::Loss
+                | Kind::Delay
         )
     }
 }
@@ -179,7 +184,10 @@ impl Disk {
         if !status.success() {
             bail!("mount -t tmpfs on {} failed: {status}", dir.display());
         }
-        Ok(Disk { node, mount: dir.to_path_buf() })
+        Ok(Disk {
+            node,
+            mount: dir.to_path_buf(),
+        })
     }
 
     fn filler(&self) -> PathBuf {
@@ -255,7 +263,12 @@ impl Injector {
     /// `rolling-restart` runs to completion here.
     ///
     /// Errors: a signal, iptables or tc step failed, or a node did not restart.
-    pub async fn inject(&mut self, kind: Kind, queue: &str, history: &History) -> anyhow::Result<Active> {
+    pub async fn inject(
+        &mut self,
+        kind: Kind,
+        queue: &str,
+        history: &History,
+    ) -> anyhow::Result<Active> {
         let ids: Vec<u64> = self.cluster.ids().collect();
         let random = *self.rng.pick(&ids);
         let (targets, detail, heal) = match kind {
@@ -291,7 +304,11 @@ impl Injector {
                         net.block(a, b)?;
                     }
                 }
-                (minority.to_vec(), format!("{minority:?} | {majority:?}"), Heal::Network)
+                (
+                    minority.to_vec(),
+                    format!("{minority:?} | {majority:?}"),
+                    Heal::Network,
+                )
             }
             Kind::Bridge => {
                 let mut shuffled = ids.clone();
@@ -305,12 +322,20 @@ impl Injector {
                         net.block(a, b)?;
                     }
                 }
-                (vec![middle], format!("{left:?} | {right:?}, bridged by {middle}"), Heal::Network)
+                (
+                    vec![middle],
+                    format!("{left:?} | {right:?}, bridged by {middle}"),
+                    Heal::Network,
+                )
             }
             Kind::Loss => {
                 let p = self.rng.range(5, 30) as f64 / 100.0;
                 self.net()?.lossy(random, p)?;
-                (vec![random], format!("{:.0} % loss", p * 100.0), Heal::Network)
+                (
+                    vec![random],
+                    format!("{:.0} % loss", p * 100.0),
+                    Heal::Network,
+                )
             }
             Kind::Delay => {
                 let ms = self.rng.range(20, 80);
@@ -318,22 +343,43 @@ impl Injector {
                 (vec![random], how, Heal::Network)
             }
             Kind::RollingRestart => {
-                history.log(Op::Fault { kind: kind.name().into(), targets: ids.clone(), detail: "SIGTERM, restart, one at a time".into() });
+                history.log(Op::Fault {
+                    kind: kind.name().into(),
+                    targets: ids.clone(),
+                    detail: "SIGTERM, restart, one at a time".into(),
+                });
                 for &id in &ids {
-                    self.cluster.stop(id).await.with_context(|| format!("stopping node {id}"))?;
-                    self.cluster.restart(id).await.with_context(|| format!("restarting node {id}"))?;
+                    self.cluster
+                        .stop(id)
+                        .await
+                        .with_context(|| format!("stopping node {id}"))?;
+                    self.cluster
+                        .restart(id)
+                        .await
+                        .with_context(|| format!("restarting node {id}"))?;
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-                return Ok(Active { kind, heal: Heal::Nothing });
+                return Ok(Active {
+                    kind,
+                    heal: Heal::Nothing,
+                });
             }
             Kind::DiskFull => {
                 let disk = self.disk.as_ref().context("no tmpfs data directory")?;
                 let node = disk.node;
                 let bytes = disk.fill();
-                (vec![node], format!("{} MiB written to fill it", bytes >> 20), Heal::Disk(node))
+                (
+                    vec![node],
+                    format!("{} MiB written to fill it", bytes >> 20),
+                    Heal::Disk(node),
+                )
             }
         };
-        history.log(Op::Fault { kind: kind.name().into(), targets, detail });
+        history.log(Op::Fault {
+            kind: kind.name().into(),
+            targets,
+            detail,
+        });
         Ok(Active { kind, heal })
     }
 
@@ -355,7 +401,9 @@ impl Injector {
             }
             Heal::Nothing => {}
         }
-        history.log(Op::Healed { kind: active.kind.name().into() });
+        history.log(Op::Healed {
+            kind: active.kind.name().into(),
+        });
         Ok(())
     }
 
@@ -395,11 +443,17 @@ impl Injector {
     async fn leader(&self, queue: &str, fallback: u64) -> (u64, String) {
         let running = self.cluster.running();
         for via in running {
-            let found = self.cluster.wait_queue_leader(via, queue, Duration::from_secs(5)).await;
+            let found = self
+                .cluster
+                .wait_queue_leader(via, queue, Duration::from_secs(5))
+                .await;
             if let Ok(l) = found {
                 return (l, format!("leader of {queue}"));
             }
         }
-        (fallback, format!("leader of {queue} unknown: node {fallback}"))
+        (
+            fallback,
+            format!("leader of {queue} unknown: node {fallback}"),
+        )
     }
 }

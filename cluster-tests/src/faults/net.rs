@@ -60,18 +60,44 @@ impl Net {
         sh(&["ip", "link", "add", &bridge, "type", "bridge"])?;
         // From here on, Drop cleans up after a failed step.
         let mut net = net;
-        sh(&["ip", "addr", "add", &format!("{}.1/24", net.subnet), "dev", &bridge])?;
+        sh(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{}.1/24", net.subnet),
+            "dev",
+            &bridge,
+        ])?;
         sh(&["ip", "link", "set", &bridge, "up"])?;
         for i in 1..=nodes as u64 {
             let (ns, veth) = (net.ns(i), net.veth(i));
             sh(&["ip", "netns", "add", &ns])?;
-            sh(&["ip", "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
+            sh(&[
+                "ip", "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            ])?;
             sh(&["ip", "link", "set", &veth, "master", &bridge, "up"])?;
-            net.in_ns(i, &["ip", "addr", "add", &format!("{}/24", net.addr(i)), "dev", "eth0"])?;
+            net.in_ns(
+                i,
+                &[
+                    "ip",
+                    "addr",
+                    "add",
+                    &format!("{}/24", net.addr(i)),
+                    "dev",
+                    "eth0",
+                ],
+            )?;
             net.in_ns(i, &["ip", "link", "set", "eth0", "up"])?;
             net.in_ns(i, &["ip", "link", "set", "lo", "up"])?;
         }
-        net.netem = net.in_ns(1, &["tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay", "1ms"]).is_ok();
+        net.netem = net
+            .in_ns(
+                1,
+                &[
+                    "tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay", "1ms",
+                ],
+            )
+            .is_ok();
         if net.netem {
             net.in_ns(1, &["tc", "qdisc", "del", "dev", "eth0", "root"])?;
         }
@@ -131,8 +157,42 @@ impl Net {
     /// Errors: iptables failed.
     pub fn lossy(&self, id: u64, p: f64) -> anyhow::Result<()> {
         let p = format!("{p:.3}");
-        self.in_ns(id, &["iptables", "-A", "INPUT", "-i", "eth0", "-m", "statistic", "--mode", "random", "--probability", &p, "-j", "DROP"])?;
-        self.in_ns(id, &["iptables", "-A", "OUTPUT", "-o", "eth0", "-m", "statistic", "--mode", "random", "--probability", &p, "-j", "DROP"])
+        self.in_ns(
+            id,
+            &[
+                "iptables",
+                "-A",
+                "INPUT",
+                "-i",
+                "eth0",
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                &p,
+                "-j",
+                "DROP",
+            ],
+        )?;
+        self.in_ns(
+            id,
+            &[
+                "iptables",
+                "-A",
+                "OUTPUT",
+                "-o",
+                "eth0",
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                &p,
+                "-j",
+                "DROP",
+            ],
+        )
     }
 
     /// Slows node `id`'s outgoing packets: netem `delay MS MS/2 reorder 10%`
@@ -143,10 +203,22 @@ impl Net {
     pub fn delay(&self, id: u64, ms: u64) -> anyhow::Result<String> {
         if self.netem {
             let (d, j) = (format!("{ms}ms"), format!("{}ms", ms / 2));
-            self.in_ns(id, &["tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay", &d, &j, "reorder", "10%"])?;
+            self.in_ns(
+                id,
+                &[
+                    "tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay", &d, &j,
+                    "reorder", "10%",
+                ],
+            )?;
             Ok(format!("netem delay {d} ±{j} reorder 10%"))
         } else {
-            self.in_ns(id, &["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "256kbit", "burst", "16kbit", "latency", "400ms"])?;
+            self.in_ns(
+                id,
+                &[
+                    "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "256kbit", "burst",
+                    "16kbit", "latency", "400ms",
+                ],
+            )?;
             self.lossy(id, 0.10)?;
             Ok("tbf 256 kbit/s + 10% loss (no sch_netem in this kernel)".into())
         }
@@ -216,7 +288,13 @@ fn remove_stale() {
     if let Ok(out) = Command::new("ip").args(["-o", "link", "show"]).output() {
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             // "7: qf123br: <...>" or "8: qf123v1@if2: <...>"
-            let name = line.split(": ").nth(1).unwrap_or("").split('@').next().unwrap_or("");
+            let name = line
+                .split(": ")
+                .nth(1)
+                .unwrap_or("")
+                .split('@')
+                .next()
+                .unwrap_or("");
             if dead(name) {
                 let _ = sh(&["ip", "link", "del", name]);
             }

@@ -75,11 +75,17 @@ impl Proxies {
     /// Errors: a proxy address could not be bound.
     pub async fn start(nodes: usize, cluster_port: u16) -> anyhow::Result<Proxies> {
         let (changed, _) = watch::channel(0);
-        let shared = Arc::new(Shared { rules: RwLock::new(Rules::default()), changed, seeds: AtomicU64::new(1) });
+        let shared = Arc::new(Shared {
+            rules: RwLock::new(Rules::default()),
+            changed,
+            seeds: AtomicU64::new(1),
+        });
         let mut listeners = Vec::new();
         for id in 1..=nodes as u64 {
             let at = format!("{}:{cluster_port}", proxy_ip(id));
-            let listener = TcpListener::bind(&at).await.with_context(|| format!("binding proxy {at}"))?;
+            let listener = TcpListener::bind(&at)
+                .await
+                .with_context(|| format!("binding proxy {at}"))?;
             let target = format!("{}:{cluster_port}", node_ip(id));
             let shared = shared.clone();
             listeners.push(tokio::spawn(async move {
@@ -89,7 +95,11 @@ impl Proxies {
                 }
             }));
         }
-        Ok(Proxies { shared, nodes, listeners })
+        Ok(Proxies {
+            shared,
+            nodes,
+            listeners,
+        })
     }
 
     fn update(&self, f: impl FnOnce(&mut Rules)) {
@@ -186,16 +196,34 @@ async fn pump(
             Ok(n) => n,
         };
         loop {
-            let rules = shared.rules.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let rules = shared
+                .rules
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
             if rules.blocked(a, b) {
                 if changed.changed().await.is_err() {
                     return;
                 }
                 continue;
             }
-            let delay = rules.delay.get(&a).or(rules.delay.get(&b)).copied().unwrap_or(0);
-            let loss = rules.loss.get(&a).or(rules.loss.get(&b)).copied().unwrap_or(0.0);
-            let mut hold = if delay > 0 { rng.range(delay / 2, delay + delay / 2) } else { 0 };
+            let delay = rules
+                .delay
+                .get(&a)
+                .or(rules.delay.get(&b))
+                .copied()
+                .unwrap_or(0);
+            let loss = rules
+                .loss
+                .get(&a)
+                .or(rules.loss.get(&b))
+                .copied()
+                .unwrap_or(0.0);
+            let mut hold = if delay > 0 {
+                rng.range(delay / 2, delay + delay / 2)
+            } else {
+                0
+            };
             if loss > 0.0 && (rng.next_u64() % 10_000) < (loss * 10_000.0) as u64 {
                 hold += 200;
             }
@@ -227,7 +255,9 @@ mod tests {
     async fn a_blocked_pair_stalls_until_healed_and_others_flow() {
         // An echo server standing in for node 1's cluster port.
         let port = crate::cluster::distinct_free_ports(1).unwrap()[0];
-        let echo = TcpListener::bind(format!("{}:{port}", node_ip(1))).await.unwrap();
+        let echo = TcpListener::bind(format!("{}:{port}", node_ip(1)))
+            .await
+            .unwrap();
         tokio::spawn(async move {
             while let Ok((mut s, _)) = echo.accept().await {
                 tokio::spawn(async move {
@@ -243,8 +273,11 @@ mod tests {
         let proxies = Proxies::start(2, port).await.unwrap();
         let dial = |from: u64| async move {
             let sock = tokio::net::TcpSocket::new_v4().unwrap();
-            sock.bind(format!("{}:0", node_ip(from)).parse().unwrap()).unwrap();
-            sock.connect(format!("{}:{port}", proxy_ip(1)).parse().unwrap()).await.unwrap()
+            sock.bind(format!("{}:0", node_ip(from)).parse().unwrap())
+                .unwrap();
+            sock.connect(format!("{}:{port}", proxy_ip(1)).parse().unwrap())
+                .await
+                .unwrap()
         };
         let echo_once = |mut s: TcpStream| async move {
             s.write_all(b"ping").await.unwrap();
@@ -260,7 +293,10 @@ mod tests {
         proxies.heal();
         let mut from2 = from2;
         let mut b = [0u8; 4];
-        tokio::time::timeout(Duration::from_secs(2), from2.read_exact(&mut b)).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(2), from2.read_exact(&mut b))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(&b, b"ping", "the held bytes arrive after the heal");
     }
 }

@@ -57,7 +57,10 @@ mod tests {
         let ys: Vec<u64> = (0..100).map(|_| b.range(3, 9)).collect();
         assert_eq!(xs, ys);
         assert!(xs.iter().all(|x| (3..=9).contains(x)));
-        assert!((3..=9).all(|v| xs.contains(&v)), "every value is reached: {xs:?}");
+        assert!(
+            (3..=9).all(|v| xs.contains(&v)),
+            "every value is reached: {xs:?}"
+        );
         assert_ne!(Rng::new(1).next_u64(), Rng::new(2).next_u64());
     }
 

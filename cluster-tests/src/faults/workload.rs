@@ -26,7 +26,10 @@ use crate::{cluster::Cluster, confirm_channel, connect, open_consumer, table};
 use futures::StreamExt;
 use lapin::{
     message::Delivery,
-    options::{BasicAckOptions, BasicNackOptions, BasicPublishOptions, BasicRejectOptions, QueueDeclareOptions},
+    options::{
+        BasicAckOptions, BasicNackOptions, BasicPublishOptions, BasicRejectOptions,
+        QueueDeclareOptions,
+    },
     types::{AMQPValue, FieldTable},
     BasicProperties,
 };
@@ -61,7 +64,12 @@ pub enum Kind {
 
 impl Kind {
     /// Every workload, in the order a run takes them.
-    pub const ALL: [Kind; 4] = [Kind::TotalQueue, Kind::DeadLetter, Kind::DeliveryLimit, Kind::Expiry];
+    pub const ALL: [Kind; 4] = [
+        Kind::TotalQueue,
+        Kind::DeadLetter,
+        Kind::DeliveryLimit,
+        Kind::Expiry,
+    ];
 
     /// Its command-line name.
     pub fn name(self) -> &'static str {
@@ -116,8 +124,14 @@ impl Kind {
         let mut args = vec![("x-queue-type", AMQPValue::LongString("quorum".into()))];
         if let Some(target) = self.target() {
             args.push(("x-dead-letter-exchange", AMQPValue::LongString("".into())));
-            args.push(("x-dead-letter-routing-key", AMQPValue::LongString(target.as_str().into())));
-            args.push(("x-dead-letter-strategy", AMQPValue::LongString("at-least-once".into())));
+            args.push((
+                "x-dead-letter-routing-key",
+                AMQPValue::LongString(target.as_str().into()),
+            ));
+            args.push((
+                "x-dead-letter-strategy",
+                AMQPValue::LongString("at-least-once".into()),
+            ));
             args.push(("x-overflow", AMQPValue::LongString("reject-publish".into())));
         }
         if self == Kind::DeliveryLimit {
@@ -145,20 +159,34 @@ impl Workload {
     /// and consumers on every node.
     ///
     /// Errors: the queues could not be declared within 60 s.
-    pub async fn start(kind: Kind, cluster: &Cluster, history: Arc<History>, rate: u64) -> anyhow::Result<Workload> {
+    pub async fn start(
+        kind: Kind,
+        cluster: &Cluster,
+        history: Arc<History>,
+        rate: u64,
+    ) -> anyhow::Result<Workload> {
         let uri = cluster.uri(1);
-        crate::cluster::retry(Duration::from_secs(60), "declaring the workload's queues", || async {
-            let conn = connect(&uri).await?;
-            let ch = conn.create_channel().await?;
-            let durable = QueueDeclareOptions { durable: true, ..Default::default() };
-            if let Some(target) = kind.target() {
-                let targs = table(&[("x-queue-type", AMQPValue::LongString("quorum".into()))]);
-                ch.queue_declare(target.as_str().into(), durable, targs).await?;
-            }
-            ch.queue_declare(kind.source().as_str().into(), durable, kind.source_args()).await?;
-            let _ = conn.close(200, "OK".into()).await;
-            anyhow::Ok(())
-        })
+        crate::cluster::retry(
+            Duration::from_secs(60),
+            "declaring the workload's queues",
+            || async {
+                let conn = connect(&uri).await?;
+                let ch = conn.create_channel().await?;
+                let durable = QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                };
+                if let Some(target) = kind.target() {
+                    let targs = table(&[("x-queue-type", AMQPValue::LongString("quorum".into()))]);
+                    ch.queue_declare(target.as_str().into(), durable, targs)
+                        .await?;
+                }
+                ch.queue_declare(kind.source().as_str().into(), durable, kind.source_args())
+                    .await?;
+                let _ = conn.close(200, "OK".into()).await;
+                anyhow::Ok(())
+            },
+        )
         .await?;
         let mut w = Workload {
             kind,
@@ -250,7 +278,9 @@ async fn publisher(
             tokio::time::sleep(RECONNECT_PAUSE).await;
             continue;
         };
-        let Ok(Ok(ch)) = tokio::time::timeout(Duration::from_secs(10), confirm_channel(&conn)).await else {
+        let Ok(Ok(ch)) =
+            tokio::time::timeout(Duration::from_secs(10), confirm_channel(&conn)).await
+        else {
             tokio::time::sleep(RECONNECT_PAUSE).await;
             continue;
         };
@@ -277,11 +307,19 @@ async fn publisher(
                 Ok(Ok(c)) if c.is_ack() => history.log(Op::Confirmed { id, node }),
                 Ok(Ok(_)) => history.log(Op::Nacked { id, node }),
                 Ok(Err(e)) => {
-                    history.log(Op::Unknown { id, node, error: e.to_string() });
+                    history.log(Op::Unknown {
+                        id,
+                        node,
+                        error: e.to_string(),
+                    });
                     break;
                 }
                 Err(_) => {
-                    history.log(Op::Unknown { id, node, error: "confirm timed out".into() });
+                    history.log(Op::Unknown {
+                        id,
+                        node,
+                        error: "confirm timed out".into(),
+                    });
                     break;
                 }
             }
@@ -306,20 +344,30 @@ async fn consumer(
             tokio::time::sleep(RECONNECT_PAUSE).await;
             continue;
         };
-        let opened = tokio::time::timeout(Duration::from_secs(10), open_consumer(&conn, &queue, PREFETCH)).await;
+        let opened = tokio::time::timeout(
+            Duration::from_secs(10),
+            open_consumer(&conn, &queue, PREFETCH),
+        )
+        .await;
         let Ok(Ok((_ch, mut deliveries))) = opened else {
-            let _ = tokio::time::timeout(Duration::from_secs(2), conn.close(200, "OK".into())).await;
+            let _ =
+                tokio::time::timeout(Duration::from_secs(2), conn.close(200, "OK".into())).await;
             tokio::time::sleep(RECONNECT_PAUSE).await;
             continue;
         };
         while consuming.load(Ordering::SeqCst) {
-            let d = match tokio::time::timeout(Duration::from_millis(500), deliveries.next()).await {
+            let d = match tokio::time::timeout(Duration::from_millis(500), deliveries.next()).await
+            {
                 Err(_) => continue,
                 Ok(Some(Ok(d))) => d,
                 Ok(_) => break,
             };
             let settled = tokio::time::timeout(CONFIRM_TIMEOUT, settle(&d, action)).await;
-            let done = if matches!(settled, Ok(Ok(()))) { action } else { Action::Failed };
+            let done = if matches!(settled, Ok(Ok(()))) {
+                action
+            } else {
+                Action::Failed
+            };
             history.log(Op::Delivered {
                 id: id_of(&d.data),
                 node,
@@ -341,14 +389,23 @@ async fn settle(d: &Delivery, action: Action) -> lapin::Result<()> {
     match action {
         Action::Ack | Action::Failed => d.ack(BasicAckOptions::default()).await,
         Action::Reject => d.reject(BasicRejectOptions { requeue: false }).await,
-        Action::Requeue => d.nack(BasicNackOptions { multiple: false, requeue: true }).await,
+        Action::Requeue => {
+            d.nack(BasicNackOptions {
+                multiple: false,
+                requeue: true,
+            })
+            .await
+        }
     }
     .map(|_| ())
 }
 
 /// The id in a message body; `u64::MAX` for a body that is not one (counted unexpected).
 fn id_of(body: &[u8]) -> u64 {
-    std::str::from_utf8(body).ok().and_then(|s| s.parse().ok()).unwrap_or(u64::MAX)
+    std::str::from_utf8(body)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(u64::MAX)
 }
 
 /// The first entry of the delivery's `x-death` header, if it has a well-typed one.
@@ -375,7 +432,11 @@ fn first_death(d: &Delivery) -> Option<Death> {
         AMQPValue::ShortShortUInt(v) => i64::from(*v),
         _ => return None,
     };
-    Some(Death { reason: text("reason")?, count, queue: text("queue")? })
+    Some(Death {
+        reason: text("reason")?,
+        count,
+        queue: text("queue")?,
+    })
 }
 
 #[cfg(test)]
@@ -392,7 +453,10 @@ mod tests {
         assert!(Kind::TotalQueue.expect().death.is_none());
         let e = Kind::DeliveryLimit.expect();
         assert_eq!(e.queue, "qf.delivery-limit.dlx");
-        assert_eq!(e.death, Some(("delivery_limit".into(), "qf.delivery-limit".into())));
+        assert_eq!(
+            e.death,
+            Some(("delivery_limit".into(), "qf.delivery-limit".into()))
+        );
     }
 
     #[test]

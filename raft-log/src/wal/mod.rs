@@ -433,14 +433,21 @@ mod tests {
         // A sync that must fsync the directory of a segment created since the last sync.
         let dir = tempfile::tempdir().unwrap();
         let wal = Wal::open(&dir.path().join("wal"), opts).unwrap();
-        wal.append(1, vec![(1, vec![7; 100]), (2, vec![7; 5000])]).unwrap();
+        wal.append(1, vec![(1, vec![7; 100]), (2, vec![7; 5000])])
+            .unwrap();
         wal.sync().unwrap();
         wal.append(1, vec![(3, vec![7; 10])]).unwrap(); // rolls into a new segment
         std::fs::remove_dir_all(dir.path().join("wal")).unwrap();
         assert_eq!(FAILURES.load(Ordering::SeqCst), 0);
-        assert!(wal.sync().is_err(), "the new segment's directory is gone: the sync must fail");
+        assert!(
+            wal.sync().is_err(),
+            "the new segment's directory is gone: the sync must fail"
+        );
         assert_eq!(FAILURES.load(Ordering::SeqCst), 1);
-        assert!(wal.append(1, vec![(4, vec![7; 10])]).is_err(), "a failed WAL takes no appends");
+        assert!(
+            wal.append(1, vec![(4, vec![7; 10])]).is_err(),
+            "a failed WAL takes no appends"
+        );
 
         // A segment that cannot be created.
         let dir = tempfile::tempdir().unwrap();
@@ -448,7 +455,10 @@ mod tests {
         wal.append(1, vec![(1, vec![7; 5000])]).unwrap();
         wal.sync().unwrap();
         std::fs::remove_dir_all(dir.path().join("wal")).unwrap();
-        assert!(wal.append(1, vec![(2, vec![7; 10])]).is_err(), "no directory to roll into");
+        assert!(
+            wal.append(1, vec![(2, vec![7; 10])]).is_err(),
+            "no directory to roll into"
+        );
         assert_eq!(FAILURES.load(Ordering::SeqCst), 2);
     }
 
@@ -472,7 +482,8 @@ mod tests {
             wal.append(1, vec![(1, e(1)), (2, e(2))]).unwrap();
             wal.append(2, vec![(1, e(9))]).unwrap();
             // Segment B: group 1 entries 3-5.
-            wal.append(1, vec![(3, e(3)), (4, e(4)), (5, e(5))]).unwrap();
+            wal.append(1, vec![(3, e(3)), (4, e(4)), (5, e(5))])
+                .unwrap();
             // Segment C: its checkpoint lists group 1 as [1, 6); then entry 6, then the purge.
             wal.append(1, vec![(6, e(6))]).unwrap();
             wal.purge(1, 5, b"log-id-5").unwrap();
@@ -483,7 +494,11 @@ mod tests {
         let wal = Wal::open(&path, opts).expect("the WAL reopens");
         // Entry n's bytes are all n: the first byte names the entry.
         let held: Vec<u8> = wal.read(1, 1, 7).unwrap().iter().map(|d| d[0]).collect();
-        assert_eq!(held, vec![6, 7], "group 1 holds what it held before the restart");
+        assert_eq!(
+            held,
+            vec![6, 7],
+            "group 1 holds what it held before the restart"
+        );
         let held2: Vec<u8> = wal.read(2, 1, 1).unwrap().iter().map(|d| d[0]).collect();
         assert_eq!(held2, vec![9]);
     }

@@ -20,12 +20,15 @@ struct MCons {
     prefetch: u32,
     no_ack: bool,
     active: bool,
+    /// Its node is down (`NodeDown`): no pushes until `NodeUp`.
+    suspected: bool,
     out: BTreeMap<MsgId, MMsg>,
 }
 
 impl MCons {
     fn spare(&self) -> bool {
         self.active
+            && !self.suspected
             && (self.no_ack
                 || self.prefetch == 0
                 || (self.out.len() as u64) < u64::from(self.prefetch))
@@ -269,6 +272,22 @@ impl Model {
         }
     }
 
+    /// `NodeRestarted` (and the first half of `NodeUp`): records of `node`'s
+    /// boots before `epoch` are down; the node's proposer sequences of those
+    /// boots are forgotten.
+    fn restarted(&mut self, now: u64, node: u64, epoch: u32, fx: &mut Vec<Effect>) {
+        self.seqs.retain(|p, _| p.node != node || p.epoch >= epoch);
+        let gone: Vec<ConsumerId> = self
+            .cons
+            .keys()
+            .filter(|c| c.node == node && c.epoch < epoch)
+            .copied()
+            .collect();
+        for c in gone {
+            self.down(now, c, fx);
+        }
+    }
+
     fn take(&mut self, c: ConsumerId, id: MsgId) -> Option<MMsg> {
         let m = self.cons.get_mut(&c)?.out.remove(&id)?;
         self.sync(c);
@@ -313,6 +332,8 @@ impl Model {
             | C::Cancel { now_ms, .. }
             | C::ConsumerDown { now_ms, .. }
             | C::NodeRestarted { now_ms, .. }
+            | C::NodeDown { now_ms, .. }
+            | C::NodeUp { now_ms, .. }
             | C::Settle { now_ms, .. }
             | C::Return { now_ms, .. }
             | C::Discard { now_ms, .. }
@@ -386,16 +407,46 @@ impl Model {
                 }
             }
             C::ConsumerDown { consumer, .. } => self.down(now, consumer, fx),
-            C::NodeRestarted { node, epoch, .. } => {
-                self.seqs.retain(|p, _| p.node != node || p.epoch >= epoch);
-                let gone: Vec<ConsumerId> = self
+            C::NodeRestarted { node, epoch, .. } => self.restarted(now, node, epoch, fx),
+            C::NodeDown { node, .. } => {
+                // Every record of the node not yet suspected: suspect it, give
+                // back all it holds (id order), drop it if it only held messages.
+                let of_node: Vec<ConsumerId> = self
+                    .cons
+                    .iter()
+                    .filter(|(c, r)| c.node == node && !r.suspected)
+                    .map(|(c, _)| *c)
+                    .collect();
+                for c in &of_node {
+                    let Some(r) = self.cons.get_mut(c) else {
+                        continue;
+                    };
+                    r.suspected = true;
+                    let out = std::mem::take(&mut r.out);
+                    self.sync(*c);
+                    for m in out.into_values() {
+                        self.give_back(m, false, fx);
+                    }
+                    self.forget_if_idle(*c);
+                }
+                if !of_node.is_empty() {
+                    self.lease = Some(now);
+                    self.expired_sent = false;
+                }
+            }
+            C::NodeUp { node, epoch, .. } => {
+                self.restarted(now, node, epoch, fx);
+                let of_node: Vec<ConsumerId> = self
                     .cons
                     .keys()
-                    .filter(|c| c.node == node && c.epoch < epoch)
+                    .filter(|c| c.node == node)
                     .copied()
                     .collect();
-                for c in gone {
-                    self.down(now, c, fx);
+                for c in of_node {
+                    if let Some(r) = self.cons.get_mut(&c) {
+                        r.suspected = false;
+                    }
+                    self.sync(c);
                 }
             }
             C::Settle { consumer, ids, .. } => {

@@ -50,6 +50,8 @@ enum Op {
     Cancel(usize),
     Down(usize),
     NodeRestarted(u64, u32),
+    NodeDown(u64),
+    NodeUp(u64, u32),
     Settle(usize, Vec<usize>),
     Return(usize, Vec<usize>),
     Discard(usize, Vec<usize>),
@@ -129,6 +131,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (0usize..12).prop_map(Op::Cancel),
         1 => (0usize..18).prop_map(Op::Down),
         1 => (1u64..3, 1u32..4).prop_map(|(n, e)| Op::NodeRestarted(n, e)),
+        1 => (1u64..3).prop_map(Op::NodeDown),
+        1 => (1u64..3, 1u32..4).prop_map(|(n, e)| Op::NodeUp(n, e)),
         3 => (0usize..18, picks()).prop_map(|(c, p)| Op::Settle(c, p)),
         3 => (0usize..18, picks()).prop_map(|(c, p)| Op::Return(c, p)),
         2 => (0usize..18, picks()).prop_map(|(c, p)| Op::Discard(c, p)),
@@ -196,6 +200,15 @@ fn concretize(op: &Op, now: &mut u64, q: &QueueMachine) -> Option<QueueCommand> 
             consumer: any_consumer(*i),
         },
         Op::NodeRestarted(node, epoch) => QueueCommand::NodeRestarted {
+            now_ms,
+            node: *node,
+            epoch: *epoch,
+        },
+        Op::NodeDown(node) => QueueCommand::NodeDown {
+            now_ms,
+            node: *node,
+        },
+        Op::NodeUp(node, epoch) => QueueCommand::NodeUp {
             now_ms,
             node: *node,
             epoch: *epoch,
@@ -312,10 +325,18 @@ fn counted_returns(cmd: &QueueCommand, q: &QueueMachine) -> Vec<MsgId> {
                 .collect()
         }
         QueueCommand::ConsumerDown { consumer, .. } => q.checked_out(*consumer).collect(),
-        QueueCommand::NodeRestarted { node, epoch, .. } => q
+        QueueCommand::NodeRestarted { node, epoch, .. }
+        | QueueCommand::NodeUp { node, epoch, .. } => q
             .consumer_ids()
             .into_iter()
             .filter(|c| c.node == *node && c.epoch < *epoch)
+            .flat_map(|c| q.checked_out(c).collect::<Vec<_>>())
+            .collect(),
+        // Suspected records hold nothing, so every record of the node gives back all it holds.
+        QueueCommand::NodeDown { node, .. } => q
+            .consumer_ids()
+            .into_iter()
+            .filter(|c| c.node == *node)
             .flat_map(|c| q.checked_out(c).collect::<Vec<_>>())
             .collect(),
         _ => Vec::new(),
