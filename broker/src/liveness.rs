@@ -13,11 +13,11 @@
 //! It runs on every detector change and every [`SWEEP_MS`], so a leader
 //! elected after the change, or a proposal that found no leader, is caught
 //! up by a later sweep; a command is not proposed again for the same queue
-//! and node within [`RETRY_MS`]. Commands are idempotent: a repeat changes
-//! nothing.
+//! and node while the last one is in flight, nor within [`RETRY_MS`] of it.
+//! Commands are idempotent: a repeat changes nothing.
 
-use std::collections::HashMap;
-use std::sync::Weak;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::cluster::detector::Liveness;
@@ -34,7 +34,9 @@ pub async fn run(broker: Weak<Broker>) {
     let Some(mut changes) = broker.upgrade().map(|b| b.detector().subscribe()) else {
         return;
     };
+    // (group, node) -> when its last command was proposed.
     let mut proposed: HashMap<(u64, u64), Instant> = HashMap::new();
+    let inflight: Arc<Mutex<HashSet<(u64, u64)>>> = Arc::default();
     loop {
         tokio::select! {
             r = changes.changed() => if r.is_err() { return },
@@ -62,16 +64,21 @@ pub async fn run(broker: Weak<Broker>) {
                 let Some(cmd) = nc.command(seen, crate::now_ms()) else {
                     continue;
                 };
-                if proposed.contains_key(&(h.group, nc.node)) {
+                let key = (h.group, nc.node);
+                if proposed.contains_key(&key) || !inflight.lock().is_ok_and(|mut f| f.insert(key))
+                {
                     continue;
                 }
-                proposed.insert((h.group, nc.node), now);
+                proposed.insert(key, now);
                 tracing::info!(queue = %h.name, node = nc.node, ?seen, "consumers of a node that is down or restarted: {}",
                     if matches!(cmd, QueueCommand::NodeDown { .. }) { "suspending them, returning their messages" } else { "resuming them, dropping earlier boots" });
-                let h = h.clone();
+                let (h, inflight) = (h.clone(), inflight.clone());
                 tokio::spawn(async move {
                     if let Err(e) = h.call(cmd).await {
                         tracing::debug!(queue = %h.name, error = %e, "consumer liveness command not applied; the next sweep retries");
+                    }
+                    if let Ok(mut f) = inflight.lock() {
+                        f.remove(&key);
                     }
                 });
             }

@@ -140,3 +140,68 @@ async fn a_cut_off_consumers_messages_go_to_live_consumers_and_it_resumes_after_
     })
     .await
 }
+
+/// A consumer's node killed and kept down: its checked-out messages return
+/// to a consumer on a live node (before, they waited for that node's
+/// restart; after a rolling restart in the fault suite they stayed checked
+/// out for good when the restart's own `NodeRestarted` was lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_consumers_messages_go_to_live_consumers_while_its_node_stays_down(
+) -> anyhow::Result<()> {
+    cluster_tests::bounded(Duration::from_secs(180), async {
+        let cluster = Cluster::start(3).await?;
+        let q = "liveness.killed";
+        let c1 = connect(&cluster.uri(1)).await?;
+        let ch1 = confirm_channel(&c1).await?;
+        retry(Duration::from_secs(30), "declare", || async {
+            ch1.queue_declare(q.into(), durable(), quorum_args(&[]))
+                .await?;
+            anyhow::Ok(())
+        })
+        .await?;
+        assert_eq!(
+            cluster
+                .wait_queue_leader(1, q, Duration::from_secs(30))
+                .await?,
+            1
+        );
+        let c3 = connect(&cluster.uri(3)).await?;
+        let (_ch3, mut held) = open_consumer(&c3, q, 5).await?;
+        for i in 0..5u32 {
+            publish_confirmed(
+                &ch1,
+                "",
+                q,
+                format!("k{i}").as_bytes(),
+                BasicProperties::default(),
+            )
+            .await?;
+        }
+        consume_n(&mut held, 5, Duration::from_secs(30)).await?;
+        let c2 = connect(&cluster.uri(2)).await?;
+        let (_ch2, mut live) = open_consumer(&c2, q, 100).await?;
+        cluster.kill9(3);
+        let back = consume_n(&mut live, 5, Duration::from_secs(30))
+            .await
+            .map_err(|e| {
+                e.context("messages of the killed node's consumer were not redelivered")
+            })?;
+        for d in &back {
+            assert!(d.redelivered);
+            assert_eq!(delivery_count(d), Some(1));
+            d.acker.ack(BasicAckOptions::default()).await?;
+        }
+        let view = retry(Duration::from_secs(10), "queue drained", || async {
+            let v = cluster.queue_view(1, q).await?;
+            anyhow::ensure!(
+                v.messages_ready == 0 && v.messages_unacknowledged == 0,
+                "{v:?}"
+            );
+            Ok(v)
+        })
+        .await?;
+        assert_eq!(view.messages_unacknowledged, 0);
+        anyhow::Ok(())
+    })
+    .await
+}
