@@ -1049,6 +1049,7 @@ impl Conn {
         }
         let body = body.freeze();
         if targets.is_empty() {
+            tracing::debug!(target: "proposals", exchange = %exchange, routing_key = %routing_key, "unroutable publish");
             if publish.mandatory {
                 self.send(
                     ch,

@@ -40,6 +40,14 @@ pub enum GroupReply {
     Queue(QueueReply),
 }
 
+impl GroupReply {
+    /// A queue refused the proposal as out of its proposer's sequence
+    /// (`QueueReply::OutOfSequence`): it must be resent.
+    pub fn is_out_of_sequence(&self) -> bool {
+        matches!(self, GroupReply::Queue(QueueReply::OutOfSequence))
+    }
+}
+
 openraft::declare_raft_types!(
     /// Type configuration of all quorumq Raft groups.
     pub TypeConfig:

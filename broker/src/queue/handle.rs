@@ -39,8 +39,8 @@ const MAX_BATCH_BYTES: usize = 64 << 20;
 const BUSY_FOLD: usize = 16;
 /// Proposals waiting for the proposer before `propose` applies backpressure.
 const QUEUE_DEPTH: usize = 8192;
-/// How long a proposal is retried (leader elections, forwarding) before its
-/// callers get an error.
+/// A proposal still not applied after this long is logged (and again after
+/// each further period); it is retried until applied or the queue closes.
 const RETRY_FOR: Duration = Duration::from_secs(60);
 /// One forwarded call's time limit (a leader seen down is given up at once).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -507,6 +507,7 @@ impl Proposer {
                         QueueCommand::Batch(cmds)
                     };
                     self.seq += 1;
+                    tracing::debug!(target: "proposals", group = self.route.group, seq = self.seq, n = replies.len(), local = self.route.local_leader().is_some(), "submit");
                     let proposer = ProposerId { node: self.origin.node, epoch: self.origin.epoch };
                     let cmd = QueueCommand::Deduped { proposer, seq: self.seq, cmd: Box::new(inner) };
                     tracing::trace!(target: "timeline", ev = "submit", group = self.route.group, seq = self.seq, n = replies.len());
@@ -541,7 +542,10 @@ impl Proposer {
                                 Ok(rx) => tokio::select! {
                                     biased;
                                     r = rx => match r {
-                                        Ok(Ok(resp)) => Ok(resp.data),
+                                        Ok(Ok(resp)) => {
+                                            tracing::debug!(target: "proposals", leader = resp.log_id.leader_id.node_id, index = resp.log_id.index, term = resp.log_id.leader_id.term, "local write answered");
+                                            Ok(resp.data)
+                                        }
                                         Ok(Err(e)) => Err(e.to_string()),
                                         Err(_) => Err("raft dropped the write".to_string()),
                                     },
@@ -567,11 +571,24 @@ impl Proposer {
     /// A write came back: answer it, or resend it first if it failed.
     async fn finish(&mut self, result: WriteResult, cmd: QueueCommand, replies: Replies) {
         tracing::trace!(target: "timeline", ev = "reply", group = self.route.group, seq = self.seq_of(&cmd));
+        let seq = self.seq_of(&cmd);
         let result = match result {
-            Ok(r) => Ok(r),
-            Err(e) => {
-                tracing::debug!(group = self.route.group, error = %e, "write failed; resending");
+            Ok(GroupReply::Queue(QueueReply::OutOfSequence)) => {
+                // An earlier proposal of ours was refused while this one was
+                // accepted: the earlier ones were resent (in order) before
+                // this finish, so this one applies now.
+                tracing::debug!(target: "proposals", group = self.route.group, seq, "out of sequence; resending");
                 self.send_until_done(&cmd).await
+            }
+            Ok(r) => {
+                tracing::debug!(target: "proposals", group = self.route.group, seq, n = replies.len(), resent = matches!(r, GroupReply::Queue(QueueReply::Resent)), "answered");
+                Ok(r)
+            }
+            Err(e) => {
+                tracing::debug!(target: "proposals", group = self.route.group, seq, error = %e, "write failed; resending");
+                let r = self.send_until_done(&cmd).await;
+                tracing::debug!(target: "proposals", group = self.route.group, seq, n = replies.len(), ok = r.is_ok(), resent = matches!(r, Ok(GroupReply::Queue(QueueReply::Resent))), "resend answered");
+                r
             }
         };
         answer(result, &cmd, replies);
@@ -584,15 +601,23 @@ impl Proposer {
         }
     }
 
-    /// Sends `cmd` to whoever leads until it is applied, [`RETRY_FOR`]
-    /// passed, or the queue's group was shut down (deleted, node stopping).
+    /// Sends `cmd` to whoever leads until it is applied or the queue's group
+    /// was shut down (deleted, node stopping); logged every [`RETRY_FOR`]
+    /// meanwhile. Never given up otherwise: a proposer's sequence numbers
+    /// apply strictly in order, so a skipped one would leave every later
+    /// proposal out of sequence (a minority node's publishers wait, as
+    /// RabbitMQ's do, until a majority is reachable).
     async fn send_until_done(&mut self, cmd: &QueueCommand) -> WriteResult {
-        let started = Instant::now();
+        let mut started = Instant::now();
         let mut attempt = 0usize;
         let me = self.route.me();
         let bytes = raft_log::codec::encode(cmd).map_err(|e| e.to_string())?;
         let mut last_error = String::from("no leader");
-        while started.elapsed() < RETRY_FOR {
+        loop {
+            if started.elapsed() >= RETRY_FOR {
+                tracing::warn!(group = self.route.group, error = %last_error, "a write is still not applied; retrying");
+                started = Instant::now();
+            }
             if self.ctx.is_closed() {
                 return Err(QueueError::Unavailable.to_string());
             }
@@ -603,6 +628,9 @@ impl Proposer {
                         cmd: cmd.clone(),
                     });
                     match tokio::time::timeout(FORWARD_TIMEOUT, write).await {
+                        Ok(Ok(resp)) if resp.data.is_out_of_sequence() => {
+                            last_error = "out of sequence".into();
+                        }
                         Ok(Ok(resp)) => return Ok(resp.data),
                         Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                             self.route.set_hint(f.leader_id.filter(|l| *l != me));
@@ -624,6 +652,10 @@ impl Proposer {
                         .propose(t, self.route.group, bytes.clone().into(), FORWARD_TIMEOUT)
                         .await
                     {
+                        Forwarded::Reply(r, _) if r.is_out_of_sequence() => {
+                            self.route.set_hint(Some(t));
+                            last_error = "out of sequence".into();
+                        }
                         Forwarded::Reply(r, _) => {
                             self.route.set_hint(Some(t));
                             return Ok(r);
@@ -668,8 +700,6 @@ impl Proposer {
                 None => tokio::time::sleep(pause).await,
             }
         }
-        tracing::warn!(group = self.route.group, error = %last_error, "giving up on a write");
-        Err(last_error)
     }
 }
 

@@ -229,7 +229,7 @@ impl QueueHost {
 impl raft_log::Machine<crate::cluster::types::TypeConfig> for QueueHost {
     fn apply(
         &mut self,
-        _meta: &raft_log::ApplyMeta,
+        meta: &raft_log::ApplyMeta,
         cmd: crate::cluster::types::GroupCommand,
     ) -> crate::cluster::types::GroupReply {
         use crate::cluster::types::{GroupCommand, GroupReply};
@@ -237,7 +237,15 @@ impl raft_log::Machine<crate::cluster::types::TypeConfig> for QueueHost {
             GroupCommand::Queue { origin, cmd } => {
                 let lead =
                     origin.node == self.ctx.node && origin.epoch == self.ctx.consumers.epoch();
-                GroupReply::Queue(QueueHost::apply(self, cmd, lead))
+                let seq = match &cmd {
+                    QueueCommand::Deduped { proposer, seq, .. } => {
+                        Some((proposer.node, proposer.epoch, *seq))
+                    }
+                    _ => None,
+                };
+                let reply = QueueHost::apply(self, cmd, lead);
+                tracing::debug!(target: "proposals", group = self.ctx.group, index = meta.index, term = meta.term, ?seq, resent = matches!(reply, QueueReply::Resent), next_id = self.machine.next_id, "applied");
+                GroupReply::Queue(reply)
             }
             GroupCommand::Meta(_) => GroupReply::None,
         }

@@ -53,7 +53,8 @@ pub struct QueueMachine {
     pub(super) expired_notified: bool,
     /// The last `ExpiryTimer` emitted (None: none pending).
     pub(super) timer_at: Option<u64>,
-    /// Last applied `Deduped` sequence per proposer (resends are skipped).
+    /// Last applied `Deduped` sequence per proposer: at or below it is a
+    /// resend (skipped), only the next one applies (gaps are refused).
     /// A proposer's entries go when its node restarts (`NodeRestarted`).
     pub(super) proposers: BTreeMap<ProposerId, u64>,
 }
@@ -97,11 +98,14 @@ impl QueueMachine {
                 );
             }
             C::Deduped { proposer, seq, cmd } => {
-                let last = self.proposers.entry(proposer).or_insert(0);
-                if seq <= *last {
+                let last = self.proposers.get(&proposer).copied().unwrap_or(0);
+                if seq <= last {
                     return QueueReply::Resent;
                 }
-                *last = seq;
+                if seq != last + 1 {
+                    return QueueReply::OutOfSequence;
+                }
+                self.proposers.insert(proposer, seq);
                 return self.apply_one(*cmd, effects, tick);
             }
             C::Enqueue { now_ms, msgs } => {

@@ -165,10 +165,14 @@ pub enum QueueCommand {
     Batch(Vec<QueueCommand>),
     /// `cmd` as proposed by `proposer`'s `seq`-th proposal to this queue. A
     /// proposal whose reply was lost (leader change, dropped connection) is
-    /// resent with the same `seq`; the machine applies a `seq` at most once
-    /// per proposer (rabbit_fifo's enqueuer sequence numbers), so an internal
-    /// retry never stores a message twice. Sequences of one proposer
-    /// increase; anything at or below the last applied one is a resend.
+    /// resent with the same `seq`; the machine applies a proposer's sequences
+    /// strictly in order, each once (rabbit_fifo 3.10 enqueuer `next_seqno`):
+    /// at or below the last applied one is a resend (`Resent`, not applied
+    /// again), above the next one is out of sequence (`OutOfSequence`, not
+    /// applied: an earlier proposal is missing from the log, and the proposer
+    /// resends this one after it). Without the second rule a proposal that
+    /// a leader refused while later ones were accepted was answered as a
+    /// resend and never applied (a confirmed publish lost; fault suite).
     Deduped {
         proposer: ProposerId,
         seq: u64,
@@ -247,6 +251,9 @@ pub enum QueueReply {
     /// again. The proposer answers its callers as if the first copy's reply
     /// had arrived (messages accepted; see `QueueReply::for_resend`).
     Resent,
+    /// A `Deduped` proposal that skipped a sequence number of its proposer:
+    /// nothing was done; the proposer resends it once the earlier one is in.
+    OutOfSequence,
 }
 
 impl QueueReply {

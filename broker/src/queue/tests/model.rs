@@ -313,8 +313,12 @@ impl Model {
         use QueueCommand as C;
         let now = match &cmd {
             C::Deduped { proposer, seq, cmd } => {
-                if self.seqs.get(proposer).is_some_and(|last| seq <= last) {
+                let last = self.seqs.get(proposer).copied().unwrap_or(0);
+                if *seq <= last {
                     return QueueReply::Resent;
+                }
+                if *seq > last + 1 {
+                    return QueueReply::OutOfSequence;
                 }
                 self.seqs.insert(*proposer, *seq);
                 return self.one((**cmd).clone(), fx, ticked);
