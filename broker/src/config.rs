@@ -35,6 +35,11 @@ pub struct Config {
     /// commit (a publisher waiting for every confirm) is never delayed. 0 = always sync as
     /// soon as anything is waiting.
     pub sync_interval_us: u64,
+    /// `--wal-truncate-at` (command line only, never read from the file: a one-off repair):
+    /// `(segment id, byte offset)` of a corrupt WAL record where recovery may cut the log
+    /// (raft-log `StoreOptions::wal_truncate_at`).
+    #[serde(skip)]
+    pub wal_truncate_at: Option<(u64, u64)>,
 }
 
 /// Default of [`Config::sync_interval_us`]: 1 ms. Measured with `quorumq-perf` (100k × 1 KiB,
@@ -54,6 +59,7 @@ impl Default for Config {
             peers: Vec::new(),
             join: None,
             sync_interval_us: DEFAULT_SYNC_INTERVAL_US,
+            wal_truncate_at: None,
         }
     }
 }

@@ -55,6 +55,10 @@ struct Args {
     /// Join the cluster of the node at HOST:PORT (its cluster address).
     #[arg(long)]
     join: Option<String>,
+    /// Repair a corrupt write-ahead log: cut it at SEGMENT:OFFSET, exactly as the refusal to
+    /// start named it, dropping every record from there on (for this start only).
+    #[arg(long, value_name = "SEGMENT:OFFSET")]
+    wal_truncate_at: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -93,6 +97,11 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(v) = args.join {
         config.join = Some(v);
+    }
+    if let Some(v) = args.wal_truncate_at {
+        config.wal_truncate_at = Some(
+            raft_log::parse_truncate_at(&v).map_err(|e| anyhow::anyhow!("--wal-truncate-at: {e}"))?,
+        );
     }
     config
         .parsed_peers()

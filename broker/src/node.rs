@@ -112,6 +112,7 @@ impl Broker {
             StoreOptions {
                 sled_cache_bytes: CACHE_BYTES,
                 min_sync_interval: std::time::Duration::from_micros(config.sync_interval_us),
+                wal_truncate_at: config.wal_truncate_at,
                 ..StoreOptions::default()
             },
         )?;

@@ -70,6 +70,8 @@ struct Spawned {
     /// Holds the data dir and the stderr log; removed on drop.
     root: tempfile::TempDir,
     child: Option<Child>,
+    /// Extra command-line flags of the next launches ([`Broker::restart_with`]).
+    extra_args: Vec<String>,
 }
 
 impl Broker {
@@ -116,6 +118,7 @@ impl Broker {
                     admin_port,
                     root,
                     child: None,
+                    extra_args: Vec::new(),
                 }),
             };
             match broker.launch().await {
@@ -177,6 +180,7 @@ impl Broker {
             .arg(&data_dir)
             .arg("--cluster-listen")
             .arg(format!("127.0.0.1:{}", s.admin_port))
+            .args(&s.extra_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -253,6 +257,15 @@ impl Broker {
         }
         self.kill9();
         self.launch().await
+    }
+
+    /// [`Broker::restart`] with `args` added to the command line (for this launch and later
+    /// ones until changed). Errors: as `restart`, including a process that exits at start.
+    pub async fn restart_with(&mut self, args: &[&str]) -> anyhow::Result<()> {
+        if let Some(s) = self.spawned.as_mut() {
+            s.extra_args = args.iter().map(|a| a.to_string()).collect();
+        }
+        self.restart().await
     }
 }
 

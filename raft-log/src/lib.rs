@@ -40,3 +40,4 @@ pub use machine::{ApplyMeta, Machine};
 pub use node_store::{fail_stop, NodeStore, StoreOptions};
 pub use snapshot::{SnapshotHeader, SnapshotPayload};
 pub use state_machine::{GroupSnapshotBuilder, GroupStateMachine, GroupTypeConfig};
+pub use wal::{parse_truncate_at, seg_file_name};

@@ -30,6 +30,11 @@ pub struct StoreOptions {
     /// Called when a WAL write, `fdatasync` or segment creation fails, before the error is
     /// returned to the waiting appends (default [`fail_stop`]).
     pub on_sync_failure: fn(&std::io::Error),
+    /// The operator's explicit repair of a corrupt WAL: `(segment id, byte offset)` as the
+    /// [`StoreError::Corrupt`] of an earlier open named it (see [`crate::parse_truncate_at`]);
+    /// recovery cuts the log there, dropping every later record. Default none: a corrupt
+    /// record that later synced records follow fails the open.
+    pub wal_truncate_at: Option<(u64, u64)>,
 }
 
 /// The default [`StoreOptions::on_sync_failure`]: logs the error and exits the process with
@@ -58,6 +63,7 @@ impl Default for StoreOptions {
             min_sync_interval: std::time::Duration::ZERO,
             max_entry_bytes: wal.max_record_bytes,
             on_sync_failure: fail_stop,
+            wal_truncate_at: None,
         }
     }
 }
@@ -101,7 +107,9 @@ impl NodeStore {
     /// Errors: [`StoreError::Corrupt`] if `dir` is in the earlier layout (sled files directly in
     /// it); [`StoreError::Sled`] if sled cannot open the directory (already open in this or
     /// another process, corrupt files, I/O); WAL recovery errors ([`StoreError::Flush`] for
-    /// I/O, [`StoreError::Corrupt`]/[`StoreError::Decode`] for contradictory records);
+    /// I/O, [`StoreError::Corrupt`]/[`StoreError::Decode`] for contradictory records, and
+    /// `Corrupt` naming the segment file and offset for a damaged record that later synced
+    /// records follow, unless [`StoreOptions::wal_truncate_at`] names that spot);
     /// [`StoreError::Flush`] if the thread cannot spawn.
     pub fn open_with(dir: &Path, opts: StoreOptions) -> Result<NodeStore, StoreError> {
         // Before the WAL, sled lived directly in `dir` and held the logs; nothing migrates
@@ -124,6 +132,7 @@ impl NodeStore {
                 group_cache_bytes: opts.group_cache_bytes,
                 max_record_bytes: opts.max_entry_bytes.min(crate::MAX_ENTRY_BYTES),
                 on_failure: opts.on_sync_failure,
+                truncate_at: opts.wal_truncate_at,
             },
         )?);
         let sync_wal = wal.clone();

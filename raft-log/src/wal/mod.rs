@@ -20,6 +20,12 @@
 //!   the flusher completes the waiting callbacks. A torn record therefore only ever covers
 //!   writes nobody was told about: recovery cuts the log at the first torn record and drops the
 //!   segments after it.
+//! - Corruption is not a torn tail: each sync round opens with a [`Kind::Mark`] record, and a
+//!   round's writes start only after the previous round's `fdatasync` returned. A bad record
+//!   followed by a later round's mark was synced, so recovery refuses to open (naming segment
+//!   file and offset) instead of cutting acknowledged writes; only the operator's explicit
+//!   [`WalOptions::truncate_at`] at that spot cuts there. A crash mid-round may persist the
+//!   round's pages in any order, but never a later round's mark.
 //! - Recently appended entries stay in memory (per group, `group_cache_bytes`) so the state
 //!   machine's read-after-commit never touches the disk; older ones are read with `pread`.
 
@@ -53,6 +59,9 @@ pub struct WalOptions {
     /// Called when a write, `fdatasync` or segment creation fails, before the error is
     /// returned (default [`crate::fail_stop`]).
     pub on_failure: fn(&io::Error),
+    /// The operator's explicit repair: `(segment id, offset)` of a corrupt record `open`
+    /// reported, where recovery may cut the log (dropping everything after it). Default none.
+    pub truncate_at: Option<(u64, u64)>,
 }
 
 impl Default for WalOptions {
@@ -62,6 +71,7 @@ impl Default for WalOptions {
             group_cache_bytes: 8 << 20,
             max_record_bytes: MAX_ENTRY_BYTES,
             on_failure: crate::fail_stop,
+            truncate_at: None,
         }
     }
 }
@@ -90,7 +100,10 @@ impl Wal {
     /// segment with a checkpoint, make it durable and delete the segments nobody needs.
     ///
     /// Errors: I/O as [`StoreError::Flush`]; [`StoreError::Corrupt`]/[`StoreError::Decode`] if a
-    /// complete (CRC-valid) record contradicts the log (e.g. an entry that leaves a hole).
+    /// complete (CRC-valid) record contradicts the log (e.g. an entry that leaves a hole);
+    /// [`StoreError::Corrupt`] naming the segment file and offset if a bad record is followed
+    /// by a later sync round's mark (it was synced: corruption, not a torn tail), unless
+    /// `opts.truncate_at` names that spot.
     pub fn open(dir: &Path, opts: WalOptions) -> Result<Wal, StoreError> {
         fs::create_dir_all(dir).map_err(StoreError::Flush)?;
         let mut ids: Vec<u64> = fs::read_dir(dir)
@@ -100,7 +113,9 @@ impl Wal {
         ids.sort_unstable();
         let mut st = State::empty();
         let mut ended = false;
-        for id in ids {
+        // Nonces of the marks replayed so far (one per incarnation of the WAL).
+        let mut nonces: Vec<u64> = Vec::new();
+        for (n, &id) in ids.iter().enumerate() {
             let path = seg_path(dir, id);
             if ended {
                 tracing::warn!(segment = %path.display(), "deleting WAL segment after a torn record");
@@ -126,6 +141,11 @@ impl Wal {
                 match record::parse(&bytes, at) {
                     Ok(None) => break,
                     Ok(Some(r)) if at > 0 || r.kind == Kind::Checkpoint => {
+                        if let Some((_, nonce)) = record::mark_of(&r) {
+                            if !nonces.contains(&nonce) {
+                                nonces.push(nonce);
+                            }
+                        }
                         let rec = Rec {
                             kind: r.kind,
                             group: r.group,
@@ -136,8 +156,28 @@ impl Wal {
                         at = r.next;
                     }
                     _ => {
-                        tracing::warn!(segment = %path.display(), offset = at, len = bytes.len(),
-                            "torn WAL record: the log ends here (unacknowledged writes)");
+                        let evidence = synced_after(dir, &bytes, at, &ids[n + 1..], &nonces)?;
+                        match evidence {
+                            Some(mark) if opts.truncate_at != Some((id, at as u64)) => {
+                                return Err(StoreError::corrupt(format!(
+                                    "WAL segment {} is corrupt at offset {at}: a damaged record \
+                                     that was synced (a later sync round's mark follows it, at \
+                                     {mark}); recovering past it would silently drop \
+                                     acknowledged writes. Restore the data directory, or rebuild \
+                                     this node from the other replicas, or cut the log there \
+                                     (drops every record from that offset on) by starting once \
+                                     with: --wal-truncate-at {}:{at}",
+                                    path.display(),
+                                    seg_file_name(id),
+                                )));
+                            }
+                            Some(mark) => tracing::warn!(segment = %path.display(), offset = at,
+                                %mark, "corrupt WAL record: cutting the log here at the operator's \
+                                request (--wal-truncate-at); every record from here on is dropped"),
+                            None => tracing::warn!(segment = %path.display(), offset = at,
+                                len = bytes.len(),
+                                "torn WAL record: the log ends here (unacknowledged writes)"),
+                        }
                         ended = true;
                         break;
                     }
@@ -338,6 +378,7 @@ impl Wal {
                 return Err(io::Error::other(format!("WAL failed earlier: {e}")));
             }
             let chunks = std::mem::take(&mut st.pending);
+            st.marked = false;
             let mut files: Vec<(u64, Arc<File>)> = Vec::new();
             for c in &chunks {
                 if files.last().is_none_or(|(id, _)| *id != c.seg) {
@@ -409,6 +450,63 @@ impl Wal {
     }
 }
 
+/// Where a sync round later than the one that wrote the bad record at `at` of `bytes` left its
+/// [`Kind::Mark`] (`"<file>:<offset>"`), if anywhere: further in the same segment (found byte by
+/// byte, marks of a replayed nonce only; not when `at` is the segment's checkpoint, which a
+/// round starting the segment writes before its mark), or in a later segment (`later` ids,
+/// read record by record up to their first bad one). A round's writes start only after the
+/// previous round's `fdatasync` returned, so such a mark proves the bad record was synced.
+///
+/// Errors: I/O reading a later segment, as [`StoreError::Flush`].
+fn synced_after(
+    dir: &Path,
+    bytes: &[u8],
+    at: usize,
+    later: &[u64],
+    nonces: &[u64],
+) -> Result<Option<String>, StoreError> {
+    let here = if at == 0 {
+        None
+    } else {
+        record::find_mark(bytes, at + 1, nonces)
+    };
+    if let Some((off, ordinal)) = here {
+        return Ok(Some(format!("offset {off}, round {ordinal}")));
+    }
+    for &id in later {
+        let later_bytes = fs::read(seg_path(dir, id)).map_err(StoreError::Flush)?;
+        let mut pos = 0;
+        while let Ok(Some(r)) = record::parse(&later_bytes, pos) {
+            if let Some((ordinal, _)) = record::mark_of(&r) {
+                return Ok(Some(format!("{} offset {pos}, round {ordinal}", seg_file_name(id))));
+            }
+            pos = r.next;
+        }
+    }
+    Ok(None)
+}
+
+/// The file name of segment `id` (`<id:020>.wal`).
+pub fn seg_file_name(id: u64) -> String {
+    format!("{id:020}.wal")
+}
+
+/// Parse an operator's `--wal-truncate-at` value, `<segment file name or id>:<offset>`, into
+/// `(segment id, offset)`. Errors: a description of what is malformed.
+pub fn parse_truncate_at(s: &str) -> Result<(u64, u64), String> {
+    let (seg, off) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?}: expected SEGMENT:OFFSET, e.g. 00000000000000000003.wal:4096"))?;
+    let seg = seg.rsplit('/').next().unwrap_or(seg);
+    let id = seg_id(seg)
+        .or_else(|| seg.parse().ok())
+        .ok_or_else(|| format!("{seg:?} is not a WAL segment name or id"))?;
+    let off = off
+        .parse()
+        .map_err(|_| format!("{off:?} is not a byte offset"))?;
+    Ok((id, off))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -460,6 +558,146 @@ mod tests {
             "no directory to roll into"
         );
         assert_eq!(FAILURES.load(Ordering::SeqCst), 2);
+    }
+
+    fn held(wal: &Wal, group: GroupId) -> Vec<u8> {
+        wal.read(group, 0, u64::MAX)
+            .unwrap()
+            .iter()
+            .map(|d| d[0])
+            .collect()
+    }
+
+    fn segment_files(dir: &Path) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "wal"))
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn damage(path: &Path, at: u64, bytes: &[u8]) {
+        let f = OpenOptions::new().write(true).open(path).unwrap();
+        f.write_all_at(bytes, at).unwrap();
+    }
+
+    /// Issue 11 item 1: a flipped byte in a record that later sync rounds follow is corruption:
+    /// the open fails naming the segment file and offset, nothing is cut; the operator's
+    /// explicit truncate at that spot opens it holding exactly the records before it, and
+    /// later opens need nothing more.
+    #[test]
+    fn a_damaged_synced_record_is_corruption_and_only_an_explicit_truncate_cuts_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        {
+            let wal = Wal::open(&path, WalOptions::default()).unwrap();
+            for i in 1..=8u64 {
+                wal.append(1, vec![(i, vec![i as u8; 300])]).unwrap();
+                wal.sync().unwrap();
+            }
+        }
+        let seg = segment_files(&path)
+            .into_iter()
+            .find(|p| fs::metadata(p).unwrap().len() > 2000)
+            .expect("the segment holding the entries");
+        let before = fs::read(&seg).unwrap();
+        // A byte inside entry 4's payload (each entry is 300 bytes of its own index).
+        let at = before
+            .windows(300)
+            .position(|w| w.iter().all(|&b| b == 4))
+            .unwrap()
+            + 150;
+        damage(&seg, at as u64, &[0x55]);
+
+        let err = match Wal::open(&path, WalOptions::default()) {
+            Ok(_) => panic!("a corrupt synced record must not open as a torn tail"),
+            Err(e) => e.to_string(),
+        };
+        let name = seg.file_name().unwrap().to_str().unwrap();
+        assert!(err.contains(name), "{err}");
+        let marker = "corrupt at offset ";
+        let off: u64 = err[err.find(marker).unwrap() + marker.len()..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(err.contains(&format!("--wal-truncate-at {name}:{off}")), "{err}");
+        assert_eq!(fs::read(&seg).unwrap().len(), before.len(), "nothing was cut");
+        let segments = segment_files(&path).len();
+
+        // A truncate elsewhere is not this corruption's repair.
+        let wrong = WalOptions {
+            truncate_at: Some((seg_id(name).unwrap(), off + 1)),
+            ..WalOptions::default()
+        };
+        assert!(Wal::open(&path, wrong).is_err());
+        assert_eq!(segment_files(&path).len(), segments, "nothing was deleted");
+
+        let repair = WalOptions {
+            truncate_at: Some(parse_truncate_at(&format!("{name}:{off}")).unwrap()),
+            ..WalOptions::default()
+        };
+        let wal = Wal::open(&path, repair).expect("the operator's truncate opens the log");
+        assert_eq!(held(&wal, 1), vec![1, 2, 3], "entries before the damaged record");
+        wal.append(1, vec![(4, vec![40; 10])]).unwrap();
+        wal.sync().unwrap();
+        drop(wal);
+        let wal = Wal::open(&path, WalOptions::default()).expect("repaired for good");
+        assert_eq!(held(&wal, 1), vec![1, 2, 3, 40]);
+    }
+
+    /// A crash mid-round may persist the round's later pages but not its first ones: that is a
+    /// torn tail (no later round's mark follows), cut without an error.
+    #[test]
+    fn a_torn_last_round_is_cut_even_when_its_later_pages_persisted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        let (seg, round_start) = {
+            let wal = Wal::open(&path, WalOptions::default()).unwrap();
+            for i in 1..=3u64 {
+                wal.append(1, vec![(i, vec![i as u8; 300])]).unwrap();
+                wal.sync().unwrap();
+            }
+            let seg = segment_files(&path).pop().unwrap();
+            let round_start = fs::metadata(&seg).unwrap().len();
+            wal.append(1, (4..=6u64).map(|i| (i, vec![i as u8; 300])).collect())
+                .unwrap();
+            wal.sync().unwrap();
+            (seg, round_start)
+        };
+        // The last round's mark and first entry header never reached the disk.
+        damage(&seg, round_start, &[0; 40]);
+        let wal = Wal::open(&path, WalOptions::default()).expect("a torn tail opens");
+        assert_eq!(held(&wal, 1), vec![1, 2, 3]);
+    }
+
+    /// A round that starts a segment writes the segment's checkpoint before its mark: a damaged
+    /// checkpoint followed only by its own round's mark is a torn tail, not corruption.
+    #[test]
+    fn a_torn_checkpoint_before_its_rounds_mark_is_a_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        let opts = WalOptions {
+            segment_bytes: 4096,
+            ..WalOptions::default()
+        };
+        {
+            let wal = Wal::open(&path, opts).unwrap();
+            wal.append(1, (1..=3u64).map(|i| (i, vec![i as u8; 1500])).collect())
+                .unwrap();
+            wal.sync().unwrap();
+            let segments = segment_files(&path).len();
+            wal.append(1, vec![(4, vec![4; 100])]).unwrap();
+            wal.sync().unwrap();
+            assert_eq!(segment_files(&path).len(), segments + 1, "the round rolled");
+        }
+        let newest = segment_files(&path).pop().unwrap();
+        damage(&newest, 10, &[0xFF; 4]);
+        let wal = Wal::open(&path, opts).expect("a torn tail opens");
+        assert_eq!(held(&wal, 1), vec![1, 2, 3]);
     }
 
     /// Found by the fault suite (a node that restarted after a rolling restart refused to open:

@@ -5,8 +5,10 @@
 //! ```
 //!
 //! `crc` is CRC-32 (IEEE, `crc32fast`) over `kind..payload`. A record whose header or payload runs
-//! past the end of the file, or whose CRC does not match, is *torn*: the log ends there (a crash
-//! interrupted the write; nothing after it was ever acknowledged, see `Wal::sync`).
+//! past the end of the file, or whose CRC does not match, is *bad*. A bad record in the last
+//! sync round's writes is a torn tail (a crash interrupted the write; nothing after it was ever
+//! acknowledged, see `Wal::sync`); one that a later round's [`Kind::Mark`] follows was synced,
+//! so it is corruption (see `Wal::open`).
 
 use crate::GroupId;
 
@@ -37,6 +39,12 @@ pub(crate) enum Kind {
     /// All entries of the group, moved here (compaction): replaces every entry it had; `index`
     /// is the first one; payload = for each entry in order, `len: u32 LE` + codec(`Entry`).
     Rewrite = 8,
+    /// First record of each sync round (after the segment's checkpoint when the round starts a
+    /// segment): `index` = the round's ordinal, payload = the WAL incarnation's nonce (8 bytes
+    /// LE, random per open, never sent to clients). A round's writes start only after the
+    /// previous round's `fdatasync` returned, so a valid mark after a bad record proves the bad
+    /// record was synced: corruption, not a torn tail. Group 0.
+    Mark = 9,
 }
 
 impl Kind {
@@ -50,6 +58,7 @@ impl Kind {
             6 => Kind::Drop,
             7 => Kind::Checkpoint,
             8 => Kind::Rewrite,
+            9 => Kind::Mark,
             _ => return None,
         })
     }
@@ -125,6 +134,35 @@ pub(crate) fn parse(buf: &[u8], at: usize) -> Result<Option<Record<'_>>, ()> {
     }))
 }
 
+/// Payload bytes of a [`Kind::Mark`] record.
+pub(crate) const MARK_PAYLOAD_BYTES: usize = 8;
+
+/// The `(ordinal, nonce)` of a [`Kind::Mark`] record.
+pub(crate) fn mark_of(r: &Record<'_>) -> Option<(u64, u64)> {
+    (r.kind == Kind::Mark && r.group == 0)
+        .then(|| <[u8; MARK_PAYLOAD_BYTES]>::try_from(r.payload).ok())
+        .flatten()
+        .map(|n| (r.index, u64::from_le_bytes(n)))
+}
+
+/// The first valid [`Kind::Mark`] record starting at an offset in `from..` of `buf` whose nonce
+/// is one of `nonces`, found byte by byte (the record framing after a bad record is unknown):
+/// `(offset, ordinal)`. Only candidates with a mark's kind, group and length are CRC-checked,
+/// so the scan is linear; the nonce keeps mark-shaped bytes inside a client's message from
+/// counting.
+pub(crate) fn find_mark(buf: &[u8], from: usize, nonces: &[u64]) -> Option<(usize, u64)> {
+    let mark_len = (MARK_PAYLOAD_BYTES as u32).to_le_bytes();
+    let last = buf.len().checked_sub(HEADER_BYTES + MARK_PAYLOAD_BYTES)?;
+    (from..=last)
+        .filter(|&at| buf[at + 8] == Kind::Mark as u8 && buf[at..at + 4] == mark_len)
+        .filter(|&at| buf[at + 9..at + 17] == [0; 8])
+        .find_map(|at| {
+            let r = parse(buf, at).ok()??;
+            let (ordinal, nonce) = mark_of(&r)?;
+            nonces.contains(&nonce).then_some((at, ordinal))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +194,26 @@ mod tests {
         }
         // zero fill (an extended but unwritten file tail) is torn
         assert!(parse(&[0u8; 64], 0).is_err());
+    }
+
+    /// The scan finds a mark of a known nonce at any byte offset, skips marks of other nonces
+    /// and damaged ones, and finds nothing in a message payload that merely holds a mark's bytes
+    /// under another nonce.
+    #[test]
+    fn find_mark_needs_a_known_nonce_and_a_valid_crc() {
+        let mut buf = vec![0xAB; 7];
+        frame(&mut buf, Kind::Entry, 3, 1, b"payload");
+        let forged_at = buf.len();
+        frame(&mut buf, Kind::Mark, 0, 99, &5u64.to_le_bytes());
+        let real_at = buf.len();
+        frame(&mut buf, Kind::Mark, 0, 12, &42u64.to_le_bytes());
+        assert_eq!(find_mark(&buf, 0, &[42]), Some((real_at, 12)));
+        assert_eq!(find_mark(&buf, 0, &[5, 42]), Some((forged_at, 99)));
+        assert_eq!(find_mark(&buf, real_at + 1, &[42]), None);
+        assert_eq!(find_mark(&buf, 0, &[7]), None);
+        let mut bad = buf.clone();
+        bad[real_at + HEADER_BYTES] ^= 1;
+        assert_eq!(find_mark(&bad, 0, &[42]), None, "a damaged mark is no evidence");
+        assert_eq!(find_mark(&buf[..real_at + 3], 0, &[42]), None);
     }
 }

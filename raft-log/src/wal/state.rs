@@ -69,11 +69,29 @@ pub(super) struct State {
     pub durable_checkpoint: u64,
     /// Set when a write or sync failed: nothing written since can be made durable.
     pub failed: Option<String>,
+    /// The current sync round's [`Kind::Mark`] is framed (cleared when `sync` takes `pending`).
+    pub marked: bool,
+    /// Ordinal of the last [`Kind::Mark`] framed or replayed.
+    pub rounds: u64,
+    /// This incarnation's mark nonce (random per open).
+    pub nonce: u64,
+}
+
+/// A nonce no client can predict: std's per-process random hash keys over the clock.
+fn random_nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
 }
 
 /// Path of segment `id` in `dir`.
 pub(super) fn seg_path(dir: &Path, id: u64) -> PathBuf {
-    dir.join(format!("{id:020}.wal"))
+    dir.join(super::seg_file_name(id))
 }
 
 /// Segment id of a file name, if it is a segment's.
@@ -93,6 +111,9 @@ impl State {
             dir_dirty: false,
             durable_checkpoint: 0,
             failed: None,
+            marked: false,
+            rounds: 0,
+            nonce: random_nonce(),
         }
     }
 
@@ -120,6 +141,10 @@ impl State {
             index,
             payload,
         } = rec;
+        if kind == Kind::Mark {
+            self.rounds = self.rounds.max(index);
+            return Ok(());
+        }
         let State { groups, segs, .. } = self;
         let mut on_remove = |s: u64| {
             if let Some(seg) = segs.get_mut(&s) {
@@ -191,6 +216,7 @@ impl State {
                     s.live += added;
                 }
             }
+            Kind::Mark => {} // handled above
             Kind::Checkpoint => {
                 let list: Vec<GroupCheckpoint> = codec::decode(payload)?;
                 let listed: HashMap<GroupId, GroupCheckpoint> =
@@ -255,8 +281,20 @@ impl State {
     }
 
     /// Append the framed record to the pending buffer of the current segment; returns the
-    /// payload's offset in the segment.
+    /// payload's offset in the segment. The first record of a sync round other than a
+    /// segment's checkpoint is preceded by the round's [`Kind::Mark`].
     pub(super) fn frame(&mut self, rec: &Rec<'_>) -> u64 {
+        if !self.marked && rec.kind != Kind::Checkpoint {
+            self.marked = true;
+            self.rounds += 1;
+            let nonce = self.nonce.to_le_bytes();
+            self.frame(&Rec {
+                kind: Kind::Mark,
+                group: 0,
+                index: self.rounds,
+                payload: &nonce,
+            });
+        }
         let (seg, at) = (self.current, self.current_len);
         let chunk = match self.pending.last_mut() {
             Some(c) if c.seg == seg => c,
