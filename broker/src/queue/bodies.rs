@@ -12,6 +12,12 @@
 //! last snapshot are recovered from the Raft log by replay. A segment file
 //! is deleted once none of its bodies is live. [`MemBodies`] serves local
 //! (non-replicated) queues.
+//!
+//! Durability (issue 11): a body leaves memory only once written; segments
+//! and a new segment's directory entry are synced before the snapshot that
+//! indexes them; each indexed body carries its CRC-32, checked on read. A
+//! write or sync failure stops the node (as the WAL's, `raft_log::fail_stop`)
+//! and fails the snapshot, so the log holding the bodies is never purged.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
@@ -33,7 +39,8 @@ const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 pub trait BodyStore: Send + Sync + 'static {
     /// Stores the encoded message under `id`.
     fn put(&mut self, id: MsgId, payload: &Bytes);
-    /// The payload of `id`, if stored.
+    /// The payload of `id`, if stored and readable (a body that cannot be read back intact is
+    /// reported by the store and counted in [`BodyStore::unreadable`]).
     fn get(&self, id: MsgId) -> Option<Bytes>;
     /// Ids of every stored body.
     fn ids(&self) -> Vec<MsgId>;
@@ -41,21 +48,70 @@ pub trait BodyStore: Send + Sync + 'static {
     fn remove(&mut self, id: MsgId);
     /// Makes every stored body independent of the Raft log and returns the
     /// index to keep in the snapshot (called just before a snapshot).
-    fn persist_all(&mut self) -> Vec<u8>;
+    ///
+    /// Errors: a body could not be written or synced; the snapshot must then not be taken
+    /// (the Raft log it would let go of is the only durable copy of those bodies).
+    fn persist_all(&mut self) -> std::io::Result<Vec<u8>>;
     /// Adopts the index saved by `persist_all` (restore from a snapshot).
     fn restore(&mut self, index: &[u8]) -> Result<(), String>;
     /// Called once the group is open: with no snapshot restored, bodies
     /// left on disk by an earlier run are unreferenced (the whole log is
     /// still there to replay them) and can go.
     fn finish_open(&mut self) {}
+    /// Bodies that could not be read back intact since the store opened (missing segment,
+    /// short read, checksum mismatch): each was reported when it happened; a queue with any is
+    /// unhealthy.
+    fn unreadable(&self) -> u64 {
+        0
+    }
 }
 
-/// Where a spilled body is: segment number, byte offset, length.
+/// Where a spilled body is: segment number, byte offset, length, and the CRC-32 (IEEE) of its
+/// bytes, checked on every read. `crc` is `None` only for bodies indexed by a snapshot of an
+/// earlier version (see [`decode_index`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct Loc {
     seg: u32,
     off: u64,
     len: u32,
+    crc: Option<u32>,
+}
+
+/// A location as snapshots written before body checksums stored it.
+#[derive(Debug, Clone, Copy, Deserialize)]
+struct LocV1 {
+    seg: u32,
+    off: u64,
+    len: u32,
+}
+
+/// First field of a snapshot's body index since body checksums ("QUORUMQ2"); the earlier form
+/// was a bare `Vec<(MsgId, LocV1)>`, whose leading length is never this large.
+const INDEX_MAGIC: u64 = 0x5155_4F52_554D_5132;
+
+fn encode_index(spilled: &BTreeMap<MsgId, Loc>) -> std::io::Result<Vec<u8>> {
+    let index: Vec<(MsgId, Loc)> = spilled.iter().map(|(k, v)| (*k, *v)).collect();
+    raft_log::codec::encode(&(INDEX_MAGIC, index)).map_err(std::io::Error::other)
+}
+
+/// Decodes a body index of either form. Errors: the bytes are neither.
+fn decode_index(bytes: &[u8]) -> Result<Vec<(MsgId, Loc)>, String> {
+    if let Ok((INDEX_MAGIC, index)) = raft_log::codec::decode::<(u64, Vec<(MsgId, Loc)>)>(bytes) {
+        return Ok(index);
+    }
+    let v1: Vec<(MsgId, LocV1)> = raft_log::codec::decode(bytes).map_err(|e| e.to_string())?;
+    Ok(v1
+        .into_iter()
+        .map(|(id, l)| {
+            let loc = Loc {
+                seg: l.seg,
+                off: l.off,
+                len: l.len,
+                crc: None,
+            };
+            (id, loc)
+        })
+        .collect())
 }
 
 struct Segment {
@@ -76,6 +132,8 @@ pub struct SegmentBodies {
     active: u32,
     /// Segments written since the last sync.
     dirty: bool,
+    /// A segment file was created since the last sync (the directory needs an fsync).
+    dir_dirty: bool,
     /// Drained segments: no live body, but the last saved snapshot may
     /// still name them, so their files go only at the next snapshot.
     retired: Vec<u32>,
@@ -84,16 +142,40 @@ pub struct SegmentBodies {
     /// Segments found on disk at open, before any restore.
     found_at_open: Vec<u32>,
     restored: bool,
+    /// Set when a segment write, sync or creation failed: the active segment's length is
+    /// unknown, so nothing more is spilled (bodies stay in memory) and no snapshot is taken.
+    failed: Option<String>,
+    /// Called on such a failure (default [`raft_log::fail_stop`], as for the WAL).
+    on_failure: fn(&std::io::Error),
+    /// Reads that failed or came back damaged ([`BodyStore::unreadable`]).
+    unreadable: std::sync::atomic::AtomicU64,
 }
 
 impl SegmentBodies {
-    /// Body store in `dir` (created if missing). Segment files already
-    /// there belong to the previous run: they are adopted by [`restore`]
-    /// when the snapshot names them, and deleted otherwise.
+    /// Body store in `dir` (created if missing; the parent directory is fsynced so the new
+    /// entry survives a power loss). Segment files already there belong to the previous run:
+    /// they are adopted by [`restore`] when the snapshot names them, and deleted otherwise.
+    /// A failed body write or sync stops the node ([`raft_log::fail_stop`]).
+    ///
+    /// Errors: creating or listing `dir`.
     ///
     /// [`restore`]: BodyStore::restore
     pub fn open(dir: &Path, budget: usize) -> std::io::Result<Self> {
-        fs::create_dir_all(dir)?;
+        Self::open_with_failure_hook(dir, budget, raft_log::fail_stop)
+    }
+
+    /// [`SegmentBodies::open`] with `on_failure` called instead of the fail-stop (tests).
+    pub fn open_with_failure_hook(
+        dir: &Path,
+        budget: usize,
+        on_failure: fn(&std::io::Error),
+    ) -> std::io::Result<Self> {
+        if !dir.exists() {
+            fs::create_dir_all(dir)?;
+            if let Some(parent) = dir.parent() {
+                File::open(parent)?.sync_all()?;
+            }
+        }
         let mut store = SegmentBodies {
             dir: dir.to_path_buf(),
             mem: BTreeMap::new(),
@@ -103,10 +185,14 @@ impl SegmentBodies {
             segs: BTreeMap::new(),
             active: 0,
             dirty: false,
+            dir_dirty: false,
             retired: Vec::new(),
             deletable: Vec::new(),
             found_at_open: Vec::new(),
             restored: false,
+            failed: None,
+            on_failure,
+            unreadable: std::sync::atomic::AtomicU64::new(0),
         };
         store.found_at_open = store.existing_segments()?;
         store.active = store.found_at_open.iter().max().map_or(0, |m| m + 1);
@@ -146,6 +232,7 @@ impl SegmentBodies {
                 .read(true)
                 .append(true)
                 .open(self.seg_path(self.active))?;
+            self.dir_dirty = true;
             self.segs.insert(
                 self.active,
                 Segment {
@@ -160,40 +247,110 @@ impl SegmentBodies {
             .ok_or_else(|| std::io::Error::other("segment vanished"))
     }
 
+    /// Records a write/sync failure: reported once through `on_failure`, and every later
+    /// spill or snapshot fails with it.
+    fn fail(&mut self, e: std::io::Error) -> std::io::Error {
+        tracing::error!(error = %e, dir = %self.dir.display(), "body segment write failed; bodies stay in memory and no snapshot is taken");
+        if self.failed.is_none() {
+            self.failed = Some(e.to_string());
+            (self.on_failure)(&e);
+        }
+        e
+    }
+
+    fn check(&self) -> std::io::Result<()> {
+        match &self.failed {
+            Some(e) => Err(std::io::Error::other(format!(
+                "body store failed earlier: {e}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Appends the oldest in-memory bodies to the active segment until at
-    /// most `keep` bytes stay in memory.
+    /// most `keep` bytes stay in memory. Bodies leave memory only once written.
     fn spill(&mut self, keep: usize) -> std::io::Result<()> {
         if self.mem_bytes <= keep {
             return Ok(());
         }
+        self.check()?;
         let mut buf = Vec::new();
         let mut moved = Vec::new();
-        while self.mem_bytes > keep {
-            let Some((id, payload)) = self.mem.pop_first() else {
+        let mut left = self.mem_bytes;
+        for (&id, payload) in &self.mem {
+            if left <= keep {
                 break;
-            };
-            self.mem_bytes -= payload.len();
-            moved.push((id, buf.len() as u64, payload.len() as u32));
-            buf.extend_from_slice(&payload);
+            }
+            left -= payload.len();
+            let crc = crc32fast::hash(payload);
+            moved.push((id, buf.len() as u64, payload.len() as u32, crc));
+            buf.extend_from_slice(payload);
         }
-        let active = self.active_segment()?;
+        let written = self.active_segment().and_then(|active| {
+            active.file.write_all(&buf)?;
+            Ok(active)
+        });
+        let active = match written {
+            Ok(a) => a,
+            Err(e) => return Err(self.fail(e)),
+        };
         let base = active.len;
-        active.file.write_all(&buf)?;
         active.len += buf.len() as u64;
         active.live += moved.len() as u64;
         let seg = self.active;
-        for (id, off, len) in moved {
+        for (id, off, len, crc) in moved {
+            self.mem.remove(&id);
             self.spilled.insert(
                 id,
                 Loc {
                     seg,
                     off: base + off,
                     len,
+                    crc: Some(crc),
                 },
             );
         }
+        self.mem_bytes = left;
         self.dirty = true;
         Ok(())
+    }
+
+    /// `fdatasync`s the segments written since the last sync, and the directory when a
+    /// segment file was created.
+    fn sync(&mut self) -> std::io::Result<()> {
+        if self.dirty {
+            let res = self.segs.values().try_for_each(|s| s.file.sync_data());
+            if let Err(e) = res {
+                return Err(self.fail(e));
+            }
+            self.dirty = false;
+        }
+        if self.dir_dirty {
+            if let Err(e) = File::open(&self.dir).and_then(|d| d.sync_all()) {
+                return Err(self.fail(e));
+            }
+            self.dir_dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Reads a spilled body back and verifies it. Errors: what is wrong, for the report.
+    fn read(&self, loc: &Loc) -> Result<Bytes, String> {
+        let seg = self
+            .segs
+            .get(&loc.seg)
+            .ok_or_else(|| format!("segment {} is not open", loc.seg))?;
+        let mut buf = vec![0u8; loc.len as usize];
+        seg.file
+            .read_exact_at(&mut buf, loc.off)
+            .map_err(|e| format!("segment {} offset {}: {e}", loc.seg, loc.off))?;
+        match loc.crc {
+            Some(crc) if crc32fast::hash(&buf) != crc => Err(format!(
+                "segment {} offset {} length {}: checksum mismatch",
+                loc.seg, loc.off, loc.len
+            )),
+            _ => Ok(Bytes::from(buf)),
+        }
     }
 
     fn release(&mut self, loc: Loc) {
@@ -218,10 +375,9 @@ impl BodyStore for SegmentBodies {
         if let Some(old) = self.mem.insert(id, payload.clone()) {
             self.mem_bytes -= old.len();
         }
-        if self.mem_bytes > self.budget {
-            if let Err(e) = self.spill(self.budget / 2) {
-                tracing::error!(error = %e, dir = %self.dir.display(), "body spill failed; keeping bodies in memory");
-            }
+        if self.mem_bytes > self.budget && self.failed.is_none() {
+            // A failure is reported by `spill`; the bodies stay in memory.
+            let _ = self.spill(self.budget / 2);
         }
     }
 
@@ -230,12 +386,13 @@ impl BodyStore for SegmentBodies {
             return Some(b.clone());
         }
         let loc = self.spilled.get(&id)?;
-        let seg = self.segs.get(&loc.seg)?;
-        let mut buf = vec![0u8; loc.len as usize];
-        match seg.file.read_exact_at(&mut buf, loc.off) {
-            Ok(()) => Some(Bytes::from(buf)),
+        match self.read(loc) {
+            Ok(b) => Some(b),
             Err(e) => {
-                tracing::error!(error = %e, id, "body read failed");
+                self.unreadable
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::error!(dir = %self.dir.display(), id, error = %e,
+                    "message body unreadable: the message stays in the queue, undelivered (queue unhealthy)");
                 None
             }
         }
@@ -257,18 +414,10 @@ impl BodyStore for SegmentBodies {
         }
     }
 
-    fn persist_all(&mut self) -> Vec<u8> {
-        if let Err(e) = self.spill(0) {
-            tracing::error!(error = %e, "body spill before snapshot failed");
-        }
-        if self.dirty {
-            for s in self.segs.values() {
-                if let Err(e) = s.file.sync_data() {
-                    tracing::error!(error = %e, "body segment sync failed");
-                }
-            }
-            self.dirty = false;
-        }
+    fn persist_all(&mut self) -> std::io::Result<Vec<u8>> {
+        self.check()?;
+        self.spill(0)?;
+        self.sync()?;
         // Segments drained before the previous snapshot are named by no
         // saved snapshot any more.
         for seg in std::mem::take(&mut self.deletable) {
@@ -277,12 +426,11 @@ impl BodyStore for SegmentBodies {
             }
         }
         self.deletable = std::mem::take(&mut self.retired);
-        let index: Vec<(MsgId, Loc)> = self.spilled.iter().map(|(k, v)| (*k, *v)).collect();
-        raft_log::codec::encode(&index).unwrap_or_default()
+        encode_index(&self.spilled)
     }
 
     fn restore(&mut self, index: &[u8]) -> Result<(), String> {
-        let index: Vec<(MsgId, Loc)> = raft_log::codec::decode(index).map_err(|e| e.to_string())?;
+        let index = decode_index(index)?;
         self.restored = true;
         self.mem.clear();
         self.mem_bytes = 0;
@@ -312,7 +460,19 @@ impl BodyStore for SegmentBodies {
         }
         if let Some(missing) = live.keys().find(|s| !self.segs.contains_key(s)) {
             return Err(format!(
-                "body segment {missing} named by the snapshot is missing"
+                "body segment {} named by the snapshot is missing",
+                self.seg_path(*missing).display()
+            ));
+        }
+        if let Some((id, loc)) = self
+            .spilled
+            .iter()
+            .find(|(_, l)| l.off + u64::from(l.len) > self.segs[&l.seg].len)
+        {
+            return Err(format!(
+                "body of message {id} ends past {} ({} bytes): the segment was cut",
+                self.seg_path(loc.seg).display(),
+                self.segs[&loc.seg].len
             ));
         }
         // New appends go to a fresh segment after every adopted one.
@@ -334,6 +494,10 @@ impl BodyStore for SegmentBodies {
                 let _ = fs::remove_file(self.seg_path(seg));
             }
         }
+    }
+
+    fn unreadable(&self) -> u64 {
+        self.unreadable.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -360,8 +524,8 @@ impl BodyStore for MemBodies {
         self.map.remove(&id);
     }
 
-    fn persist_all(&mut self) -> Vec<u8> {
-        Vec::new()
+    fn persist_all(&mut self) -> std::io::Result<Vec<u8>> {
+        Ok(Vec::new())
     }
 
     fn restore(&mut self, _index: &[u8]) -> Result<(), String> {
@@ -403,7 +567,7 @@ mod tests {
             let mut b = SegmentBodies::open(dir.path(), 1 << 20).expect("open");
             b.put(1, &Bytes::from_static(b"one"));
             b.put(2, &Bytes::from_static(b"two"));
-            let index = b.persist_all();
+            let index = b.persist_all().expect("persist");
             b.put(3, &Bytes::from_static(b"three"));
             index
         };
@@ -429,23 +593,23 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut b = SegmentBodies::open(dir.path(), 1 << 20).expect("open");
         b.put(1, &Bytes::from_static(b"a"));
-        let _ = b.persist_all();
+        b.persist_all().expect("persist");
         b.active += 1; // the next spill goes to a new segment
         b.put(2, &Bytes::from_static(b"b"));
-        let index = b.persist_all();
+        let index = b.persist_all().expect("persist");
         b.remove(1);
         assert_eq!(
             b.existing_segments().expect("ls").len(),
             2,
             "the last snapshot still names segment 0"
         );
-        let _ = b.persist_all();
+        b.persist_all().expect("persist");
         assert_eq!(
             b.existing_segments().expect("ls").len(),
             2,
             "kept until the snapshot after next"
         );
-        let _ = b.persist_all();
+        b.persist_all().expect("persist");
         assert_eq!(
             b.existing_segments().expect("ls").len(),
             1,
@@ -454,7 +618,7 @@ mod tests {
         // A snapshot naming a deleted segment fails loudly.
         let mut c = SegmentBodies::open(dir.path(), 1 << 20).expect("reopen");
         assert!(c.restore(&index).is_err());
-        let empty = raft_log::codec::encode(&Vec::<(MsgId, Loc)>::new()).expect("encode");
+        let empty = encode_index(&BTreeMap::new()).expect("encode");
 
         c.restore(&empty).expect("restore empty");
         assert!(
@@ -475,5 +639,102 @@ mod tests {
         assert_eq!(b.existing_segments().expect("ls").len(), 1);
         b.finish_open();
         assert!(b.existing_segments().expect("ls").is_empty());
+    }
+
+    static FAILURES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    fn count_failure(_: &std::io::Error) {
+        FAILURES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Issue 11 item 3: a body that cannot be written stays readable from memory, the failure
+    /// is reported once (the node's fail-stop in production), and no snapshot index is handed
+    /// out, so the Raft log that holds the bodies is not purged.
+    #[test]
+    fn a_failed_spill_keeps_bodies_in_memory_and_refuses_the_snapshot() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("q");
+        let mut b = SegmentBodies::open_with_failure_hook(&dir, 10, count_failure).expect("open");
+        std::fs::remove_dir_all(&dir).expect("rm"); // the first spill cannot create its segment
+        for id in 0..5u64 {
+            b.put(id, &body(id));
+        }
+        assert_eq!(FAILURES.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(b.spilled.is_empty(), "nothing claims to be on disk");
+        for id in 0..5u64 {
+            assert_eq!(b.get(id), Some(body(id)), "body {id} lost by a failed spill");
+        }
+        assert!(b.persist_all().is_err(), "no snapshot over unwritten bodies");
+        assert_eq!(FAILURES.load(std::sync::atomic::Ordering::SeqCst), 1, "reported once");
+    }
+
+    /// A spilled body whose bytes changed on disk is not handed out: it is reported and counted.
+    #[test]
+    fn a_damaged_body_is_reported_not_returned() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut b = SegmentBodies::open(dir.path(), 1 << 20).expect("open");
+        b.put(1, &Bytes::from_static(b"first body"));
+        b.put(2, &Bytes::from_static(b"second body"));
+        b.persist_all().expect("persist");
+        let loc = b.spilled[&2];
+        let f = OpenOptions::new()
+            .write(true)
+            .open(b.seg_path(loc.seg))
+            .expect("segment");
+        f.write_all_at(b"X", loc.off + 3).expect("damage");
+        assert_eq!(b.get(1), Some(Bytes::from_static(b"first body")));
+        assert_eq!(b.get(2), None);
+        assert_eq!(b.unreadable(), 1);
+        assert_eq!(b.ids().len(), 2, "the damaged message is still indexed");
+    }
+
+    /// A snapshot that names a missing or cut segment refuses to restore, naming the file.
+    #[test]
+    fn a_missing_or_cut_segment_fails_the_restore_by_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (index, path) = {
+            let mut b = SegmentBodies::open(dir.path(), 1 << 20).expect("open");
+            b.put(1, &Bytes::from_static(b"body one"));
+            let index = b.persist_all().expect("persist");
+            (index, b.seg_path(b.spilled[&1].seg))
+        };
+        let f = OpenOptions::new().write(true).open(&path).expect("segment");
+        f.set_len(3).expect("cut");
+        let mut b = SegmentBodies::open(dir.path(), 1 << 20).expect("reopen");
+        let err = b.restore(&index).expect_err("a cut segment");
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        std::fs::remove_file(&path).expect("rm");
+        let mut b = SegmentBodies::open(dir.path(), 1 << 20).expect("reopen");
+        let err = b.restore(&index).expect_err("a missing segment");
+        assert!(err.contains("missing") && err.contains(&path.display().to_string()), "{err}");
+    }
+
+    /// Snapshots written before body checksums still restore (their bodies unchecked).
+    #[test]
+    fn an_index_without_checksums_still_restores() {
+        #[derive(Serialize)]
+        struct OldLoc {
+            seg: u32,
+            off: u64,
+            len: u32,
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("0000000000.seg"), b"old body").expect("segment");
+        let old = raft_log::codec::encode(&vec![(
+            7u64,
+            OldLoc {
+                seg: 0,
+                off: 0,
+                len: 8,
+            },
+        )])
+        .expect("encode");
+        let mut b = SegmentBodies::open(dir.path(), 1 << 20).expect("open");
+        b.restore(&old).expect("restore an old index");
+        assert_eq!(b.get(7), Some(Bytes::from_static(b"old body")));
+        let new = b.persist_all().expect("persist");
+        let mut c = SegmentBodies::open(dir.path(), 1 << 20).expect("reopen");
+        c.restore(&new).expect("restore the new index");
+        assert_eq!(c.get(7), Some(Bytes::from_static(b"old body")));
     }
 }

@@ -203,8 +203,14 @@ impl QueueHost {
     /// Bodies held only in memory are written (and synced) to the body
     /// segments first: the snapshot lets openraft purge the log entries
     /// that carried them.
+    ///
+    /// Errors: a body could not be written or synced (no snapshot is taken,
+    /// so the log that holds the bodies is not purged); encoding.
     pub fn snapshot(&mut self) -> Result<Vec<u8>, raft_log::StoreError> {
-        let index = self.bodies.persist_all();
+        let index = self
+            .bodies
+            .persist_all()
+            .map_err(raft_log::StoreError::Flush)?;
         raft_log::codec::encode(&(&self.machine, index))
     }
 
@@ -287,7 +293,8 @@ impl QueueHost {
     /// own, persists the rest, and returns the snapshot bytes with the body
     /// index replaced by this replica's own.
     ///
-    /// Errors: the snapshot bytes do not decode or re-encode.
+    /// Errors: the snapshot bytes do not decode or re-encode; the bodies
+    /// cannot be written or synced.
     pub fn finish_import(
         &mut self,
         snapshot: Vec<u8>,
@@ -312,7 +319,10 @@ impl QueueHost {
                 self.bodies.remove(id);
             }
         }
-        let index = self.bodies.persist_all();
+        let index = self
+            .bodies
+            .persist_all()
+            .map_err(|e| format!("persisting received bodies: {e}"))?;
         payload.machine = raft_log::codec::encode(&(&machine, index)).map_err(|e| e.to_string())?;
         payload.encode().map_err(|e| e.to_string())
     }
