@@ -100,7 +100,8 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(v) = args.wal_truncate_at {
         config.wal_truncate_at = Some(
-            raft_log::parse_truncate_at(&v).map_err(|e| anyhow::anyhow!("--wal-truncate-at: {e}"))?,
+            raft_log::parse_truncate_at(&v)
+                .map_err(|e| anyhow::anyhow!("--wal-truncate-at: {e}"))?,
         );
     }
     config

@@ -662,10 +662,21 @@ mod tests {
         assert_eq!(FAILURES.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert!(b.spilled.is_empty(), "nothing claims to be on disk");
         for id in 0..5u64 {
-            assert_eq!(b.get(id), Some(body(id)), "body {id} lost by a failed spill");
+            assert_eq!(
+                b.get(id),
+                Some(body(id)),
+                "body {id} lost by a failed spill"
+            );
         }
-        assert!(b.persist_all().is_err(), "no snapshot over unwritten bodies");
-        assert_eq!(FAILURES.load(std::sync::atomic::Ordering::SeqCst), 1, "reported once");
+        assert!(
+            b.persist_all().is_err(),
+            "no snapshot over unwritten bodies"
+        );
+        assert_eq!(
+            FAILURES.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "reported once"
+        );
     }
 
     /// A spilled body whose bytes changed on disk is not handed out: it is reported and counted.
@@ -706,7 +717,10 @@ mod tests {
         std::fs::remove_file(&path).expect("rm");
         let mut b = SegmentBodies::open(dir.path(), 1 << 20).expect("reopen");
         let err = b.restore(&index).expect_err("a missing segment");
-        assert!(err.contains("missing") && err.contains(&path.display().to_string()), "{err}");
+        assert!(
+            err.contains("missing") && err.contains(&path.display().to_string()),
+            "{err}"
+        );
     }
 
     /// Snapshots written before body checksums still restore (their bodies unchecked).

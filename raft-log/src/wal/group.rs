@@ -100,6 +100,19 @@ impl GroupLog {
         Ok(())
     }
 
+    /// Recovery only, before [`GroupLog::put`] of a replayed entry: an entry below the held
+    /// range overwrote (Raft truncation) entries that lived in segments deleted since. A segment
+    /// is deleted only once no live entry points into it, so those entries are dead by the end
+    /// of the log; drop what is held so the entry starts the range, as the live log's
+    /// truncation of everything from `index` on did. (Found by the simulated power-loss test:
+    /// an overwrite, then a roll whose compaction rewrote the group and freed the oldest
+    /// segment, left a log that reopened with "append of index 2 to a log holding [4, 8)".)
+    pub fn rebase_for_replay(&mut self, index: u64, on_remove: &mut impl FnMut(u64)) {
+        if !self.slots.is_empty() && index < self.first {
+            self.clear(on_remove);
+        }
+    }
+
     /// Whether [`GroupLog::put`] of `index` would be accepted (see there).
     pub fn can_put(&self, index: u64) -> Result<(), String> {
         if !self.slots.is_empty() && (index > self.next() || index < self.first) {

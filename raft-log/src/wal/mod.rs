@@ -30,6 +30,8 @@
 //!   machine's read-after-commit never touches the disk; older ones are read with `pread`.
 
 mod group;
+#[cfg(test)]
+mod power_loss;
 mod record;
 mod state;
 
@@ -111,7 +113,21 @@ impl Wal {
             .filter_map(|e| e.ok()?.file_name().to_str().and_then(seg_id))
             .collect();
         ids.sort_unstable();
+        // Segment ids are consecutive and only a prefix is ever deleted, so files before a gap
+        // were deleted: their unlink did not reach the disk before a power loss (the directory
+        // is fsynced only when a segment is created). Replaying them would resurrect dead
+        // entries below the hole; any live entry they held would show in `check_ranges`.
+        let after_gap = ids
+            .windows(2)
+            .rposition(|w| w[1] != w[0] + 1)
+            .map_or(0, |p| p + 1);
+        for id in ids.drain(..after_gap) {
+            let path = seg_path(dir, id);
+            tracing::warn!(segment = %path.display(), "deleting a WAL segment that was deleted before and reappeared (crash before the directory was synced)");
+            fs::remove_file(&path).map_err(StoreError::Flush)?;
+        }
         let mut st = State::empty();
+        st.replaying = true;
         let mut ended = false;
         // Nonces of the marks replayed so far (one per incarnation of the WAL).
         let mut nonces: Vec<u64> = Vec::new();
@@ -191,6 +207,9 @@ impl Wal {
             seg.written = at as u64;
             st.current = id;
         }
+        st.check_ranges()?;
+        st.replaying = false;
+        st.ranges.clear();
         let wal = Wal {
             dir: dir.to_path_buf(),
             opts,
@@ -478,7 +497,10 @@ fn synced_after(
         let mut pos = 0;
         while let Ok(Some(r)) = record::parse(&later_bytes, pos) {
             if let Some((ordinal, _)) = record::mark_of(&r) {
-                return Ok(Some(format!("{} offset {pos}, round {ordinal}", seg_file_name(id))));
+                return Ok(Some(format!(
+                    "{} offset {pos}, round {ordinal}",
+                    seg_file_name(id)
+                )));
             }
             pos = r.next;
         }
@@ -494,9 +516,9 @@ pub fn seg_file_name(id: u64) -> String {
 /// Parse an operator's `--wal-truncate-at` value, `<segment file name or id>:<offset>`, into
 /// `(segment id, offset)`. Errors: a description of what is malformed.
 pub fn parse_truncate_at(s: &str) -> Result<(u64, u64), String> {
-    let (seg, off) = s
-        .rsplit_once(':')
-        .ok_or_else(|| format!("{s:?}: expected SEGMENT:OFFSET, e.g. 00000000000000000003.wal:4096"))?;
+    let (seg, off) = s.rsplit_once(':').ok_or_else(|| {
+        format!("{s:?}: expected SEGMENT:OFFSET, e.g. 00000000000000000003.wal:4096")
+    })?;
     let seg = seg.rsplit('/').next().unwrap_or(seg);
     let id = seg_id(seg)
         .or_else(|| seg.parse().ok())
@@ -624,8 +646,15 @@ mod tests {
             .unwrap()
             .parse()
             .unwrap();
-        assert!(err.contains(&format!("--wal-truncate-at {name}:{off}")), "{err}");
-        assert_eq!(fs::read(&seg).unwrap().len(), before.len(), "nothing was cut");
+        assert!(
+            err.contains(&format!("--wal-truncate-at {name}:{off}")),
+            "{err}"
+        );
+        assert_eq!(
+            fs::read(&seg).unwrap().len(),
+            before.len(),
+            "nothing was cut"
+        );
         let segments = segment_files(&path).len();
 
         // A truncate elsewhere is not this corruption's repair.
@@ -641,7 +670,11 @@ mod tests {
             ..WalOptions::default()
         };
         let wal = Wal::open(&path, repair).expect("the operator's truncate opens the log");
-        assert_eq!(held(&wal, 1), vec![1, 2, 3], "entries before the damaged record");
+        assert_eq!(
+            held(&wal, 1),
+            vec![1, 2, 3],
+            "entries before the damaged record"
+        );
         wal.append(1, vec![(4, vec![40; 10])]).unwrap();
         wal.sync().unwrap();
         drop(wal);
@@ -698,6 +731,37 @@ mod tests {
         damage(&newest, 10, &[0xFF; 4]);
         let wal = Wal::open(&path, opts).expect("a torn tail opens");
         assert_eq!(held(&wal, 1), vec![1, 2, 3]);
+    }
+
+    /// A missing segment that held live entries is corruption, not a resurrected leftover:
+    /// recovery refuses instead of starting without them.
+    #[test]
+    fn a_missing_segment_with_live_entries_fails_the_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        let opts = WalOptions {
+            segment_bytes: 4096,
+            ..WalOptions::default()
+        };
+        {
+            let wal = Wal::open(&path, opts).unwrap();
+            wal.append(2, vec![(1, vec![2; 100])]).unwrap(); // stays live in the first segment
+            for i in 1..=7u64 {
+                wal.append(1, vec![(i, vec![1; 1500])]).unwrap();
+                wal.sync().unwrap();
+            }
+        }
+        let files = segment_files(&path);
+        assert_eq!(files.len(), 3, "{files:?}");
+        fs::remove_file(&files[1]).unwrap();
+        let err = match Wal::open(&path, opts) {
+            Ok(_) => panic!("opened without group 2's live entry"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains("declares entries") && err.contains("missing"),
+            "{err}"
+        );
     }
 
     /// Found by the fault suite (a node that restarted after a rolling restart refused to open:

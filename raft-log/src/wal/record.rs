@@ -213,7 +213,11 @@ mod tests {
         assert_eq!(find_mark(&buf, 0, &[7]), None);
         let mut bad = buf.clone();
         bad[real_at + HEADER_BYTES] ^= 1;
-        assert_eq!(find_mark(&bad, 0, &[42]), None, "a damaged mark is no evidence");
+        assert_eq!(
+            find_mark(&bad, 0, &[42]),
+            None,
+            "a damaged mark is no evidence"
+        );
         assert_eq!(find_mark(&buf[..real_at + 3], 0, &[42]), None);
     }
 }

@@ -75,6 +75,13 @@ pub(super) struct State {
     pub rounds: u64,
     /// This incarnation's mark nonce (random per open).
     pub nonce: u64,
+    /// Records are being replayed by recovery (`Wal::open`), not appended.
+    pub replaying: bool,
+    /// During replay: each group's `[first, next)` as the last checkpoint declared it and the
+    /// records since changed it. At the end of recovery every group must hold exactly this
+    /// range (the entries of deleted segments are dead by then); a shortfall means a segment
+    /// with live entries is missing.
+    pub ranges: HashMap<GroupId, (u64, u64)>,
 }
 
 /// A nonce no client can predict: std's per-process random hash keys over the clock.
@@ -114,6 +121,8 @@ impl State {
             marked: false,
             rounds: 0,
             nonce: random_nonce(),
+            replaying: false,
+            ranges: HashMap::new(),
         }
     }
 
@@ -145,6 +154,10 @@ impl State {
             self.rounds = self.rounds.max(index);
             return Ok(());
         }
+        if self.replaying {
+            self.track_range(rec)?;
+        }
+        let replaying = self.replaying;
         let State { groups, segs, .. } = self;
         let mut on_remove = |s: u64| {
             if let Some(seg) = segs.get_mut(&s) {
@@ -159,10 +172,11 @@ impl State {
                     len: payload.len() as u32,
                     data,
                 };
-                groups
-                    .entry(group)
-                    .or_default()
-                    .put(index, slot, &mut on_remove)
+                let g = groups.entry(group).or_default();
+                if replaying {
+                    g.rebase_for_replay(index, &mut on_remove);
+                }
+                g.put(index, slot, &mut on_remove)
                     .map_err(|e| StoreError::corrupt(format!("group {group}: {e}")))?;
                 if let Some(s) = segs.get_mut(&seg) {
                     s.live += 1;
@@ -239,6 +253,87 @@ impl State {
                     g.purged = c.purged;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Replay only: how `rec` changes its group's `[first, next)` (see [`State::ranges`]),
+    /// following [`GroupLog`]'s rules without the entries themselves.
+    fn track_range(&mut self, rec: Rec<'_>) -> Result<(), StoreError> {
+        let Rec {
+            kind,
+            group,
+            index,
+            payload,
+        } = rec;
+        let ranges = &mut self.ranges;
+        match kind {
+            Kind::Checkpoint => {
+                let list: Vec<GroupCheckpoint> = codec::decode(payload)?;
+                *ranges = list
+                    .into_iter()
+                    .map(|c| (c.group, (c.first, c.next)))
+                    .collect();
+            }
+            Kind::Entry => {
+                let r = ranges.entry(group).or_insert((index, index));
+                if r.0 == r.1 || index < r.0 {
+                    r.0 = index;
+                }
+                r.1 = index + 1;
+            }
+            Kind::Truncate => {
+                if let Some(r) = ranges.get_mut(&group) {
+                    r.1 = r.1.min(index.max(r.0));
+                }
+            }
+            Kind::Purge => {
+                let r = ranges.entry(group).or_insert((index + 1, index + 1));
+                if index >= r.0 {
+                    r.0 = index + 1;
+                    r.1 = r.1.max(r.0);
+                }
+            }
+            Kind::Drop => {
+                ranges.remove(&group);
+            }
+            Kind::Rewrite => {
+                let (mut pos, mut n) = (0usize, 0u64);
+                while let Some(len) = payload.get(pos..pos + 4) {
+                    pos += 4 + u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+                    n += 1;
+                }
+                ranges.insert(group, (index, index + n));
+            }
+            Kind::Vote | Kind::Committed | Kind::Mark => {}
+        }
+        Ok(())
+    }
+
+    /// End of replay: every group holds exactly the range the log declares
+    /// ([`State::ranges`]). Errors: [`StoreError::Corrupt`] naming the first group that does
+    /// not (a segment holding live entries is missing).
+    pub(super) fn check_ranges(&self) -> Result<(), StoreError> {
+        let held = |g: &GroupLog| (g.len() > 0).then(|| (g.first(), g.next()));
+        for (id, g) in &self.groups {
+            let want = self.ranges.get(id).copied().filter(|r| r.0 < r.1);
+            if held(g) != want {
+                return Err(StoreError::corrupt(format!(
+                    "group {id}: the log declares entries {want:?} but recovery found {:?}: \
+                     a segment file holding live entries is missing",
+                    held(g)
+                )));
+            }
+        }
+        if let Some((id, r)) = self
+            .ranges
+            .iter()
+            .find(|(id, r)| r.0 < r.1 && !self.groups.contains_key(id))
+        {
+            return Err(StoreError::corrupt(format!(
+                "group {id}: the log declares entries {r:?} but recovery found none: \
+                 a segment file holding live entries is missing"
+            )));
         }
         Ok(())
     }
