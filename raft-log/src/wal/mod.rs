@@ -84,6 +84,10 @@ pub(crate) struct Wal {
     dir: PathBuf,
     opts: WalOptions,
     state: Mutex<State>,
+    /// Tests: each deleted segment's name and bytes as they were when it was deleted (the
+    /// power-loss simulation lets an unsynced unlink come undone).
+    #[cfg(test)]
+    deleted: Mutex<Vec<(String, Vec<u8>)>>,
 }
 
 /// A group's metadata records, encoded (see [`group::GroupLog`]'s fields of the same names).
@@ -113,107 +117,78 @@ impl Wal {
             .filter_map(|e| e.ok()?.file_name().to_str().and_then(seg_id))
             .collect();
         ids.sort_unstable();
-        // Segment ids are consecutive and only a prefix is ever deleted, so files before a gap
-        // were deleted: their unlink did not reach the disk before a power loss (the directory
-        // is fsynced only when a segment is created). Replaying them would resurrect dead
-        // entries below the hole; any live entry they held would show in `check_ranges`.
-        let after_gap = ids
+        // Segment ids are consecutive and only a prefix is ever deleted, so a gap in them comes
+        // from a power loss that kept some directory changes and lost others (the directory is
+        // fsynced when a round created a segment, never after deletions): either segments
+        // deleted earlier reappeared before the gap (their unlink was not durable), or
+        // segments after it were created by the round that crashed (their directory entry
+        // made it, an earlier one's did not). The first reading is tried first and taken if
+        // the log it leaves holds every entry it declares live; else the second, which only
+        // drops writes of the crashed, unacknowledged round, if nothing after the gap was
+        // synced; else the log is missing a segment it needs and the open fails.
+        let first_gap = ids.windows(2).position(|w| w[1] != w[0] + 1).map(|p| p + 1);
+        let last_gap = ids
             .windows(2)
             .rposition(|w| w[1] != w[0] + 1)
-            .map_or(0, |p| p + 1);
-        for id in ids.drain(..after_gap) {
-            let path = seg_path(dir, id);
-            tracing::warn!(segment = %path.display(), "deleting a WAL segment that was deleted before and reappeared (crash before the directory was synced)");
-            fs::remove_file(&path).map_err(StoreError::Flush)?;
-        }
-        let mut st = State::empty();
-        st.replaying = true;
-        let mut ended = false;
-        // Nonces of the marks replayed so far (one per incarnation of the WAL).
-        let mut nonces: Vec<u64> = Vec::new();
-        for (n, &id) in ids.iter().enumerate() {
-            let path = seg_path(dir, id);
-            if ended {
-                tracing::warn!(segment = %path.display(), "deleting WAL segment after a torn record");
-                fs::remove_file(&path).map_err(StoreError::Flush)?;
-                continue;
-            }
-            let bytes = fs::read(&path).map_err(StoreError::Flush)?;
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .map_err(StoreError::Flush)?;
-            st.segs.insert(
-                id,
-                Seg {
-                    file: Arc::new(file),
-                    written: 0,
-                    live: 0,
-                },
-            );
-            let mut at = 0;
-            loop {
-                match record::parse(&bytes, at) {
-                    Ok(None) => break,
-                    Ok(Some(r)) if at > 0 || r.kind == Kind::Checkpoint => {
-                        if let Some((_, nonce)) = record::mark_of(&r) {
-                            if !nonces.contains(&nonce) {
-                                nonces.push(nonce);
-                            }
-                        }
-                        let rec = Rec {
-                            kind: r.kind,
-                            group: r.group,
-                            index: r.index,
-                            payload: r.payload,
-                        };
-                        st.apply(rec, id, r.payload_at as u64, None)?;
-                        at = r.next;
+            .map(|p| p + 1);
+        let (mut st, torn, dropped) = match (first_gap, last_gap) {
+            // Deletion needs a durable newer checkpoint: after reappeared segments the log
+            // goes on with an intact one.
+            (Some(first), Some(last)) => {
+                match starts_with_checkpoint(dir, ids[last]).and_then(|ok| {
+                    if ok {
+                        replay(dir, &ids[last..], &opts)
+                    } else {
+                        Err(StoreError::corrupt(format!(
+                            "{} after a gap in the WAL's segments has no intact checkpoint",
+                            seg_path(dir, ids[last]).display()
+                        )))
                     }
-                    _ => {
-                        let evidence = synced_after(dir, &bytes, at, &ids[n + 1..], &nonces)?;
-                        match evidence {
-                            Some(mark) if opts.truncate_at != Some((id, at as u64)) => {
-                                return Err(StoreError::corrupt(format!(
-                                    "WAL segment {} is corrupt at offset {at}: a damaged record \
-                                     that was synced (a later sync round's mark follows it, at \
-                                     {mark}); recovering past it would silently drop \
-                                     acknowledged writes. Restore the data directory, or rebuild \
-                                     this node from the other replicas, or cut the log there \
-                                     (drops every record from that offset on) by starting once \
-                                     with: --wal-truncate-at {}:{at}",
-                                    path.display(),
-                                    seg_file_name(id),
-                                )));
-                            }
-                            Some(mark) => tracing::warn!(segment = %path.display(), offset = at,
-                                %mark, "corrupt WAL record: cutting the log here at the operator's \
-                                request (--wal-truncate-at); every record from here on is dropped"),
-                            None => tracing::warn!(segment = %path.display(), offset = at,
-                                len = bytes.len(),
-                                "torn WAL record: the log ends here (unacknowledged writes)"),
+                }) {
+                    Ok(r) => {
+                        for &id in &ids[..last] {
+                            tracing::warn!(segment = %seg_path(dir, id).display(),
+                            "deleting a WAL segment that was deleted before and reappeared \
+                             (power loss before the directory was synced)");
                         }
-                        ended = true;
-                        break;
+                        (r.0, r.1, [&ids[..last], &r.2[..]].concat())
                     }
+                    // A round that never synced left no mark after the gap: the segments it created
+                    // mid-round have none. A mark there means acknowledged writes: refuse.
+                    Err(e) if synced_after(dir, &[], 0, &ids[first..], &[])?.is_some() => {
+                        return Err(e)
+                    }
+                    Err(e) => match replay(dir, &ids[..first], &opts) {
+                        Ok(r) => {
+                            for &id in &ids[first..] {
+                                tracing::warn!(segment = %seg_path(dir, id).display(),
+                                "deleting a WAL segment of a round that never synced (the \
+                                 segment created before it is missing)");
+                            }
+                            (r.0, r.1, [&ids[first..], &r.2[..]].concat())
+                        }
+                        Err(_) => return Err(e),
+                    },
                 }
             }
-            let seg = st.segs.get_mut(&id).expect("inserted above");
-            if ended {
-                seg.file.set_len(at as u64).map_err(StoreError::Flush)?;
-                seg.file.sync_all().map_err(StoreError::Flush)?;
-            }
-            seg.written = at as u64;
-            st.current = id;
+            _ => replay(dir, &ids, &opts)?,
+        };
+        if let Some((id, at)) = torn {
+            let seg = st.segs.get_mut(&id).expect("replay holds the torn segment");
+            seg.file.set_len(at).map_err(StoreError::Flush)?;
+            seg.file.sync_all().map_err(StoreError::Flush)?;
         }
-        st.check_ranges()?;
+        for id in dropped {
+            fs::remove_file(seg_path(dir, id)).map_err(StoreError::Flush)?;
+        }
         st.replaying = false;
         st.ranges.clear();
         let wal = Wal {
             dir: dir.to_path_buf(),
             opts,
             state: Mutex::new(st),
+            #[cfg(test)]
+            deleted: Mutex::new(Vec::new()),
         };
         wal.lock().roll(dir)?;
         wal.sync().map_err(StoreError::Flush)?;
@@ -461,12 +436,143 @@ impl Wal {
         }
         for id in doomed {
             let path = seg_path(&self.dir, id);
+            #[cfg(test)]
+            if let Ok(bytes) = fs::read(&path) {
+                self.deleted
+                    .lock()
+                    .unwrap()
+                    .push((seg_file_name(id), bytes));
+            }
             if let Err(e) = fs::remove_file(&path) {
                 tracing::warn!(segment = %path.display(), error = %e, "could not delete drained WAL segment");
             }
         }
         Ok(())
     }
+}
+
+/// Whether segment `id` opens with an intact checkpoint record. Errors: I/O as `Flush`.
+fn starts_with_checkpoint(dir: &Path, id: u64) -> Result<bool, StoreError> {
+    let bytes = fs::read(seg_path(dir, id)).map_err(StoreError::Flush)?;
+    Ok(matches!(record::parse(&bytes, 0), Ok(Some(r)) if r.kind == Kind::Checkpoint))
+}
+
+/// Replay the segments `ids` (consecutive) into a fresh [`State`] without changing any file:
+/// returns the state, where a torn record ends the log (`(segment, offset)` to cut at) and the
+/// segments after it (to delete). Errors: contradictory records, corruption (a bad record a
+/// later round's mark follows, unless `opts.truncate_at` names it), or a group that does not
+/// hold every entry the log declares live ([`State::check_ranges`]); I/O as `Flush`.
+///
+/// A last segment without a mark holds one round's writes (a round's mark goes in the segment
+/// current when it starts); if the log only holds together without it — its checkpoint
+/// declares entries the crashed round wrote into the previous segment and lost — it is
+/// dropped like a torn tail.
+#[allow(clippy::type_complexity)]
+fn replay(
+    dir: &Path,
+    ids: &[u64],
+    opts: &WalOptions,
+) -> Result<(State, Option<(u64, u64)>, Vec<u64>), StoreError> {
+    let (st, torn, later, ranges) = replay_once(dir, ids, opts)?;
+    let Err(e) = ranges else {
+        return Ok((st, torn, later));
+    };
+    let last = torn.map_or(ids.last().copied(), |t| Some(t.0));
+    let end = last.and_then(|l| ids.iter().position(|&i| i == l));
+    match end {
+        Some(end) if end > 0 && synced_after(dir, &[], 0, &ids[end..=end], &[])?.is_none() => {
+            tracing::warn!(segment = %seg_path(dir, ids[end]).display(),
+                "dropping the last WAL segment: written by a round that never synced, its \
+                 checkpoint declares entries that round lost");
+            drop(st);
+            let (st, torn, mut later) = replay(dir, &ids[..end], opts)?;
+            later.extend_from_slice(&ids[end..]);
+            Ok((st, torn, later))
+        }
+        _ => Err(e),
+    }
+}
+
+/// One pass of [`replay`]; the range check's verdict is returned beside the state.
+#[allow(clippy::type_complexity)]
+fn replay_once(
+    dir: &Path,
+    ids: &[u64],
+    opts: &WalOptions,
+) -> Result<(State, Option<(u64, u64)>, Vec<u64>, Result<(), StoreError>), StoreError> {
+    let mut st = State::empty();
+    st.replaying = true;
+    // Nonces of the marks replayed so far (one per incarnation of the WAL).
+    let mut nonces: Vec<u64> = Vec::new();
+    for (n, &id) in ids.iter().enumerate() {
+        let path = seg_path(dir, id);
+        let bytes = fs::read(&path).map_err(StoreError::Flush)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(StoreError::Flush)?;
+        st.segs.insert(
+            id,
+            Seg {
+                file: Arc::new(file),
+                written: 0,
+                live: 0,
+            },
+        );
+        st.current = id;
+        let mut at = 0;
+        loop {
+            match record::parse(&bytes, at) {
+                Ok(None) => break,
+                Ok(Some(r)) if at > 0 || r.kind == Kind::Checkpoint => {
+                    if let Some((_, nonce)) = record::mark_of(&r) {
+                        if !nonces.contains(&nonce) {
+                            nonces.push(nonce);
+                        }
+                    }
+                    let rec = Rec {
+                        kind: r.kind,
+                        group: r.group,
+                        index: r.index,
+                        payload: r.payload,
+                    };
+                    st.apply(rec, id, r.payload_at as u64, None)?;
+                    at = r.next;
+                }
+                _ => {
+                    let evidence = synced_after(dir, &bytes, at, &ids[n + 1..], &nonces)?;
+                    match evidence {
+                        Some(mark) if opts.truncate_at != Some((id, at as u64)) => {
+                            return Err(StoreError::corrupt(format!(
+                                "WAL segment {} is corrupt at offset {at}: a damaged record \
+                                 that was synced (a later sync round's mark follows it, at \
+                                 {mark}); recovering past it would silently drop \
+                                 acknowledged writes. Restore the data directory, or rebuild \
+                                 this node from the other replicas, or cut the log there \
+                                 (drops every record from that offset on) by starting once \
+                                 with: --wal-truncate-at {}:{at}",
+                                path.display(),
+                                seg_file_name(id),
+                            )));
+                        }
+                        Some(mark) => tracing::warn!(segment = %path.display(), offset = at,
+                            %mark, "corrupt WAL record: cutting the log here at the operator's \
+                            request (--wal-truncate-at); every record from here on is dropped"),
+                        None => tracing::warn!(segment = %path.display(), offset = at,
+                            len = bytes.len(),
+                            "torn WAL record: the log ends here (unacknowledged writes)"),
+                    }
+                    st.segs.get_mut(&id).expect("inserted above").written = at as u64;
+                    let ranges = st.check_ranges();
+                    return Ok((st, Some((id, at as u64)), ids[n + 1..].to_vec(), ranges));
+                }
+            }
+        }
+        st.segs.get_mut(&id).expect("inserted above").written = at as u64;
+    }
+    let ranges = st.check_ranges();
+    Ok((st, None, Vec::new(), ranges))
 }
 
 /// Where a sync round later than the one that wrote the bad record at `at` of `bytes` left its
