@@ -1,5 +1,6 @@
 //! Simulated power loss under the WAL (issue 11 item 4): a crash of the machine, not the
-//! process. Random workloads run against a real [`Wal`] in a temporary directory; after every
+//! process. Random workloads (appends, Raft overwrites and truncations, purges, votes, committed
+//! ids, group drops) run against a real [`Wal`] in a temporary directory; after every
 //! sync round the directory's files are captured. A crash during round `c` is then built from
 //! the image after round `c - 1` (everything synced survives) and the image after round `c`:
 //! every 512-byte sector round `c` wrote is independently persisted, lost (reads as zeros) or,
@@ -73,7 +74,13 @@ impl std::fmt::Debug for Logical {
                 .iter()
                 .map(|(i, d)| format!("{i}:{}/{}", d.len(), d[d.len() - 1]))
                 .collect();
-            write!(f, "[g{id} vote {:?} {}] ", g.vote, es.join(" "))?;
+            write!(
+                f,
+                "[g{id} vote {:?} committed {:?} {}] ",
+                g.vote,
+                g.committed,
+                es.join(" ")
+            )?;
         }
         Ok(())
     }
@@ -83,6 +90,7 @@ impl std::fmt::Debug for Logical {
 struct Group {
     entries: BTreeMap<u64, Vec<u8>>,
     vote: Option<Vec<u8>>,
+    committed: Option<Vec<u8>>,
 }
 
 #[derive(Clone)]
@@ -101,6 +109,19 @@ enum Op {
         group: GroupId,
         vote: Vec<u8>,
     },
+    Committed {
+        group: GroupId,
+        committed: Vec<u8>,
+    },
+    /// Remove the entries `>= index` (openraft `truncate`).
+    Truncate {
+        group: GroupId,
+        index: u64,
+    },
+    /// The group is deleted (its queue was); the id may start over here, which the WAL allows.
+    Drop {
+        group: GroupId,
+    },
 }
 
 impl std::fmt::Debug for Op {
@@ -116,6 +137,9 @@ impl std::fmt::Debug for Op {
             }
             Op::Purge { group, index } => write!(f, "purge g{group} ..={index}"),
             Op::Vote { group, vote } => write!(f, "vote g{group} {vote:?}"),
+            Op::Committed { group, committed } => write!(f, "committed g{group} {committed:?}"),
+            Op::Truncate { group, index } => write!(f, "truncate g{group} {index}.."),
+            Op::Drop { group } => write!(f, "drop g{group}"),
         }
     }
 }
@@ -135,13 +159,23 @@ impl Logical {
             Op::Vote { group, vote } => {
                 self.groups.entry(*group).or_default().vote = Some(vote.clone());
             }
+            Op::Committed { group, committed } => {
+                self.groups.entry(*group).or_default().committed = Some(committed.clone());
+            }
+            Op::Truncate { group, index } => {
+                let g = self.groups.entry(*group).or_default();
+                g.entries.split_off(index);
+            }
+            Op::Drop { group } => {
+                self.groups.remove(group);
+            }
         }
     }
 
     /// Groups with nothing in them compare equal to absent ones.
     fn normalized(mut self) -> Logical {
         self.groups
-            .retain(|_, g| !g.entries.is_empty() || g.vote.is_some());
+            .retain(|_, g| !g.entries.is_empty() || g.vote.is_some() || g.committed.is_some());
         self
     }
 
@@ -149,7 +183,9 @@ impl Logical {
         let mut out = Logical::default();
         for group in 1..=GROUPS {
             let g = out.groups.entry(group).or_default();
-            g.vote = wal.meta(group).vote;
+            let meta = wal.meta(group);
+            g.vote = meta.vote;
+            g.committed = meta.committed;
             for e in wal.read(group, 0, u64::MAX).unwrap() {
                 let index = u64::from_le_bytes(e[..8].try_into().unwrap());
                 g.entries.insert(index, e.to_vec());
@@ -187,6 +223,21 @@ fn random_op(
             *n = f + 1 + rng.below(*n - f - 1);
             put(rng, group, next)
         }
+        25..=29 if first.is_some() => {
+            // Truncate the tail from a held index on.
+            let f = first.unwrap();
+            let index = f + rng.below(*n - f);
+            *n = index;
+            Op::Truncate { group, index }
+        }
+        30..=35 => Op::Committed {
+            group,
+            committed: vec![round as u8, rng.below(256) as u8, 1],
+        },
+        36..=37 => {
+            *n = 1;
+            Op::Drop { group }
+        }
         _ => put(rng, group, next),
     }
 }
@@ -207,6 +258,9 @@ fn run(wal: &Wal, op: &Op) {
         Op::Put { group, index, data } => wal.append(*group, vec![(*index, data.clone())]).unwrap(),
         Op::Purge { group, index } => wal.purge(*group, *index, b"log-id").unwrap(),
         Op::Vote { group, vote } => wal.set_vote(*group, vote).unwrap(),
+        Op::Committed { group, committed } => wal.set_committed(*group, committed).unwrap(),
+        Op::Truncate { group, index } => wal.truncate(*group, *index).unwrap(),
+        Op::Drop { group } => wal.drop_group(*group).unwrap(),
     }
 }
 
