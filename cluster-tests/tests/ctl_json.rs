@@ -62,6 +62,7 @@ async fn list_queues_json_shows_the_quorum_queue_led_by_node_1() {
                 "leader": 1, "members": [1], "online": [1],
                 "messages_ready": 2, "messages_unacknowledged": 0,
                 "consumers": 0, "dead_letter_held": 0, "policy": "",
+                "unreadable_bodies": 0,
             })
         );
 
@@ -73,7 +74,19 @@ async fn list_queues_json_shows_the_quorum_queue_led_by_node_1() {
             .with_context(|| format!("{q} in table {table}"))?;
         assert_eq!(
             line.split('\t').collect::<Vec<_>>(),
-            [q.as_str(), "quorum", "2", "0", "0", "0", "", "1", "1", "1"]
+            [
+                q.as_str(),
+                "quorum",
+                "2",
+                "0",
+                "0",
+                "0",
+                "",
+                "1",
+                "1",
+                "1",
+                "0"
+            ]
         );
 
         close_connection(&conn).await?;

@@ -209,6 +209,7 @@ impl Admin for AdminService {
                 messages_unacknowledged: st.messages_unacknowledged,
                 consumers: st.consumers,
                 dead_letter_held: st.dead_letter_held,
+                unreadable_bodies: st.unreadable_bodies,
                 group_id: rec.group_id,
                 policy: policy.unwrap_or_default(),
                 leader: st.leader,

@@ -241,13 +241,16 @@ const QUEUE_COLUMNS: &[&str] = &[
     "leader",
     "members",
     "online",
+    "unreadable_bodies",
 ];
 
 /// One queue of `list_queues`: `name`, `vhost`, `type` ("quorum" |
 /// "classic"), `leader` (node id, null while unknown), `members` (node ids
 /// holding a replica), `online` (those the answering node sees running),
 /// `messages_ready`, `messages_unacknowledged`, `consumers`,
-/// `dead_letter_held` (counts), `policy` (effective policy name, "" for none).
+/// `dead_letter_held` (counts), `policy` (effective policy name, "" for none),
+/// `unreadable_bodies` (bodies the leader could not read back intact; > 0 =
+/// unhealthy).
 fn queue_row(q: &QueueInfo) -> Row {
     Row(vec![
         ("name", json!(q.name)),
@@ -261,6 +264,7 @@ fn queue_row(q: &QueueInfo) -> Row {
         ("consumers", json!(q.consumers)),
         ("dead_letter_held", json!(q.dead_letter_held)),
         ("policy", json!(q.policy)),
+        ("unreadable_bodies", json!(q.unreadable_bodies)),
     ])
 }
 
@@ -384,6 +388,7 @@ mod tests {
             leader,
             members: members.to_vec(),
             online: online.to_vec(),
+            unreadable_bodies: 0,
         }
     }
 
@@ -438,13 +443,13 @@ mod tests {
                     "name": "q1", "vhost": "/", "type": "quorum", "leader": 2,
                     "members": [1, 2, 3], "online": [2, 3],
                     "messages_ready": 3, "messages_unacknowledged": 2, "consumers": 1,
-                    "dead_letter_held": 4, "policy": "DLX",
+                    "dead_letter_held": 4, "policy": "DLX", "unreadable_bodies": 0,
                 },
                 {
                     "name": "q2", "vhost": "/", "type": "quorum", "leader": null,
                     "members": [1], "online": [],
                     "messages_ready": 3, "messages_unacknowledged": 2, "consumers": 1,
-                    "dead_letter_held": 4, "policy": "DLX",
+                    "dead_letter_held": 4, "policy": "DLX", "unreadable_bodies": 0,
                 },
             ])
         );
@@ -480,16 +485,17 @@ mod tests {
                 "policy",
                 "leader",
                 "members",
-                "online"
+                "online",
+                "unreadable_bodies"
             ]
         );
         assert_eq!(
             lines[1],
-            ["q1", "quorum", "3", "2", "1", "4", "DLX", "2", "1,2,3", "2,3"]
+            ["q1", "quorum", "3", "2", "1", "4", "DLX", "2", "1,2,3", "2,3", "0"]
         );
         assert_eq!(
             lines[2],
-            ["q2", "quorum", "3", "2", "1", "4", "DLX", "", "", ""]
+            ["q2", "quorum", "3", "2", "1", "4", "DLX", "", "", "", "0"]
         );
         assert_eq!(lines.len(), 3, "{t}");
         // Every table column is a key of the row (a typo would print "").

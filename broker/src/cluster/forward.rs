@@ -123,6 +123,7 @@ impl Forwarder {
             messages_unacknowledged: r.messages_unacknowledged,
             consumers: r.consumers,
             dead_letter_held: r.dead_letter_held,
+            unreadable_bodies: r.unreadable_bodies,
             ..QueueStatus::default()
         })
     }

@@ -284,6 +284,7 @@ impl Cluster for ClusterServices {
             messages_unacknowledged: c.messages_unacknowledged,
             consumers: c.consumers,
             dead_letter_held: c.dead_letter_held,
+            unreadable_bodies: c.unreadable_bodies,
         }))
     }
 

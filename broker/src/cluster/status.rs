@@ -41,4 +41,7 @@ pub struct QueueStatus {
     pub consumers: u64,
     /// At-least-once dead letters held in the queue (count).
     pub dead_letter_held: u64,
+    /// Message bodies the leader replica could not read back intact since it opened (count;
+    /// each was logged; > 0 = the queue is unhealthy: those messages stay undelivered).
+    pub unreadable_bodies: u64,
 }
