@@ -526,6 +526,7 @@ impl Broker {
         let config = self.effective_config(&rec.vhost, &rec.name);
         // Declared classic, or local (untyped non-durable/exclusive/auto-delete).
         let classic = QueueType::of_args(&rec.arguments) != QueueType::Quorum;
+        let declared_quorum = crate::meta::queue_args::declared_quorum(&rec.arguments);
         let handle = match rec.kind {
             QueueKind::Quorum if !rec.members.contains(&me) => {
                 let route = Route::new(
@@ -543,7 +544,8 @@ impl Broker {
                         route,
                         self.origin,
                     )
-                    .classic(classic),
+                    .classic(classic)
+                    .declared_quorum(declared_quorum),
                 ));
             }
             QueueKind::Quorum => {
@@ -650,7 +652,8 @@ impl Broker {
                         self.origin,
                         self.store.flusher().busy_hint(),
                     )
-                    .classic(classic),
+                    .classic(classic)
+                    .declared_quorum(declared_quorum),
                 );
                 // Consumers of this node's earlier boots are gone (spec §2.3),
                 // and policy changes made while the queue was down apply.
@@ -684,7 +687,8 @@ impl Broker {
                         Arc::new(Mutex::new(host)),
                         ctx,
                     )
-                    .classic(classic),
+                    .classic(classic)
+                    .declared_quorum(declared_quorum),
                 )
             }
         };

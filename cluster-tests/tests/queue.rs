@@ -620,3 +620,80 @@ async fn closing_after_the_queue_of_an_unacked_get_was_deleted_does_not_hang() -
     })
     .await
 }
+
+/// A durable queue declared without a type (classic on RabbitMQ 3.10.8, quorum here) or
+/// declared `x-queue-type: classic` takes queue.delete's if-empty and if-unused as a classic
+/// queue does (issue 14 item 6), instead of the 540 quorum queues get: if-empty counts ready
+/// messages only (unacknowledged ones do not keep the queue), if-unused counts consumers.
+#[tokio::test]
+async fn delete_if_empty_if_unused_on_untyped_and_classic_durable_queues() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let conn = connect(broker.uri()).await?;
+        let ch = confirm_channel(&conn).await?;
+        let if_empty = QueueDeleteOptions {
+            if_empty: true,
+            ..Default::default()
+        };
+        let if_unused = QueueDeleteOptions {
+            if_unused: true,
+            ..Default::default()
+        };
+        let mut classic = FieldTable::default();
+        classic.insert(
+            "x-queue-type".into(),
+            AMQPValue::LongString("classic".into()),
+        );
+        for (what, args) in [("untyped", FieldTable::default()), ("classic", classic)] {
+            let q = unique(&format!("q.delete.{what}"));
+            ch.queue_declare(q.as_str().into(), durable(), args).await?;
+            publish_confirmed(&ch, "", &q, b"x", BasicProperties::default()).await?;
+            publish_confirmed(&ch, "", &q, b"y", BasicProperties::default()).await?;
+
+            let ch2 = conn.create_channel().await?;
+            let err = expect_amqp_error(ch2.queue_delete(q.as_str().into(), if_empty).await);
+            assert_eq!(
+                err,
+                (
+                    406,
+                    format!("PRECONDITION_FAILED - queue '{q}' in vhost '/' not empty")
+                ),
+                "{what}"
+            );
+
+            // Both messages delivered, not acknowledged: no longer ready.
+            let (_cch, mut consumer) = open_consumer(&conn, &q, 10).await?;
+            let got = consume_n(&mut consumer, 2, Duration::from_secs(10)).await?;
+            assert_eq!(got.len(), 2);
+            let ch3 = conn.create_channel().await?;
+            let err = expect_amqp_error(ch3.queue_delete(q.as_str().into(), if_unused).await);
+            assert_eq!(
+                err,
+                (
+                    406,
+                    format!("PRECONDITION_FAILED - queue '{q}' in vhost '/' in use")
+                ),
+                "{what}"
+            );
+            let ch4 = conn.create_channel().await?;
+            assert_eq!(
+                ch4.queue_delete(q.as_str().into(), if_empty).await?,
+                0,
+                "{what}: only unacknowledged messages left, so empty"
+            );
+            let passive = QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            };
+            let err = expect_amqp_error(
+                conn.create_channel()
+                    .await?
+                    .queue_declare(q.as_str().into(), passive, FieldTable::default())
+                    .await,
+            );
+            assert_eq!(err.0, 404, "{what}: deleted");
+        }
+        Ok(())
+    })
+    .await
+}

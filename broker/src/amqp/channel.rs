@@ -528,21 +528,23 @@ impl Conn {
                 let mut count = 0;
                 if self.broker.queue(&self.vhost, &name).is_some() {
                     let (_, handle) = self.lookup_queue(&name)?;
-                    if handle.is_quorum() && (d.if_unused || d.if_empty) {
+                    if handle.refuses_conditional_delete() && (d.if_unused || d.if_empty) {
                         let flag = if d.if_empty { "if-empty" } else { "if-unused" };
                         return Err(ProtocolError::not_implemented(format!(
                             "cannot delete queue '{name}' in vhost '{}'. queue.delete operations with {flag} flag set are not supported by quorum queues",
                             self.vhost
                         )));
                     }
-                    let (ready, unacked, consumers) = handle.counts().await;
+                    let (ready, _unacked, consumers) = handle.counts().await;
                     if d.if_unused && consumers > 0 {
                         return Err(ProtocolError::precondition(format!(
                             "queue '{name}' in vhost '{}' in use",
                             self.vhost
                         )));
                     }
-                    if d.if_empty && ready + unacked > 0 {
+                    // Classic semantics (rabbit_variable_queue:is_empty/1): ready messages
+                    // only; unacknowledged ones do not make a queue non-empty.
+                    if d.if_empty && ready > 0 {
                         return Err(ProtocolError::precondition(format!(
                             "queue '{name}' in vhost '{}' not empty",
                             self.vhost

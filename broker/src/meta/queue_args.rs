@@ -155,6 +155,18 @@ const ALL_KNOWN_ARGS: &[&str] = &[
 /// `x-queue-type=quorum` injected, exactly like RabbitMQ's
 /// `augment_declare_args/5` with a vhost `default_queue_type` (spec §1.1
 /// step 1). Otherwise the arguments are unchanged (RabbitMQ default classic).
+/// Private argument quorumq stores beside an injected `x-queue-type: quorum`: the client
+/// declared the queue without a type (RabbitMQ 3.10 would have made it classic), so
+/// classic-only operations that quorum queues refuse (`queue.delete` if-empty / if-unused)
+/// behave as on a classic queue. Never sent to clients; not compared by equivalence checks.
+pub const UNTYPED_MARKER: &str = "x-quorumq-untyped";
+
+/// True when a stored queue's arguments say it was declared as a quorum queue by the client
+/// (`x-queue-type: quorum` given, not injected as the default).
+pub fn declared_quorum(args: &FieldTable) -> bool {
+    QueueType::of_args(args) == QueueType::Quorum && lookup(args, UNTYPED_MARKER).is_none()
+}
+
 pub fn augment_declare_args(
     args: &FieldTable,
     durable: bool,
@@ -167,6 +179,7 @@ pub fn augment_declare_args(
             ShortString::from("x-queue-type"),
             AMQPValue::LongString(LongString::from("quorum")),
         );
+        out.insert(ShortString::from(UNTYPED_MARKER), AMQPValue::Boolean(true));
     }
     out
 }
@@ -645,6 +658,9 @@ mod tests {
     fn augment_injects_quorum_only_when_compatible() {
         let a = augment_declare_args(&FieldTable::default(), true, false, false);
         assert_eq!(QueueType::of_args(&a), QueueType::Quorum);
+        assert!(!declared_quorum(&a), "injected, not declared");
+        let q = augment_declare_args(&t(&[("x-queue-type", s("quorum"))]), true, false, false);
+        assert!(declared_quorum(&q));
         for (d, e, ad) in [
             (false, false, false),
             (true, true, false),

@@ -217,6 +217,9 @@ pub struct QueueHandle {
     /// Declared classic (or a local queue): deliveries carry no
     /// `x-delivery-count`, as on RabbitMQ's classic queues.
     classic: bool,
+    /// Declared `x-queue-type: quorum` by the client: `queue.delete` with if-empty /
+    /// if-unused is refused as RabbitMQ 3.10 refuses it on quorum queues.
+    declared_quorum: bool,
 }
 
 impl QueueHandle {
@@ -226,6 +229,20 @@ impl QueueHandle {
     pub fn classic(mut self, classic: bool) -> Self {
         self.classic = classic;
         self
+    }
+
+    /// Marks a queue the client declared as a quorum queue (see [`Self::refuses_conditional_delete`]).
+    pub fn declared_quorum(mut self, declared: bool) -> Self {
+        self.declared_quorum = declared;
+        self
+    }
+
+    /// True when `queue.delete` with if-empty or if-unused gets 540 NOT_IMPLEMENTED, as
+    /// RabbitMQ 3.10.8 answers it for quorum queues: only for queues the client declared
+    /// `x-queue-type: quorum`. Untyped durable queues (quorum here, classic on RabbitMQ) and
+    /// classic-declared ones check the condition as a classic queue does.
+    pub fn refuses_conditional_delete(&self) -> bool {
+        self.declared_quorum
     }
 
     /// True when deliveries carry `x-delivery-count` (quorum queues).
@@ -287,6 +304,7 @@ impl QueueHandle {
             route: Some(route),
             usage: Mutex::default(),
             classic: false,
+            declared_quorum: false,
         }
     }
 
@@ -307,6 +325,7 @@ impl QueueHandle {
             route: None,
             usage: Mutex::default(),
             classic: false,
+            declared_quorum: false,
         }
     }
 
