@@ -35,6 +35,17 @@ pub struct Config {
     /// commit (a publisher waiting for every confirm) is never delayed. 0 = always sync as
     /// soon as anything is waiting.
     pub sync_interval_us: u64,
+    /// Memory high watermark as a fraction of total memory (RabbitMQ
+    /// `vm_memory_high_watermark.relative`, default 0.4): resident memory at or above it
+    /// blocks publishers (`connection.blocked`).
+    pub vm_memory_high_watermark: f64,
+    /// Memory high watermark in bytes (RabbitMQ `vm_memory_high_watermark.absolute`);
+    /// overrides the fraction when set.
+    pub vm_memory_high_watermark_bytes: Option<u64>,
+    /// Free disk space under which publishers are blocked, bytes (RabbitMQ
+    /// `disk_free_limit.absolute`, default 50 MB), measured on the data directory's
+    /// filesystem.
+    pub disk_free_limit_bytes: u64,
     /// `--wal-truncate-at` (command line only, never read from the file: a one-off repair):
     /// `(segment id, byte offset)` of a corrupt WAL record where recovery may cut the log
     /// (raft-log `StoreOptions::wal_truncate_at`).
@@ -60,6 +71,9 @@ impl Default for Config {
             join: None,
             sync_interval_us: DEFAULT_SYNC_INTERVAL_US,
             wal_truncate_at: None,
+            vm_memory_high_watermark: crate::alarms::DEFAULT_MEMORY_HIGH_WATERMARK,
+            vm_memory_high_watermark_bytes: None,
+            disk_free_limit_bytes: crate::alarms::DEFAULT_DISK_FREE_LIMIT_BYTES,
         }
     }
 }
@@ -101,6 +115,16 @@ impl Config {
         self.amqp_advertise
             .clone()
             .unwrap_or_else(|| self.amqp_listen.clone())
+    }
+
+    /// The memory high watermark in bytes: the absolute setting, else the fraction of this
+    /// machine's total memory (`u64::MAX`, never reached, when total memory is unknown).
+    pub fn memory_limit_bytes(&self) -> u64 {
+        self.vm_memory_high_watermark_bytes.unwrap_or_else(|| {
+            crate::alarms::total_memory_bytes().map_or(u64::MAX, |t| {
+                (t as f64 * self.vm_memory_high_watermark) as u64
+            })
+        })
     }
 
     /// Parses `peers` (`ID=HOST:PORT` each).

@@ -3,6 +3,7 @@
 //! dead-lettering. See README.md for the design and ARCHITECTURE.md.
 
 pub mod admin;
+pub mod alarms;
 pub mod amqp;
 pub mod cluster;
 pub mod config;

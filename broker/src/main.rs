@@ -55,10 +55,30 @@ struct Args {
     /// Join the cluster of the node at HOST:PORT (its cluster address).
     #[arg(long)]
     join: Option<String>,
+    /// Memory high watermark, fraction of total memory (default 0.4): publishers are blocked
+    /// while resident memory is at or above it.
+    #[arg(long, value_name = "FRACTION")]
+    vm_memory_high_watermark: Option<f64>,
+    /// Memory high watermark in bytes (overrides the fraction).
+    #[arg(long, value_name = "BYTES")]
+    vm_memory_high_watermark_bytes: Option<u64>,
+    /// Free disk space (bytes) under which publishers are blocked (default 50000000).
+    #[arg(long, value_name = "BYTES")]
+    disk_free_limit: Option<u64>,
     /// Repair a corrupt write-ahead log: cut it at SEGMENT:OFFSET, exactly as the refusal to
     /// start named it, dropping every record from there on (for this start only).
     #[arg(long, value_name = "SEGMENT:OFFSET")]
     wal_truncate_at: Option<String>,
+}
+
+/// mimalloc's `mi_option_purge_delay` (mimalloc.h, v3: 15; default 10 ms).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Memory-pressure hook ([`quorumq::alarms::on_memory_pressure`]): under a memory alarm,
+/// freed pages go back to the OS at once (purge delay 0); afterwards the default 10 ms.
+fn purge_freed_memory_at_once(on: bool) {
+    // SAFETY: mi_option_set only stores an option value; mimalloc reads options atomically.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, if on { 0 } else { 10 }) }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -98,6 +118,15 @@ fn main() -> anyhow::Result<()> {
     if let Some(v) = args.join {
         config.join = Some(v);
     }
+    if let Some(v) = args.vm_memory_high_watermark {
+        config.vm_memory_high_watermark = v;
+    }
+    if let Some(v) = args.vm_memory_high_watermark_bytes {
+        config.vm_memory_high_watermark_bytes = Some(v);
+    }
+    if let Some(v) = args.disk_free_limit {
+        config.disk_free_limit_bytes = v;
+    }
     if let Some(v) = args.wal_truncate_at {
         config.wal_truncate_at = Some(
             raft_log::parse_truncate_at(&v)
@@ -107,6 +136,7 @@ fn main() -> anyhow::Result<()> {
     config
         .parsed_peers()
         .map_err(|e| anyhow::anyhow!("--peers: {e}"))?;
+    quorumq::alarms::on_memory_pressure(purge_freed_memory_at_once);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

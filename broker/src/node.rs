@@ -90,6 +90,8 @@ pub struct Broker {
     groups: Arc<GroupTable>,
     detector: Arc<Detector>,
     forwarder: Arc<Forwarder>,
+    /// Memory and disk alarms (publishers blocked while raised).
+    alarms: Arc<crate::alarms::Alarms>,
 }
 
 impl Broker {
@@ -138,12 +140,15 @@ impl Broker {
                 peers.set_addr(p.id, &p.addr);
             }
         }
+        let alarms =
+            crate::alarms::Alarms::new(config.memory_limit_bytes(), config.disk_free_limit_bytes);
         let detector = Detector::new(
             me,
             epoch,
             config.amqp_advertised(),
             config.advertised(),
             peers.clone(),
+            alarms.clone(),
         );
         let forwarder = Forwarder::new(peers.clone(), detector.clone());
         let consumers = ConsumerRegistry::new(me, epoch);
@@ -216,6 +221,7 @@ impl Broker {
             groups,
             detector,
             forwarder,
+            alarms,
         });
         Ok((broker, services))
     }
@@ -226,6 +232,7 @@ impl Broker {
     /// services.
     pub async fn start(self: &Arc<Self>) -> Result<(), NodeError> {
         self.join_if_needed().await?;
+        self.alarms.spawn_monitor(self.config.data_dir.clone());
         self.detector.spawn();
         elections::spawn(
             self.node_id(),
@@ -256,6 +263,11 @@ impl Broker {
     /// This node's id.
     pub fn node_id(&self) -> u64 {
         self.config.node_id
+    }
+
+    /// The node's memory and disk alarms.
+    pub fn alarms(&self) -> &Arc<crate::alarms::Alarms> {
+        &self.alarms
     }
 
     /// The node-level failure detector.

@@ -201,6 +201,11 @@ impl Broker {
         ready
     }
 
+    /// Process id of the spawned broker while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.spawned.as_ref()?.child.as_ref().map(|c| c.id())
+    }
+
     /// SIGKILL the spawned broker and reap it. No-op for an external broker.
     pub fn kill9(&mut self) {
         if let Some(child) = self.spawned.as_mut().and_then(|s| s.child.as_mut()) {

@@ -47,6 +47,24 @@ pub struct Conn {
     /// Frames to send only after deliveries already queued for this
     /// connection (basic.cancel-ok must follow the consumer's last delivery).
     pub(super) deferred: Vec<(u16, AMQPClass)>,
+    /// Publishing under a resource alarm (RabbitMQ rabbit_reader `connection_state`).
+    throttle: Throttle,
+    /// The alarms in force, for the `connection.blocked` reason.
+    alarm: crate::alarms::Alarm,
+    /// A basic.publish arrived since the connection went `Blocking`.
+    saw_publish: bool,
+    /// The client announced the `connection.blocked` capability.
+    blocked_capable: bool,
+}
+
+/// How a resource alarm holds this connection back (rabbit_reader's running / blocking /
+/// blocked): `Blocking` while an alarm is raised but the connection has not published since;
+/// `Blocked` once it published: the socket is not read until the alarm clears.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Throttle {
+    Running,
+    Blocking,
+    Blocked,
 }
 
 enum Step {
@@ -77,6 +95,10 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
         mailbox: mtx,
         pending: FuturesUnordered::new(),
         deferred: Vec::new(),
+        throttle: Throttle::Running,
+        alarm: crate::alarms::Alarm::default(),
+        saw_publish: false,
+        blocked_capable: false,
     };
     let mut reader = FrameReader::new();
     let heartbeat = match tokio::time::timeout(
@@ -101,6 +123,9 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
         }
     };
     tracing::debug!(?peer, id, "connection open");
+    let mut alarms = conn.broker.alarms().subscribe();
+    let alarm = *alarms.borrow_and_update();
+    conn.on_alarm(alarm);
     let hb = if heartbeat == 0 {
         None
     } else {
@@ -148,7 +173,7 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
         }
         step = tokio::select! {
             biased;
-            r = rd.read_buf(reader.buffer()) => match r {
+            r = rd.read_buf(reader.buffer()), if conn.throttle != Throttle::Blocked => match r {
                 Ok(0) | Err(_) => Step::Close,
                 Ok(_) => {
                     last_read = Instant::now();
@@ -156,6 +181,14 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
                 }
             },
             Some(c) = conn.pending.next() => { conn.on_completion(c); Step::Continue }
+            Ok(()) = alarms.changed() => {
+                let alarm = *alarms.borrow_and_update();
+                if conn.on_alarm(alarm) {
+                    // Not read while blocked: heartbeats count from now.
+                    last_read = Instant::now();
+                }
+                Step::Continue
+            }
             Some(d) = mrx.recv() => {
                 conn.on_event(d).await;
                 while let Ok(d) = mrx.try_recv() { conn.on_event(d).await; }
@@ -163,7 +196,9 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
             }
             _ = ticker.tick() => {
                 if let Some(hb) = hb {
-                    if last_read.elapsed() > hb * 2 {
+                    // A blocked connection's socket is not read (RabbitMQ pauses its
+                    // heartbeat monitor too).
+                    if conn.throttle != Throttle::Blocked && last_read.elapsed() > hb * 2 {
                         tracing::info!(?peer, "missed heartbeats from client, closing TCP connection");
                         Step::Close
                     } else {
@@ -193,6 +228,55 @@ async fn run_writer(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<BytesMut>) {
 }
 
 impl Conn {
+    /// Follows a change of the node's alarms (rabbit_reader `control_throttle`): raised →
+    /// `Blocking`; cleared → `Running`, sending `connection.unblocked` to a blocked client
+    /// that has the capability. Returns true when a blocked connection was released.
+    fn on_alarm(&mut self, alarm: crate::alarms::Alarm) -> bool {
+        self.alarm = alarm;
+        match (self.throttle, alarm.any()) {
+            (Throttle::Running, true) => {
+                self.throttle = Throttle::Blocking;
+                self.saw_publish = false;
+                false
+            }
+            (Throttle::Blocking, false) => {
+                self.throttle = Throttle::Running;
+                false
+            }
+            (Throttle::Blocked, false) => {
+                self.throttle = Throttle::Running;
+                if self.blocked_capable {
+                    self.send(
+                        0,
+                        AMQPClass::Connection(connection::AMQPMethod::Unblocked(
+                            connection::Unblocked {},
+                        )),
+                    );
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A `Blocking` connection that published is `Blocked` (rabbit_reader `maybe_block`): it
+    /// gets `connection.blocked` with the alarm's reason if it has the capability, and its
+    /// socket is not read until the alarm clears.
+    fn maybe_block(&mut self) {
+        if self.throttle == Throttle::Blocking && self.saw_publish {
+            self.throttle = Throttle::Blocked;
+            tracing::info!(conn = self.id, reason = %self.alarm.reason(), "publisher blocked by a resource alarm");
+            if self.blocked_capable {
+                self.send(
+                    0,
+                    AMQPClass::Connection(connection::AMQPMethod::Blocked(connection::Blocked {
+                        reason: self.alarm.reason().into(),
+                    })),
+                );
+            }
+        }
+    }
+
     /// Hands pending output to the writer; false if the socket is gone.
     pub(super) async fn flush(&mut self, wtx: &mpsc::Sender<BytesMut>) -> bool {
         if self.out.is_empty() {
@@ -243,6 +327,7 @@ impl Conn {
             Some(AMQPClass::Connection(connection::AMQPMethod::StartOk(s))) => s,
             _ => return Ok(None),
         };
+        self.blocked_capable = has_capability(&start_ok.client_properties, "connection.blocked");
         let mechanism = start_ok.mechanism.as_str().to_string();
         if !authenticate(&mechanism, start_ok.response.as_bytes()) {
             // Without the authentication_failure_close capability RabbitMQ
@@ -334,6 +419,7 @@ impl Conn {
         mrx: &mut mpsc::UnboundedReceiver<ConnEvent>,
     ) -> Step {
         let step = self.on_bytes(reader, closing_since).await;
+        self.maybe_block();
         while let Ok(d) = mrx.try_recv() {
             self.on_event(d).await;
         }
@@ -388,6 +474,9 @@ impl Conn {
                 InFrame::Method(_, m) => (m.get_amqp_class_id(), m.get_amqp_method_id()),
                 _ => (0, 0),
             };
+            if (class_id, method_id) == (60, 40) {
+                self.saw_publish = true;
+            }
             let result = match frame {
                 InFrame::Heartbeat(0) => Ok(()),
                 InFrame::Heartbeat(_) => Err(ProtocolError::connection(

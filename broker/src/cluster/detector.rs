@@ -45,6 +45,8 @@ pub struct Detector {
     /// When this detector started: a peer not heard from within
     /// [`UNHEARD_AFTER_MS`] of it counts as down.
     started: Instant,
+    /// Resource alarms: ours go out on every beat, peers' come in (cluster-wide alarms).
+    alarms: Arc<crate::alarms::Alarms>,
 }
 
 /// A peer never heard from since this node started is down after this
@@ -74,6 +76,7 @@ impl Detector {
         amqp_addr: String,
         cluster_addr: String,
         peers: Arc<Peers>,
+        alarms: Arc<crate::alarms::Alarms>,
     ) -> Arc<Self> {
         Arc::new(Detector {
             me,
@@ -84,6 +87,7 @@ impl Detector {
             state: Mutex::new(HashMap::new()),
             changes: watch::Sender::new(0),
             started: Instant::now(),
+            alarms,
         })
     }
 
@@ -185,6 +189,8 @@ impl Detector {
             cluster_id: self.peers.cluster_id(),
             amqp_addr: self.amqp_addr.clone(),
             cluster_addr: self.cluster_addr.clone(),
+            memory_alarm: self.alarms.local().memory,
+            disk_alarm: self.alarms.local().disk,
         }
     }
 
@@ -196,6 +202,13 @@ impl Detector {
         if !b.cluster_addr.is_empty() && self.peers.addr(b.node_id).is_none() {
             self.peers.set_addr(b.node_id, &b.cluster_addr);
         }
+        self.alarms.set_remote(
+            b.node_id,
+            crate::alarms::Alarm {
+                memory: b.memory_alarm,
+                disk: b.disk_alarm,
+            },
+        );
         let changed = {
             let Ok(mut s) = self.state.lock() else { return };
             let now = Instant::now();
@@ -227,6 +240,9 @@ impl Detector {
 
     /// `node`'s stream broke: down at once.
     fn mark_down(&self, node: u64, why: &str) {
+        // A node that is gone blocks nobody (RabbitMQ clears a down node's alarms).
+        self.alarms
+            .set_remote(node, crate::alarms::Alarm::default());
         let changed = self
             .state
             .lock()
