@@ -41,3 +41,37 @@ pub use node_store::{fail_stop, NodeStore, StoreOptions};
 pub use snapshot::{SnapshotHeader, SnapshotPayload};
 pub use state_machine::{GroupSnapshotBuilder, GroupStateMachine, GroupTypeConfig};
 pub use wal::{parse_truncate_at, seg_file_name};
+
+/// Entry points for the fuzz targets (`broker/fuzz`); not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Splits `data` into up to three segment files (first byte: split points), then opens
+    /// the WAL over them: recovery must succeed, cut a tail or refuse with an error — never
+    /// panic. The files live in a fresh directory under the system temp dir, removed after.
+    pub fn recover_segments(data: &[u8]) {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static RUN: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "raft-log-fuzz-{}-{}",
+            std::process::id(),
+            RUN.fetch_add(1, Ordering::Relaxed)
+        ));
+        if std::fs::create_dir_all(&dir).is_err() {
+            return;
+        }
+        let (cut, rest) = data.split_first().map_or((0, data), |(c, r)| (*c, r));
+        let a = (usize::from(cut & 0x0f) * rest.len()) / 16;
+        let b = a + (usize::from(cut >> 4) * (rest.len() - a)) / 16;
+        for (n, part) in [&rest[..a], &rest[a..b], &rest[b..]].into_iter().enumerate() {
+            if !part.is_empty() || n == 0 {
+                let _ = std::fs::write(dir.join(crate::seg_file_name(n as u64 + 1)), part);
+            }
+        }
+        let opts = crate::wal::WalOptions {
+            on_failure: |_| {},
+            ..crate::wal::WalOptions::default()
+        };
+        let _ = crate::wal::Wal::open(&dir, opts);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
