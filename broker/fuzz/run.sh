@@ -18,6 +18,11 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(frame_reader field_table x_death_rewrite wal_records)
 fi
+# libfuzzer-sys compiles libFuzzer (C++).
+if ! command -v c++ >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null
+fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
