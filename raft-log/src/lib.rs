@@ -45,7 +45,8 @@ pub use wal::{parse_truncate_at, seg_file_name};
 /// Entry points for the fuzz targets (`broker/fuzz`); not an API.
 #[doc(hidden)]
 pub mod fuzzing {
-    /// Splits `data` into up to three segment files (first byte: split points), then opens
+    /// Splits `data` into three segment files (first byte: split points; 0 puts everything
+    /// in the third, after two empty ones), then opens
     /// the WAL over them: recovery must succeed, cut a tail or refuse with an error — never
     /// panic. The files live in a fresh directory under the system temp dir, removed after.
     pub fn recover_segments(data: &[u8]) {
@@ -63,9 +64,7 @@ pub mod fuzzing {
         let a = (usize::from(cut & 0x0f) * rest.len()) / 16;
         let b = a + (usize::from(cut >> 4) * (rest.len() - a)) / 16;
         for (n, part) in [&rest[..a], &rest[a..b], &rest[b..]].into_iter().enumerate() {
-            if !part.is_empty() || n == 0 {
-                let _ = std::fs::write(dir.join(crate::seg_file_name(n as u64 + 1)), part);
-            }
+            let _ = std::fs::write(dir.join(crate::seg_file_name(n as u64 + 1)), part);
         }
         let opts = crate::wal::WalOptions {
             on_failure: |_| {},
