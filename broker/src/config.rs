@@ -35,6 +35,13 @@ pub struct Config {
     /// commit (a publisher waiting for every confirm) is never delayed. 0 = always sync as
     /// soon as anything is waiting.
     pub sync_interval_us: u64,
+    /// Type of a durable queue declared without `x-queue-type` (RabbitMQ's vhost
+    /// `default_queue_type`): `quorum` (default) or `classic`, so applications written for
+    /// classic queues run unchanged (their durable queues are still replicated, but behave
+    /// as classic toward clients: no `x-delivery-count`, classic-only arguments and
+    /// `queue.delete` conditions). Set the same on every node: it is applied by the node a
+    /// client declares through.
+    pub default_queue_type: String,
     /// Memory high watermark as a fraction of total memory (RabbitMQ
     /// `vm_memory_high_watermark.relative`, default 0.4): resident memory at or above it
     /// blocks publishers (`connection.blocked`).
@@ -71,6 +78,7 @@ impl Default for Config {
             join: None,
             sync_interval_us: DEFAULT_SYNC_INTERVAL_US,
             wal_truncate_at: None,
+            default_queue_type: "quorum".into(),
             vm_memory_high_watermark: crate::alarms::DEFAULT_MEMORY_HIGH_WATERMARK,
             vm_memory_high_watermark_bytes: None,
             disk_free_limit_bytes: crate::alarms::DEFAULT_DISK_FREE_LIMIT_BYTES,
@@ -125,6 +133,19 @@ impl Config {
                 (t as f64 * self.vm_memory_high_watermark) as u64
             })
         })
+    }
+
+    /// True when untyped durable queues are declared classic ([`Config::default_queue_type`]).
+    ///
+    /// Errors: a type other than `quorum` or `classic`.
+    pub fn classic_by_default(&self) -> Result<bool, String> {
+        match self.default_queue_type.as_str() {
+            "quorum" => Ok(false),
+            "classic" => Ok(true),
+            other => Err(format!(
+                "default_queue_type '{other}': expected 'quorum' or 'classic'"
+            )),
+        }
     }
 
     /// Parses `peers` (`ID=HOST:PORT` each).

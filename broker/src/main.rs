@@ -55,6 +55,9 @@ struct Args {
     /// Join the cluster of the node at HOST:PORT (its cluster address).
     #[arg(long)]
     join: Option<String>,
+    /// Type of durable queues declared without x-queue-type: quorum (default) or classic.
+    #[arg(long, value_name = "TYPE")]
+    default_queue_type: Option<String>,
     /// Memory high watermark, fraction of total memory (default 0.4): publishers are blocked
     /// while resident memory is at or above it.
     #[arg(long, value_name = "FRACTION")]
@@ -118,6 +121,12 @@ fn main() -> anyhow::Result<()> {
     if let Some(v) = args.join {
         config.join = Some(v);
     }
+    if let Some(v) = args.default_queue_type {
+        config.default_queue_type = v;
+    }
+    config
+        .classic_by_default()
+        .map_err(|e| anyhow::anyhow!("--default-queue-type: {e}"))?;
     if let Some(v) = args.vm_memory_high_watermark {
         config.vm_memory_high_watermark = v;
     }

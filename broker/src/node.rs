@@ -265,6 +265,12 @@ impl Broker {
         self.config.node_id
     }
 
+    /// True when durable queues declared without `x-queue-type` are classic here
+    /// (`default_queue_type = "classic"`).
+    pub fn classic_by_default(&self) -> bool {
+        self.config.classic_by_default().unwrap_or(false)
+    }
+
     /// The node's memory and disk alarms.
     pub fn alarms(&self) -> &Arc<crate::alarms::Alarms> {
         &self.alarms

@@ -102,3 +102,75 @@ async fn only_quorum_queues_count_deliveries() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// `--default-queue-type classic` (RabbitMQ's vhost `default_queue_type`): an untyped durable
+/// queue behaves as a classic queue (no `x-delivery-count`, classic arguments only, classic
+/// queue.delete conditions); a queue declared quorum is still one.
+#[tokio::test]
+async fn default_queue_type_classic_makes_untyped_durable_queues_classic() -> anyhow::Result<()> {
+    bounded(T, async {
+        let mut broker = Broker::start().await?;
+        if broker.is_external() {
+            println!("{TEST_URI_ENV} is set; this test restarts quorumq with a flag, returning early");
+            return Ok(());
+        }
+        broker.restart_with(&["--default-queue-type", "classic"]).await?;
+        let conn = connect(broker.uri()).await?;
+        let ch = confirm_channel(&conn).await?;
+        let long = |n| Some(AMQPValue::LongLongInt(n));
+
+        let untyped = unique("dqt.untyped");
+        ch.queue_declare(untyped.as_str().into(), durable(), FieldTable::default())
+            .await?;
+        assert_eq!(counts_of(&ch, &untyped).await?, (None, None));
+        // Redeclared untyped: equivalent.
+        ch.queue_declare(untyped.as_str().into(), durable(), FieldTable::default())
+            .await?;
+
+        let quorum = unique("dqt.quorum");
+        ch.queue_declare(quorum.as_str().into(), durable(), quorum_args(&[]))
+            .await?;
+        assert_eq!(counts_of(&ch, &quorum).await?, (long(0), long(1)));
+
+        // A quorum-only argument on an untyped declare is refused as on a classic queue.
+        let bad = unique("dqt.limit");
+        let mut args = FieldTable::default();
+        args.insert("x-delivery-limit".into(), AMQPValue::LongInt(3));
+        let err = expect_amqp_error(
+            conn.create_channel()
+                .await?
+                .queue_declare(bad.as_str().into(), durable(), args)
+                .await,
+        );
+        assert_eq!(
+            err,
+            (
+                406,
+                format!("PRECONDITION_FAILED - invalid arg 'x-delivery-limit' for queue '{bad}' in vhost '/' of queue type rabbit_classic_queue")
+            )
+        );
+
+        // queue.delete if-empty on the untyped queue: classic semantics, not 540.
+        publish_confirmed(&ch, "", &untyped, b"x", BasicProperties::default()).await?;
+        let err = expect_amqp_error(
+            conn.create_channel()
+                .await?
+                .queue_delete(
+                    untyped.as_str().into(),
+                    QueueDeleteOptions {
+                        if_empty: true,
+                        ..Default::default()
+                    },
+                )
+                .await,
+        );
+        assert_eq!(err.0, 406);
+
+        // The flag is checked: an unknown type refuses to start.
+        let refused = broker.restart_with(&["--default-queue-type", "stream"]).await;
+        assert!(refused.is_err(), "an unknown default queue type must not start");
+        assert!(broker.log_tail(4000).contains("expected 'quorum' or 'classic'"));
+        Ok(())
+    })
+    .await
+}

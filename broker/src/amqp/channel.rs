@@ -421,6 +421,18 @@ impl Conn {
                 } else {
                     Vec::new()
                 };
+                let mut arguments = d.arguments;
+                if !d.passive
+                    && self.broker.classic_by_default()
+                    && crate::meta::value::lookup(&arguments, "x-queue-type").is_none()
+                {
+                    // The node's default_queue_type (RabbitMQ's vhost setting): written into
+                    // the declare, so every replica applies the same type.
+                    arguments.insert(
+                        "x-queue-type".into(),
+                        amq_protocol::types::AMQPValue::LongString("classic".into()),
+                    );
+                }
                 let mut declare = QueueDeclare {
                     vhost: self.vhost.clone(),
                     name: name.clone(),
@@ -428,7 +440,7 @@ impl Conn {
                     durable: d.durable,
                     exclusive: d.exclusive,
                     auto_delete: d.auto_delete,
-                    arguments: d.arguments,
+                    arguments,
                     node: self.broker.node_id(),
                     connection: self.id,
                     server_named: false,
