@@ -166,6 +166,22 @@ async fn default_queue_type_classic_makes_untyped_durable_queues_classic() -> an
         );
         assert_eq!(err.0, 406);
 
+        // list_queues shows the type clients see.
+        let admin = broker.admin_addr().expect("spawned");
+        let out = dlx::run(
+            dlx::quorumqctl(&admin, &["list_queues", "--formatter", "json"]),
+            dlx::CTL_TIMEOUT,
+        )
+        .await?;
+        let rows: serde_json::Value = serde_json::from_str(&out)?;
+        let type_of = |q: &str| {
+            rows.as_array()
+                .and_then(|rs| rs.iter().find(|r| r["name"] == q))
+                .map(|r| r["type"].clone())
+        };
+        assert_eq!(type_of(&untyped), Some("classic".into()), "{out}");
+        assert_eq!(type_of(&quorum), Some("quorum".into()), "{out}");
+
         // The flag is checked: an unknown type refuses to start.
         let refused = broker.restart_with(&["--default-queue-type", "stream"]).await;
         assert!(refused.is_err(), "an unknown default queue type must not start");

@@ -63,7 +63,10 @@ pub mod fuzzing {
         let (cut, rest) = data.split_first().map_or((0, data), |(c, r)| (*c, r));
         let a = (usize::from(cut & 0x0f) * rest.len()) / 16;
         let b = a + (usize::from(cut >> 4) * (rest.len() - a)) / 16;
-        for (n, part) in [&rest[..a], &rest[a..b], &rest[b..]].into_iter().enumerate() {
+        for (n, part) in [&rest[..a], &rest[a..b], &rest[b..]]
+            .into_iter()
+            .enumerate()
+        {
             let _ = std::fs::write(dir.join(crate::seg_file_name(n as u64 + 1)), part);
         }
         let opts = crate::wal::WalOptions {

@@ -199,9 +199,16 @@ impl Admin for AdminService {
             .into_iter()
             .zip(statuses)
             .map(|((rec, policy), st)| QueueInfo {
+                // As clients see it (rabbitmqctl's `type`): a durable queue declared
+                // classic is replicated here but behaves as, and lists as, classic.
                 queue_type: match rec.kind {
-                    QueueKind::Quorum => "quorum".into(),
-                    QueueKind::Local { .. } => "classic".into(),
+                    QueueKind::Quorum
+                        if crate::meta::queue_args::QueueType::of_args(&rec.arguments)
+                            == crate::meta::queue_args::QueueType::Quorum =>
+                    {
+                        "quorum".into()
+                    }
+                    _ => "classic".into(),
                 },
                 vhost: rec.vhost,
                 name: rec.name,
