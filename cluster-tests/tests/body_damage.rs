@@ -5,10 +5,7 @@
 
 use cluster_tests::*;
 use futures::StreamExt;
-use lapin::{
-    options::{BasicAckOptions, QueueDeclareOptions},
-    BasicProperties,
-};
+use lapin::{options::BasicAckOptions, BasicProperties};
 use serde_json::Value;
 use std::{collections::BTreeSet, path::PathBuf, time::Duration};
 
@@ -59,15 +56,8 @@ async fn a_damaged_body_is_reported_and_its_message_stays_queued() -> anyhow::Re
         let q = unique("body-damage");
         let conn = connect(broker.uri()).await?;
         let ch = confirm_channel(&conn).await?;
-        ch.queue_declare(
-            q.as_str().into(),
-            QueueDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            quorum_args(&[]),
-        )
-        .await?;
+        ch.queue_declare(q.as_str().into(), durable(), quorum_args(&[]))
+            .await?;
         for i in 0..N {
             publish_confirmed(&ch, "", &q, &body(i), BasicProperties::default().with_delivery_mode(2))
                 .await?;

@@ -6,7 +6,7 @@
 //! records from that spot on; later starts need no flag.
 
 use cluster_tests::*;
-use lapin::{options::QueueDeclareOptions, BasicProperties};
+use lapin::BasicProperties;
 use std::{collections::BTreeSet, path::PathBuf, time::Duration};
 
 const N: u32 = 200;
@@ -39,28 +39,12 @@ async fn a_corrupt_wal_record_stops_the_node_until_the_operator_truncates() -> a
         let q = unique("wal-corrupt");
         let conn = connect(broker.uri()).await?;
         let ch = confirm_channel(&conn).await?;
-        ch.queue_declare(
-            q.as_str().into(),
-            QueueDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            quorum_args(&[]),
-        )
-        .await?;
+        ch.queue_declare(q.as_str().into(), durable(), quorum_args(&[]))
+            .await?;
         // One publish per confirm: each message is its own Raft entry and its own sync round.
+        let persistent = BasicProperties::default().with_delivery_mode(2);
         for i in 0..N {
-            let confirm = ch
-                .basic_publish(
-                    "".into(),
-                    q.as_str().into(),
-                    Default::default(),
-                    &body(i),
-                    BasicProperties::default().with_delivery_mode(2),
-                )
-                .await?
-                .await?;
-            assert!(confirm.is_ack(), "message {i} not confirmed");
+            publish_confirmed(&ch, "", &q, &body(i), persistent.clone()).await?;
         }
         broker.kill9();
 

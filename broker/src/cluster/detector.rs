@@ -183,14 +183,15 @@ impl Detector {
     }
 
     fn beat(&self) -> Beat {
+        let alarm = self.alarms.local();
         Beat {
             node_id: self.me,
             epoch: self.epoch,
             cluster_id: self.peers.cluster_id(),
             amqp_addr: self.amqp_addr.clone(),
             cluster_addr: self.cluster_addr.clone(),
-            memory_alarm: self.alarms.local().memory,
-            disk_alarm: self.alarms.local().disk,
+            memory_alarm: alarm.memory,
+            disk_alarm: alarm.disk,
         }
     }
 

@@ -131,46 +131,12 @@ impl Wal {
             .windows(2)
             .rposition(|w| w[1] != w[0] + 1)
             .map(|p| p + 1);
-        let (mut st, torn, dropped) = match (first_gap, last_gap) {
-            // Deletion needs a durable newer checkpoint: after reappeared segments the log
-            // goes on with an intact one.
-            (Some(first), Some(last)) => {
-                match starts_with_checkpoint(dir, ids[last]).and_then(|ok| {
-                    if ok {
-                        replay(dir, &ids[last..], &opts)
-                    } else {
-                        Err(StoreError::corrupt(format!(
-                            "{} after a gap in the WAL's segments has no intact checkpoint",
-                            seg_path(dir, ids[last]).display()
-                        )))
-                    }
-                }) {
-                    Ok(r) => {
-                        for &id in &ids[..last] {
-                            tracing::warn!(segment = %seg_path(dir, id).display(),
-                            "deleting a WAL segment that was deleted before and reappeared \
-                             (power loss before the directory was synced)");
-                        }
-                        (r.0, r.1, [&ids[..last], &r.2[..]].concat())
-                    }
-                    // A round that never synced left no mark after the gap: the segments it created
-                    // mid-round have none. A mark there means acknowledged writes: refuse.
-                    Err(e) if synced_after(dir, &[], 0, &ids[first..], &[])?.is_some() => {
-                        return Err(e)
-                    }
-                    Err(e) => match replay(dir, &ids[..first], &opts) {
-                        Ok(r) => {
-                            for &id in &ids[first..] {
-                                tracing::warn!(segment = %seg_path(dir, id).display(),
-                                "deleting a WAL segment of a round that never synced (the \
-                                 segment created before it is missing)");
-                            }
-                            (r.0, r.1, [&ids[first..], &r.2[..]].concat())
-                        }
-                        Err(_) => return Err(e),
-                    },
-                }
-            }
+        let Replayed {
+            mut st,
+            torn,
+            dropped,
+        } = match (first_gap, last_gap) {
+            (Some(first), Some(last)) => replay_across_gap(dir, &ids, first, last, &opts)?,
             _ => replay(dir, &ids, &opts)?,
         };
         if let Some((id, at)) = torn {
@@ -451,55 +417,102 @@ impl Wal {
     }
 }
 
+/// What a replay leaves: the state, where a torn record ends the log (`(segment, offset)` to
+/// cut at) and the segments to delete.
+struct Replayed {
+    st: State,
+    torn: Option<(u64, u64)>,
+    dropped: Vec<u64>,
+}
+
 /// Whether segment `id` opens with an intact checkpoint record. Errors: I/O as `Flush`.
 fn starts_with_checkpoint(dir: &Path, id: u64) -> Result<bool, StoreError> {
     let bytes = fs::read(seg_path(dir, id)).map_err(StoreError::Flush)?;
     Ok(matches!(record::parse(&bytes, 0), Ok(Some(r)) if r.kind == Kind::Checkpoint))
 }
 
-/// Replay the segments `ids` (consecutive) into a fresh [`State`] without changing any file:
-/// returns the state, where a torn record ends the log (`(segment, offset)` to cut at) and the
-/// segments after it (to delete). Errors: contradictory records, corruption (a bad record a
-/// later round's mark follows, unless `opts.truncate_at` names it), or a group that does not
-/// hold every entry the log declares live ([`State::check_ranges`]); I/O as `Flush`.
+/// [`replay`] of segments `ids` with a gap in their numbering (`first` and `last`: indexes
+/// in `ids` just after the first and the last gap; see `Wal::open` for the two readings).
+fn replay_across_gap(
+    dir: &Path,
+    ids: &[u64],
+    first: usize,
+    last: usize,
+    opts: &WalOptions,
+) -> Result<Replayed, StoreError> {
+    // Reappeared deleted segments: deletion needs a durable newer checkpoint, so the log
+    // after them goes on with an intact one.
+    let reappeared = if starts_with_checkpoint(dir, ids[last])? {
+        replay(dir, &ids[last..], opts)
+    } else {
+        Err(StoreError::corrupt(format!(
+            "{} after a gap in the WAL's segments has no intact checkpoint",
+            seg_path(dir, ids[last]).display()
+        )))
+    };
+    let err = match reappeared {
+        Ok(mut r) => {
+            for &id in &ids[..last] {
+                tracing::warn!(segment = %seg_path(dir, id).display(),
+                    "deleting a WAL segment that was deleted before and reappeared \
+                     (power loss before the directory was synced)");
+            }
+            r.dropped.splice(0..0, ids[..last].iter().copied());
+            return Ok(r);
+        }
+        Err(e) => e,
+    };
+    // Segments of a round that never synced: the segments it created mid-round have no
+    // mark. A mark after the gap means acknowledged writes: refuse.
+    if synced_after(dir, &[], 0, &ids[first..], &[])?.is_some() {
+        return Err(err);
+    }
+    let mut r = replay(dir, &ids[..first], opts).map_err(|_| err)?;
+    for &id in &ids[first..] {
+        tracing::warn!(segment = %seg_path(dir, id).display(),
+            "deleting a WAL segment of a round that never synced (the segment created \
+             before it is missing)");
+    }
+    r.dropped.extend_from_slice(&ids[first..]);
+    Ok(r)
+}
+
+/// Replay the segments `ids` (consecutive) into a fresh [`State`] without changing any file.
+/// Errors: contradictory records, corruption (a bad record a later round's mark follows,
+/// unless `opts.truncate_at` names it), or a group that does not hold every entry the log
+/// declares live ([`State::check_ranges`]); I/O as `Flush`.
 ///
 /// A last segment without a mark holds one round's writes (a round's mark goes in the segment
 /// current when it starts); if the log only holds together without it — its checkpoint
 /// declares entries the crashed round wrote into the previous segment and lost — it is
 /// dropped like a torn tail.
-#[allow(clippy::type_complexity)]
-fn replay(
-    dir: &Path,
-    ids: &[u64],
-    opts: &WalOptions,
-) -> Result<(State, Option<(u64, u64)>, Vec<u64>), StoreError> {
-    let (st, torn, later, ranges) = replay_once(dir, ids, opts)?;
+fn replay(dir: &Path, ids: &[u64], opts: &WalOptions) -> Result<Replayed, StoreError> {
+    let (replayed, ranges) = replay_once(dir, ids, opts)?;
     let Err(e) = ranges else {
-        return Ok((st, torn, later));
+        return Ok(replayed);
     };
-    let last = torn.map_or(ids.last().copied(), |t| Some(t.0));
+    let last = replayed.torn.map_or(ids.last().copied(), |t| Some(t.0));
     let end = last.and_then(|l| ids.iter().position(|&i| i == l));
     match end {
         Some(end) if end > 0 && synced_after(dir, &[], 0, &ids[end..=end], &[])?.is_none() => {
             tracing::warn!(segment = %seg_path(dir, ids[end]).display(),
                 "dropping the last WAL segment: written by a round that never synced, its \
                  checkpoint declares entries that round lost");
-            drop(st);
-            let (st, torn, mut later) = replay(dir, &ids[..end], opts)?;
-            later.extend_from_slice(&ids[end..]);
-            Ok((st, torn, later))
+            drop(replayed);
+            let mut r = replay(dir, &ids[..end], opts)?;
+            r.dropped.extend_from_slice(&ids[end..]);
+            Ok(r)
         }
         _ => Err(e),
     }
 }
 
-/// One pass of [`replay`]; the range check's verdict is returned beside the state.
-#[allow(clippy::type_complexity)]
+/// One pass of [`replay`]; the range check's verdict is returned beside what it replayed.
 fn replay_once(
     dir: &Path,
     ids: &[u64],
     opts: &WalOptions,
-) -> Result<(State, Option<(u64, u64)>, Vec<u64>, Result<(), StoreError>), StoreError> {
+) -> Result<(Replayed, Result<(), StoreError>), StoreError> {
     let mut st = State::empty();
     st.replaying = true;
     // Nonces of the marks replayed so far (one per incarnation of the WAL).
@@ -565,14 +578,21 @@ fn replay_once(
                     }
                     st.segs.get_mut(&id).expect("inserted above").written = at as u64;
                     let ranges = st.check_ranges();
-                    return Ok((st, Some((id, at as u64)), ids[n + 1..].to_vec(), ranges));
+                    let torn = Some((id, at as u64));
+                    let dropped = ids[n + 1..].to_vec();
+                    return Ok((Replayed { st, torn, dropped }, ranges));
                 }
             }
         }
         st.segs.get_mut(&id).expect("inserted above").written = at as u64;
     }
     let ranges = st.check_ranges();
-    Ok((st, None, Vec::new(), ranges))
+    let replayed = Replayed {
+        st,
+        torn: None,
+        dropped: Vec::new(),
+    };
+    Ok((replayed, ranges))
 }
 
 /// Where a sync round later than the one that wrote the bad record at `at` of `bytes` left its

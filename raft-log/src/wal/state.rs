@@ -155,10 +155,15 @@ impl State {
             return Ok(());
         }
         if self.replaying {
-            self.track_range(rec)?;
+            self.track_range(rec);
         }
         let replaying = self.replaying;
-        let State { groups, segs, .. } = self;
+        let State {
+            groups,
+            segs,
+            ranges,
+            ..
+        } = self;
         let mut on_remove = |s: u64| {
             if let Some(seg) = segs.get_mut(&s) {
                 seg.live -= 1;
@@ -233,6 +238,9 @@ impl State {
             Kind::Mark => {} // handled above
             Kind::Checkpoint => {
                 let list: Vec<GroupCheckpoint> = codec::decode(payload)?;
+                if replaying {
+                    *ranges = list.iter().map(|c| (c.group, (c.first, c.next))).collect();
+                }
                 let listed: HashMap<GroupId, GroupCheckpoint> =
                     list.into_iter().map(|c| (c.group, c)).collect();
                 groups.retain(|id, g| {
@@ -259,7 +267,7 @@ impl State {
 
     /// Replay only: how `rec` changes its group's `[first, next)` (see [`State::ranges`]),
     /// following [`GroupLog`]'s rules without the entries themselves.
-    fn track_range(&mut self, rec: Rec<'_>) -> Result<(), StoreError> {
+    fn track_range(&mut self, rec: Rec<'_>) {
         let Rec {
             kind,
             group,
@@ -268,13 +276,8 @@ impl State {
         } = rec;
         let ranges = &mut self.ranges;
         match kind {
-            Kind::Checkpoint => {
-                let list: Vec<GroupCheckpoint> = codec::decode(payload)?;
-                *ranges = list
-                    .into_iter()
-                    .map(|c| (c.group, (c.first, c.next)))
-                    .collect();
-            }
+            // Set from the checkpoint `apply` decodes anyway.
+            Kind::Checkpoint => {}
             Kind::Entry => {
                 let r = ranges.entry(group).or_insert((index, index));
                 if r.0 == r.1 || index < r.0 {
@@ -307,7 +310,6 @@ impl State {
             }
             Kind::Vote | Kind::Committed | Kind::Mark => {}
         }
-        Ok(())
     }
 
     /// End of replay: every group holds exactly the range the log declares
