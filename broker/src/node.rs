@@ -571,10 +571,11 @@ impl Broker {
                 let bodies = SegmentBodies::open(&self.bodies_dir(rec.group_id), MEMORY_BUDGET)?;
                 let host = QueueHost::new(machine, Box::new(bodies), ctx.clone());
                 // The leader syncs its log while it replicates (raft_log::durable).
-                let log = self
+                let mut log = self
                     .store
                     .log_store::<TypeConfig>(rec.group_id)?
                     .ack_own_entries(me);
+                let restored_leader = restores_as_leader(&mut log, me).await;
                 let durable = log.durable();
                 let sm = self
                     .store
@@ -627,6 +628,13 @@ impl Broker {
                         host: host.clone(),
                     }),
                 );
+                if restored_leader {
+                    tokio::spawn(mark_restored_leadership(
+                        raft.clone(),
+                        self.origin,
+                        rec.name.clone(),
+                    ));
+                }
                 // In a new group the preferred leader (first member) campaigns
                 // until a leader is known (the other members open their
                 // replicas when they apply the queue record, a little later);
@@ -1108,4 +1116,41 @@ fn next_epoch(db: &sled::Db) -> Result<u32, NodeError> {
     db.insert("node/epoch", &epoch.to_be_bytes())?;
     db.flush()?;
     Ok(epoch)
+}
+
+/// True when openraft will restore this replica as leader at startup: its
+/// persisted vote is its own and committed (openraft 0.9
+/// `Engine::startup`). Such a leader appends no blank entry in this boot.
+async fn restores_as_leader<S>(log: &mut S, me: u64) -> bool
+where
+    S: openraft::storage::RaftLogStorage<TypeConfig>,
+{
+    matches!(log.read_vote().await, Ok(Some(v)) if v.is_committed() && v.leader_id().voted_for() == Some(me))
+}
+
+/// Appends [`GroupCommand::LeaderRestored`] for a replica restored as
+/// leader, so the queue re-issues its leader-only effects (deliveries of
+/// checked-out messages, held dead letters, timers) once every entry
+/// before it is applied, as a new leader's blank entry does. Gives up when
+/// leadership moved (the new leader's blank entry does the same) or after
+/// a few failed tries.
+async fn mark_restored_leadership(raft: Raft, origin: Origin, queue: String) {
+    for _ in 0..10 {
+        match raft
+            .client_write(GroupCommand::LeaderRestored { origin })
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(%queue, "queue leader restored from its vote: re-issued its deliveries and timers");
+                return;
+            }
+            Err(openraft::error::RaftError::APIError(
+                openraft::error::ClientWriteError::ForwardToLeader(_),
+            )) => return,
+            Err(e) => {
+                tracing::debug!(%queue, error = %e, "marking a restored leadership failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
 }

@@ -27,7 +27,18 @@ pub struct Origin {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum GroupCommand {
     Meta(MetaCommand),
-    Queue { origin: Origin, cmd: QueueCommand },
+    Queue {
+        origin: Origin,
+        cmd: QueueCommand,
+    },
+    /// A queue replica that openraft restored as leader from its persisted
+    /// vote (a restart within its own term, so no blank entry of this boot
+    /// follows) appends this; applying it re-issues the leader-only effects
+    /// as a blank entry would ([`crate::queue::QueueHost`]): the deliveries
+    /// in the outbox of the boot that went down were lost with it.
+    LeaderRestored {
+        origin: Origin,
+    },
 }
 
 /// What applying a [`GroupCommand`] returned.

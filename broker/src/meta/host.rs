@@ -142,7 +142,7 @@ impl raft_log::Machine<TypeConfig> for MetaHost {
     fn apply(&mut self, _meta: &raft_log::ApplyMeta, cmd: GroupCommand) -> GroupReply {
         match cmd {
             GroupCommand::Meta(c) => GroupReply::Meta(MetaHost::apply(self, c)),
-            GroupCommand::Queue { .. } => GroupReply::None,
+            GroupCommand::Queue { .. } | GroupCommand::LeaderRestored { .. } => GroupReply::None,
         }
     }
 

@@ -254,6 +254,15 @@ impl raft_log::Machine<crate::cluster::types::TypeConfig> for QueueHost {
                 tracing::debug!(target: "proposals", group = self.ctx.group, index = meta.index, term = meta.term, ?seq, resent = matches!(reply, QueueReply::Resent), next_id = self.machine.next_id, "applied");
                 GroupReply::Queue(reply)
             }
+            GroupCommand::LeaderRestored { origin } => {
+                if origin.node == self.ctx.node
+                    && origin.epoch == self.ctx.consumers.epoch()
+                    && self.ctx.live.load(std::sync::atomic::Ordering::Acquire)
+                {
+                    self.became_leader();
+                }
+                GroupReply::None
+            }
             GroupCommand::Meta(_) => GroupReply::None,
         }
     }
@@ -349,4 +358,126 @@ fn decode_snapshot(
     let payload = raft_log::SnapshotPayload::decode(snapshot).map_err(|e| e.to_string())?;
     let (machine, _index) = decode_machine(&payload.machine).map_err(|e| e.to_string())?;
     Ok((payload, machine))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use raft_log::{ApplyMeta, Machine};
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::cluster::types::{GroupCommand, Origin};
+    use crate::consumers::ConnEvent;
+    use crate::queue::bodies::MemBodies;
+    use crate::queue::types::{EnqueueMsg, QueueConfig};
+
+    const META: ApplyMeta = ApplyMeta {
+        group: 7,
+        index: 1,
+        term: 3,
+    };
+
+    /// Applies `cmd` as proposed by `origin`.
+    fn apply(host: &mut QueueHost, origin: Origin, cmd: QueueCommand) {
+        Machine::apply(host, &META, GroupCommand::Queue { origin, cmd });
+    }
+
+    /// Delivered message ids and their resend flags, in order.
+    fn drain(rx: &mut mpsc::UnboundedReceiver<ConnEvent>) -> Vec<(MsgId, bool)> {
+        let mut out = Vec::new();
+        while let Ok(ConnEvent::Delivery(d)) = rx.try_recv() {
+            out.push((d.delivery.id, d.delivery.resend));
+        }
+        out
+    }
+
+    /// Node 1 in boot 2, leading queue group 7, with one local consumer
+    /// (prefetch 1) holding the one enqueued message, id 0.
+    fn leader_with_checked_out() -> (QueueHost, Origin, mpsc::UnboundedReceiver<ConnEvent>) {
+        let registry = ConsumerRegistry::new(1, 2);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let consumer = registry.register(tx, 7);
+        let (effects, _effects_rx) = mpsc::unbounded_channel();
+        let ctx = Arc::new(QueueContext {
+            group: 7,
+            node: 1,
+            consumers: registry,
+            effects,
+            closed: AtomicBool::new(false),
+            closing: tokio::sync::Notify::new(),
+            live: AtomicBool::new(true),
+        });
+        let mut host = QueueHost::new(
+            QueueMachine::new(QueueConfig::default()),
+            Box::new(MemBodies::default()),
+            ctx,
+        );
+        let me = Origin { node: 1, epoch: 2 };
+        apply(
+            &mut host,
+            me,
+            QueueCommand::Enqueue {
+                now_ms: 1,
+                msgs: vec![EnqueueMsg {
+                    payload: Bytes::from_static(b"m"),
+                    body_size: 1,
+                    ttl_ms: None,
+                }],
+            },
+        );
+        apply(
+            &mut host,
+            me,
+            QueueCommand::Checkout {
+                now_ms: 1,
+                consumer,
+                prefetch: 1,
+                no_ack: false,
+            },
+        );
+        assert_eq!(
+            drain(&mut rx),
+            vec![(0, false)],
+            "delivered once by the leader"
+        );
+        (host, me, rx)
+    }
+
+    /// A replica openraft restored as leader from its vote appends
+    /// `LeaderRestored`: applying it re-issues the deliveries the boot that
+    /// went down may have lost (fault suite seed 879026: two messages stuck
+    /// unacknowledged after a rolling restart).
+    #[test]
+    fn leader_restored_reissues_checked_out_deliveries() {
+        let (mut host, me, mut rx) = leader_with_checked_out();
+        Machine::apply(
+            &mut host,
+            &META,
+            GroupCommand::LeaderRestored { origin: me },
+        );
+        assert_eq!(
+            drain(&mut rx),
+            vec![(0, true)],
+            "re-sent, marked as a resend"
+        );
+    }
+
+    /// The mark of another node, of an earlier boot, or one replayed while
+    /// the group opens re-issues nothing.
+    #[test]
+    fn leader_restored_of_others_or_replayed_is_inert() {
+        let (mut host, me, mut rx) = leader_with_checked_out();
+        for origin in [Origin { node: 2, ..me }, Origin { epoch: 1, ..me }] {
+            Machine::apply(&mut host, &META, GroupCommand::LeaderRestored { origin });
+        }
+        host.ctx.live.store(false, Ordering::Release);
+        Machine::apply(
+            &mut host,
+            &META,
+            GroupCommand::LeaderRestored { origin: me },
+        );
+        assert_eq!(drain(&mut rx), vec![]);
+    }
 }
