@@ -281,6 +281,11 @@ impl Broker {
         &self.detector
     }
 
+    /// The cluster's nodes and their gRPC channels.
+    pub fn peers(&self) -> &Arc<Peers> {
+        &self.peers
+    }
+
     /// Directory of a quorum queue's body segments.
     fn bodies_dir(&self, group: u64) -> PathBuf {
         self.config
@@ -535,6 +540,56 @@ impl Broker {
         (ctx, rx)
     }
 
+    /// Opens this node's replica of quorum queue group `group`: body store,
+    /// log, state machine and Raft (not initialized: see the callers).
+    /// Returns the Raft handle, the host, and whether openraft restores the
+    /// replica as leader from its vote ([`restores_as_leader`]).
+    ///
+    /// Errors: storage cannot be opened; openraft refuses the config.
+    async fn open_replica(
+        &self,
+        group: u64,
+        ctx: &Arc<QueueContext>,
+        config: QueueConfig,
+    ) -> Result<(Raft, Arc<Mutex<QueueHost>>, bool), NodeError> {
+        let me = self.config.node_id;
+        let machine = QueueMachine::new(config);
+        let bodies = SegmentBodies::open(&self.bodies_dir(group), MEMORY_BUDGET)?;
+        let host = QueueHost::new(machine, Box::new(bodies), ctx.clone());
+        // The leader syncs its log while it replicates (raft_log::durable).
+        let mut log = self
+            .store
+            .log_store::<TypeConfig>(group)?
+            .ack_own_entries(me);
+        let restored_leader = restores_as_leader(&mut log, me).await;
+        let durable = log.durable();
+        let sm = self
+            .store
+            .state_machine::<TypeConfig, QueueHost>(group, host)?
+            .apply_when_durable(durable.clone());
+        let host = sm.machine();
+        if let Ok(mut h) = host.lock() {
+            h.finish_open();
+        }
+        let cfg = Arc::new(raft_config(group).map_err(|e| NodeError::Raft(e.to_string()))?);
+        let raft = Raft::new(
+            me,
+            cfg,
+            Network {
+                group,
+                peers: self.peers.clone(),
+                groups: self.groups.clone(),
+                durable: Some(durable),
+                detector: self.detector.clone(),
+            },
+            log,
+            sm,
+        )
+        .await
+        .map_err(|e| NodeError::Raft(e.to_string()))?;
+        Ok((raft, host, restored_leader))
+    }
+
     async fn open_queue(
         self: &Arc<Self>,
         rec: &QueueRecord,
@@ -553,7 +608,8 @@ impl Broker {
                     rec.members.clone(),
                     self.forwarder.clone(),
                 );
-                // No replica here: nothing to run but the forwarding proposer.
+                // No replica here: nothing to run but the forwarding proposer
+                // (the runtime starts if this node becomes a member).
                 return Ok(Arc::new(
                     QueueHandle::remote(
                         rec.vhost.clone(),
@@ -563,46 +619,14 @@ impl Broker {
                         self.origin,
                     )
                     .classic(classic)
-                    .declared_quorum(declared_quorum),
+                    .declared_quorum(declared_quorum)
+                    .with_idle_effects(rx),
                 ));
             }
             QueueKind::Quorum => {
-                let machine = QueueMachine::new(config.clone());
-                let bodies = SegmentBodies::open(&self.bodies_dir(rec.group_id), MEMORY_BUDGET)?;
-                let host = QueueHost::new(machine, Box::new(bodies), ctx.clone());
-                // The leader syncs its log while it replicates (raft_log::durable).
-                let mut log = self
-                    .store
-                    .log_store::<TypeConfig>(rec.group_id)?
-                    .ack_own_entries(me);
-                let restored_leader = restores_as_leader(&mut log, me).await;
-                let durable = log.durable();
-                let sm = self
-                    .store
-                    .state_machine::<TypeConfig, QueueHost>(rec.group_id, host)?
-                    .apply_when_durable(durable.clone());
-                let host = sm.machine();
-                if let Ok(mut h) = host.lock() {
-                    h.finish_open();
-                }
-                let cfg = Arc::new(
-                    raft_config(rec.group_id).map_err(|e| NodeError::Raft(e.to_string()))?,
-                );
-                let raft = Raft::new(
-                    me,
-                    cfg,
-                    Network {
-                        group: rec.group_id,
-                        peers: self.peers.clone(),
-                        groups: self.groups.clone(),
-                        durable: Some(durable),
-                        detector: self.detector.clone(),
-                    },
-                    log,
-                    sm,
-                )
-                .await
-                .map_err(|e| NodeError::Raft(e.to_string()))?;
+                let (raft, host, restored_leader) = self
+                    .open_replica(rec.group_id, &ctx, config.clone())
+                    .await?;
                 ctx.live.store(true, Ordering::Release);
                 // openraft's initialize campaigns at once. Only the preferred
                 // leader (first member) and sole members initialize now; the
@@ -722,6 +746,63 @@ impl Broker {
         Ok(handle)
     }
 
+    /// Brings this node's replica of `rec` in line with its member list
+    /// (`add_member` / `delete_member` changed it): a new member opens an
+    /// empty replica, which the leader then fills (as a learner, then a
+    /// voter); a removed one shuts its replica down and deletes its
+    /// storage. Channels keep the queue's handle either way: its commands
+    /// are forwarded once no replica is here.
+    async fn follow_membership(self: &Arc<Self>, rec: &QueueRecord, h: &Arc<QueueHandle>) {
+        let me = self.node_id();
+        let member = rec.members.contains(&me);
+        if member == h.has_replica() {
+            return;
+        }
+        let _guard = self.groups_lock.lock().await;
+        if member == h.has_replica() || self.queue_by_group(rec.group_id).is_none() {
+            return;
+        }
+        if member {
+            let config = self.effective_config(&rec.vhost, &rec.name);
+            match self.open_replica(rec.group_id, h.context(), config).await {
+                Ok((raft, host, _)) => {
+                    h.context().live.store(true, Ordering::Release);
+                    self.groups.insert(
+                        rec.group_id,
+                        Arc::new(QueueReplica {
+                            raft: raft.clone(),
+                            host: host.clone(),
+                        }),
+                    );
+                    h.set_replica(Some((raft, host)));
+                    if let Some(rx) = h.take_idle_effects() {
+                        runtime::spawn(Arc::downgrade(self), h.clone(), rx);
+                    }
+                    tracing::info!(queue = %rec.name, "this node became a member of the queue: replica opened");
+                }
+                Err(e) => {
+                    tracing::error!(queue = %rec.name, error = %e, "opening the replica of a new member failed")
+                }
+            }
+        } else {
+            self.groups.remove(rec.group_id);
+            let raft = h.set_replica(None);
+            h.context().live.store(false, Ordering::Release);
+            if let Some(raft) = raft {
+                if let Err(e) = raft.shutdown().await {
+                    tracing::warn!(queue = %rec.name, error = %e, "raft shutdown failed");
+                }
+            }
+            if let Err(e) = self.store.drop_group(rec.group_id) {
+                tracing::warn!(queue = %rec.name, error = %e, "failed to drop group storage");
+            }
+            if let Err(e) = std::fs::remove_dir_all(self.bodies_dir(rec.group_id)) {
+                tracing::warn!(queue = %rec.name, error = %e, "failed to remove body segments");
+            }
+            tracing::info!(queue = %rec.name, "this node is no longer a member of the queue: replica removed");
+        }
+    }
+
     /// Deletes a queue: the meta record, then the group and its storage
     /// (other nodes drop theirs when they apply the deletion).
     pub async fn delete_queue(
@@ -824,6 +905,9 @@ impl Broker {
                 Some(h) => {
                     if let Some(r) = h.route() {
                         r.update_members(&rec.members);
+                    }
+                    if rec.kind == QueueKind::Quorum {
+                        self.follow_membership(rec, &h).await;
                     }
                 }
                 None if rec.kind == QueueKind::Quorum => {

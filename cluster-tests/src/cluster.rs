@@ -497,7 +497,7 @@ impl Cluster {
     /// Runs `quorumqctl --node <node via> ARGS...` (≤ 15 s) and returns its stdout.
     ///
     /// Errors: non-zero exit (with its output), timeout, binary missing.
-    async fn ctl(&self, via: u64, args: &[&str]) -> anyhow::Result<String> {
+    pub async fn ctl(&self, via: u64, args: &[&str]) -> anyhow::Result<String> {
         let admin = format!("http://{}", self.cluster_addr(via));
         dlx::run(dlx::quorumqctl(&admin, args), CTL_TIMEOUT).await
     }

@@ -7,11 +7,13 @@ use futures::StreamExt;
 use quorumq_proto::v1::admin_server::{Admin, AdminServer};
 use quorumq_proto::v1::{
     AdminReply, ClearPolicyRequest, ClusterStatusNode, ClusterStatusReply, ClusterStatusRequest,
-    ListPoliciesReply, ListPoliciesRequest, ListQueuesReply, ListQueuesRequest, Policy as PbPolicy,
-    QueueInfo, SetPolicyRequest, StatusReply, StatusRequest,
+    GrowRequest, ListPoliciesReply, ListPoliciesRequest, ListQueuesReply, ListQueuesRequest,
+    MemberRequest, MemberResult, MemberResults, Policy as PbPolicy, QueueInfo, SetPolicyRequest,
+    ShrinkRequest, StatusReply, StatusRequest,
 };
 use tonic::{Request, Response, Status};
 
+use crate::cluster::membership::{self, Change};
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::policy::Policy;
 use crate::meta::QueueKind;
@@ -95,6 +97,67 @@ impl Admin for AdminService {
             meta_leader: cluster.meta_leader,
             node_id: self.broker.node_id(),
         }))
+    }
+
+    async fn add_member(
+        &self,
+        req: Request<MemberRequest>,
+    ) -> Result<Response<MemberResult>, Status> {
+        let r = req.into_inner();
+        let vhost = vhost_or_default(&r.vhost);
+        Ok(Response::new(
+            membership::change_member(
+                &self.broker,
+                &vhost,
+                &r.queue,
+                r.node,
+                Change::Add,
+                r.forwarded,
+            )
+            .await,
+        ))
+    }
+
+    async fn delete_member(
+        &self,
+        req: Request<MemberRequest>,
+    ) -> Result<Response<MemberResult>, Status> {
+        let r = req.into_inner();
+        let vhost = vhost_or_default(&r.vhost);
+        Ok(Response::new(
+            membership::change_member(
+                &self.broker,
+                &vhost,
+                &r.queue,
+                r.node,
+                Change::Remove,
+                r.forwarded,
+            )
+            .await,
+        ))
+    }
+
+    async fn grow(&self, req: Request<GrowRequest>) -> Result<Response<MemberResults>, Status> {
+        let r = req.into_inner();
+        let results = membership::grow(
+            &self.broker,
+            r.node,
+            &r.strategy,
+            &r.vhost_pattern,
+            &r.queue_pattern,
+        )
+        .await
+        .map_err(Status::invalid_argument)?;
+        Ok(Response::new(MemberResults { results }))
+    }
+
+    async fn shrink(&self, req: Request<ShrinkRequest>) -> Result<Response<MemberResults>, Status> {
+        let r = req.into_inner();
+        let mut results = membership::shrink(&self.broker, r.node).await;
+        if r.errors_only {
+            results.retain(|x| !x.ok);
+        }
+        Ok(Response::new(MemberResults { results }))
     }
 
     async fn set_policy(

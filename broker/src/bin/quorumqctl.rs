@@ -1,7 +1,8 @@
 //! `quorumqctl`: operator CLI over the admin gRPC API, shaped like
 //! rabbitmqctl (`set_policy NAME PATTERN DEFINITION [--priority N]
 //! [--apply-to queues|exchanges|all]`, `clear_policy`, `list_policies`,
-//! `list_queues`, `cluster_status`, `status`).
+//! `list_queues`, `cluster_status`, `status`), and the queue membership
+//! verbs of rabbitmq-queues (`add_member`, `delete_member`, `grow`, `shrink`).
 //!
 //! `--formatter table|json` (anywhere on the line, default `table`) picks the
 //! output of the listing commands: `table` is tab-separated with a header
@@ -15,8 +16,9 @@ use anyhow::bail;
 use clap::{Parser, Subcommand, ValueEnum};
 use quorumq_proto::v1::admin_client::AdminClient;
 use quorumq_proto::v1::{
-    ClearPolicyRequest, ClusterStatusReply, ClusterStatusRequest, ListPoliciesRequest,
-    ListQueuesRequest, Policy, QueueInfo, SetPolicyRequest, StatusReply, StatusRequest,
+    ClearPolicyRequest, ClusterStatusReply, ClusterStatusRequest, GrowRequest, ListPoliciesRequest,
+    ListQueuesRequest, MemberRequest, MemberResult, Policy, QueueInfo, SetPolicyRequest,
+    ShrinkRequest, StatusReply, StatusRequest,
 };
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -73,6 +75,79 @@ enum Cmd {
     /// Cluster nodes, which of them run, and the meta leader.
     #[command(name = "cluster_status")]
     ClusterStatus,
+    /// Adds a replica of a quorum queue on a node: [VHOST] QUEUE NODE
+    /// (rabbitmq-queues add_member; VHOST defaults to --vhost).
+    #[command(name = "add_member")]
+    AddMember {
+        #[arg(num_args = 2..=3, value_names = ["VHOST", "QUEUE", "NODE"])]
+        target: Vec<String>,
+    },
+    /// Removes a quorum queue's replica from a node: [VHOST] QUEUE NODE
+    /// (rabbitmq-queues delete_member; never the last one).
+    #[command(name = "delete_member")]
+    DeleteMember {
+        #[arg(num_args = 2..=3, value_names = ["VHOST", "QUEUE", "NODE"])]
+        target: Vec<String>,
+    },
+    /// Adds a replica on NODE to every matching quorum queue (`all`), or to
+    /// those with an even number of members (`even`) (rabbitmq-queues grow).
+    Grow {
+        node: u64,
+        #[arg(value_parser = ["all", "even"])]
+        strategy: String,
+        /// Regex on vhost names.
+        #[arg(long = "vhost-pattern", default_value = ".*")]
+        vhost_pattern: String,
+        /// Regex on queue names.
+        #[arg(long = "queue-pattern", default_value = ".*")]
+        queue_pattern: String,
+    },
+    /// Removes NODE's replica from every quorum queue (rabbitmq-queues shrink).
+    Shrink {
+        node: u64,
+        /// List only the queues whose change failed.
+        #[arg(long = "errors-only")]
+        errors_only: bool,
+    },
+}
+
+/// Prints a progress line before a result table (not in JSON output,
+/// which must stay one JSON document).
+fn banner(formatter: Formatter, text: &str) {
+    if formatter == Formatter::Table {
+        emit(text);
+    }
+}
+
+/// VHOST QUEUE NODE, or QUEUE NODE in `default_vhost`.
+fn member_target(target: &[String], default_vhost: &str) -> anyhow::Result<MemberRequest> {
+    let (vhost, queue, node) = match target {
+        [q, n] => (default_vhost.to_string(), q.clone(), n),
+        [v, q, n] => (v.clone(), q.clone(), n),
+        _ => bail!("expected [VHOST] QUEUE NODE"),
+    };
+    let node = node
+        .parse()
+        .map_err(|_| anyhow::anyhow!("NODE must be a node id, not '{node}'"))?;
+    Ok(MemberRequest {
+        vhost,
+        queue,
+        node,
+        forwarded: false,
+    })
+}
+
+/// The columns of grow / shrink / add_member / delete_member results
+/// (rabbitmq-queues grow and shrink).
+const MEMBER_COLUMNS: &[&str] = &["vhost", "name", "size", "result"];
+
+fn member_row(r: &MemberResult) -> Row {
+    Row(vec![
+        ("vhost", json!(r.vhost)),
+        ("name", json!(r.name)),
+        ("size", json!(r.size)),
+        ("result", json!(r.result)),
+    ])
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -142,6 +217,75 @@ async fn main() -> anyhow::Result<()> {
                 .await?;
             let rows: Vec<Row> = r.into_inner().policies.iter().map(policy_row).collect();
             emit(&listing(f, POLICY_COLUMNS, &rows));
+        }
+        Cmd::AddMember { target } => {
+            let req = member_target(&target, &args.vhost)?;
+            banner(
+                f,
+                &format!(
+                    "Adding a replica for queue {} in vhost {} on node {}...\n",
+                    req.queue, req.vhost, req.node
+                ),
+            );
+            let r = c.add_member(req).await?.into_inner();
+            if !r.ok {
+                bail!("{}", r.result);
+            }
+            emit(&listing(f, MEMBER_COLUMNS, &[member_row(&r)]));
+        }
+        Cmd::DeleteMember { target } => {
+            let req = member_target(&target, &args.vhost)?;
+            banner(
+                f,
+                &format!(
+                    "Removing a replica of queue {} in vhost {} from node {}...\n",
+                    req.queue, req.vhost, req.node
+                ),
+            );
+            let r = c.delete_member(req).await?.into_inner();
+            if !r.ok {
+                bail!("{}", r.result);
+            }
+            emit(&listing(f, MEMBER_COLUMNS, &[member_row(&r)]));
+        }
+        Cmd::Grow {
+            node,
+            strategy,
+            vhost_pattern,
+            queue_pattern,
+        } => {
+            banner(f, &format!(
+                "Growing {strategy} quorum queues matching {queue_pattern} in vhosts matching {vhost_pattern} to node {node}...\n"
+            ));
+            let r = c
+                .grow(GrowRequest {
+                    node,
+                    strategy,
+                    vhost_pattern,
+                    queue_pattern,
+                })
+                .await?
+                .into_inner();
+            let rows: Vec<Row> = r.results.iter().map(member_row).collect();
+            emit(&listing(f, MEMBER_COLUMNS, &rows));
+            if r.results.iter().any(|x| !x.ok) {
+                std::process::exit(1);
+            }
+        }
+        Cmd::Shrink { node, errors_only } => {
+            banner(
+                f,
+                &format!("Shrinking all quorum queues on node {node}...\n"),
+            );
+            let r = c
+                .shrink(ShrinkRequest { node, errors_only })
+                .await?
+                .into_inner();
+            let rows: Vec<Row> = r.results.iter().map(member_row).collect();
+            emit(&listing(f, MEMBER_COLUMNS, &rows));
+            if r.results.iter().any(|x| !x.ok) {
+                std::process::exit(1);
+            }
         }
         Cmd::ListQueues => {
             let r = c

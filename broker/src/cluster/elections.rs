@@ -1,7 +1,7 @@
 //! Elections for quiescent groups. Queue groups run without openraft's
 //! heartbeats and election timers (an idle queue costs nothing); this sweep
-//! starts an election in a group whose leader is unknown or seen down by the
-//! failure detector. Members take turns by rank (the lowest-id live voter
+//! starts an election in a group whose leader is unknown, seen down by the
+//! failure detector, or no longer a voter (it removed itself). Members take turns by rank (the lowest-id live voter
 //! first, the next one [`RANK_DELAY_MS`] later, ...), so a member whose log
 //! is behind (its vote is refused) is followed by the next one instead of
 //! every member campaigning at once. The turns start when the dead leader's
@@ -70,11 +70,13 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
                 let metrics = raft.metrics();
                 let m = metrics.borrow();
                 let leader = m.current_leader;
-                if leader.is_some_and(|l| detector.is_alive(l)) {
-                    continue;
-                }
                 let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
                 drop(m);
+                // A leader that removed itself (delete_member) leads no more
+                // once the new membership is in.
+                if leader.is_some_and(|l| detector.is_alive(l) && voters.contains(&l)) {
+                    continue;
+                }
                 if !voters.contains(&me) {
                     continue;
                 }

@@ -10,6 +10,7 @@ pub mod elections;
 pub mod forward;
 pub mod groups;
 pub mod join;
+pub mod membership;
 pub mod peers;
 pub mod server;
 pub mod status;

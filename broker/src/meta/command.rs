@@ -73,6 +73,16 @@ pub enum MetaCommand {
     /// Fixes the cluster id (proposed by the first meta leader; later ones
     /// change nothing). Replies `ClusterId` with the id in force.
     SetClusterId(u64),
+    /// quorumqctl add_member / delete_member / grow / shrink: the nodes
+    /// holding a replica of the quorum queue whose group is `group_id`
+    /// (the record of a re-declared queue of the same name has another
+    /// group and is left alone). Replies `Ok`, or 404 when the queue is gone.
+    SetQueueMembers {
+        vhost: String,
+        name: String,
+        group_id: u64,
+        members: Vec<u64>,
+    },
 }
 
 /// Result of a [`MetaCommand`].

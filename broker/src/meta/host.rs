@@ -132,6 +132,14 @@ impl MetaHost {
                 t.clear_policy(&vhost, &name).map(|_| MetaReply::Ok)
             }
             MetaCommand::SetClusterId(id) => Ok(MetaReply::ClusterId(t.set_cluster_id(id))),
+            MetaCommand::SetQueueMembers {
+                vhost,
+                name,
+                group_id,
+                members,
+            } => t
+                .set_queue_members(&vhost, &name, group_id, members)
+                .map(|_| MetaReply::Ok),
         };
         self.notify();
         r.unwrap_or_else(MetaReply::Error)

@@ -518,6 +518,33 @@ impl Topology {
         Some(rec)
     }
 
+    /// Replaces the member list of queue `name` if its group is still
+    /// `group_id` (membership changes, `SetQueueMembers`).
+    ///
+    /// Errors: 404 NOT_FOUND when no such queue (or a re-declared one).
+    pub fn set_queue_members(
+        &mut self,
+        vhost: &str,
+        name: &str,
+        group_id: u64,
+        members: Vec<u64>,
+    ) -> Result<(), AmqpError> {
+        match self
+            .vhosts
+            .get_mut(vhost)
+            .and_then(|v| v.queues.get_mut(name))
+        {
+            Some(q) if q.group_id == group_id => {
+                q.members = members;
+                Ok(())
+            }
+            _ => Err(AmqpError::not_found(format!(
+                "no {}",
+                rs("queue", name, vhost)
+            ))),
+        }
+    }
+
     // ----------------------------------------------------------------- bindings
 
     /// queue.bind (3.10.8 `binding_action`): default exchange → 403

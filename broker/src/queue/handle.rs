@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 
 use openraft::error::{ClientWriteError, RaftError};
 use raft_log::BusyHint;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{mpsc, oneshot};
 
-use super::host::{QueueContext, QueueHost};
+use super::host::{LeaderEffect, QueueContext, QueueHost};
 use super::types::{ConsumerId, ProposerId, QueueCommand, QueueReply};
 use crate::cluster::forward::{Forwarded, Forwarder};
 use crate::cluster::status::QueueStatus;
@@ -77,7 +78,9 @@ enum Backend {
 /// leader a forwarded call named, else the members in turn.
 pub struct Route {
     group: u64,
-    raft: Option<Raft>,
+    /// The local replica's Raft handle; set and cleared as this node
+    /// becomes or stops being a member (`add_member` / `delete_member`).
+    raft: RwLock<Option<Raft>>,
     members: RwLock<Vec<u64>>,
     /// Last known leader (0 = none).
     hint: AtomicU64,
@@ -94,7 +97,7 @@ impl Route {
     ) -> Arc<Route> {
         Arc::new(Route {
             group,
-            raft,
+            raft: RwLock::new(raft),
             members: RwLock::new(members),
             hint: AtomicU64::new(0),
             forwarder,
@@ -120,15 +123,30 @@ impl Route {
         }
     }
 
+    /// The local replica's Raft handle (None: no replica here).
+    pub fn raft(&self) -> Option<Raft> {
+        self.raft.read().ok().and_then(|r| r.clone())
+    }
+
+    /// Installs (Some) or removes (None) the local replica's Raft handle;
+    /// returns the one it replaces.
+    pub fn set_raft(&self, raft: Option<Raft>) -> Option<Raft> {
+        match self.raft.write() {
+            Ok(mut r) => std::mem::replace(&mut *r, raft),
+            Err(_) => None,
+        }
+    }
+
     /// The local replica's Raft handle when this node is its leader.
-    pub fn local_leader(&self) -> Option<&Raft> {
-        let raft = self.raft.as_ref()?;
-        (raft.metrics().borrow().current_leader == Some(self.me())).then_some(raft)
+    pub fn local_leader(&self) -> Option<Raft> {
+        let raft = self.raft()?;
+        let leads = raft.metrics().borrow().current_leader == Some(self.me());
+        leads.then_some(raft)
     }
 
     /// The leader as far as this node knows (None = unknown).
     pub fn leader(&self) -> Option<u64> {
-        if let Some(raft) = &self.raft {
+        if let Some(raft) = self.raft() {
             if let Some(l) = raft.metrics().borrow().current_leader {
                 return Some(l);
             }
@@ -142,7 +160,7 @@ impl Route {
     /// Waits (at most `timeout`) until the local replica knows a leader; at
     /// once without a local replica (forwarding finds the leader itself).
     pub async fn wait_leader(&self, timeout: Duration) {
-        if let Some(raft) = &self.raft {
+        if let Some(raft) = self.raft() {
             let _ = raft
                 .wait(Some(timeout))
                 .metrics(|m| m.current_leader.is_some(), "queue leader elected")
@@ -209,8 +227,13 @@ pub struct QueueHandle {
     pub vhost: String,
     /// Queue name.
     pub name: String,
-    host: Option<Arc<Mutex<QueueHost>>>,
+    /// The local replica (or local queue); swapped as this node becomes or
+    /// stops being a member of the queue's group.
+    host: RwLock<Option<Arc<Mutex<QueueHost>>>>,
     ctx: Arc<QueueContext>,
+    /// A queue without a replica here has no runtime yet: the receiver of
+    /// its leader effects waits here until a replica is attached.
+    idle_effects: Mutex<Option<UnboundedReceiver<LeaderEffect>>>,
     backend: Backend,
     route: Option<Arc<Route>>,
     usage: Mutex<ConsumerUse>,
@@ -298,8 +321,9 @@ impl QueueHandle {
             group: ctx.group,
             vhost,
             name,
-            host,
+            host: RwLock::new(host),
             ctx,
+            idle_effects: Mutex::new(None),
             backend: Backend::Raft { tx },
             route: Some(route),
             usage: Mutex::default(),
@@ -319,8 +343,9 @@ impl QueueHandle {
             group: ctx.group,
             vhost,
             name,
-            host: Some(host),
+            host: RwLock::new(Some(host)),
             ctx,
+            idle_effects: Mutex::new(None),
             backend: Backend::Local,
             route: None,
             usage: Mutex::default(),
@@ -336,7 +361,44 @@ impl QueueHandle {
 
     /// True when this node holds a replica (or the queue is local here).
     pub fn has_replica(&self) -> bool {
-        self.host.is_some()
+        self.host().is_some()
+    }
+
+    /// Keeps the leader-effects receiver of a queue without a replica here
+    /// until one is attached ([`Self::take_idle_effects`]).
+    pub fn with_idle_effects(self, rx: UnboundedReceiver<LeaderEffect>) -> Self {
+        if let Ok(mut e) = self.idle_effects.lock() {
+            *e = Some(rx);
+        }
+        self
+    }
+
+    /// The receiver kept by [`Self::with_idle_effects`], once: the caller
+    /// starts the queue's runtime with it.
+    pub fn take_idle_effects(&self) -> Option<UnboundedReceiver<LeaderEffect>> {
+        self.idle_effects.lock().ok().and_then(|mut e| e.take())
+    }
+
+    /// The local replica (None: no replica on this node).
+    fn host(&self) -> Option<Arc<Mutex<QueueHost>>> {
+        self.host.read().ok().and_then(|h| h.clone())
+    }
+
+    /// Installs (Some) or removes (None) the local replica's host together
+    /// with its Raft handle in the route: this node became, or stopped
+    /// being, a member of the group. Channels keep this handle throughout:
+    /// their commands go to the local replica or are forwarded, whichever
+    /// the route holds when they are proposed. Returns the Raft handle
+    /// replaced.
+    pub fn set_replica(&self, replica: Option<(Raft, Arc<Mutex<QueueHost>>)>) -> Option<Raft> {
+        let (raft, host) = match replica {
+            Some((r, h)) => (Some(r), Some(h)),
+            None => (None, None),
+        };
+        if let Ok(mut h) = self.host.write() {
+            *h = host;
+        }
+        self.route.as_ref().and_then(|r| r.set_raft(raft))
     }
 
     /// True when this node leads the queue's group (always for local queues).
@@ -416,7 +478,8 @@ impl QueueHandle {
                 }
             }
             Backend::Local => {
-                let r = match self.host.as_ref().map(|h| h.lock()) {
+                let host = self.host();
+                let r = match host.as_ref().map(|h| h.lock()) {
                     Some(Ok(mut h)) => Ok(h.apply(cmd, true)),
                     _ => Err(QueueError::Unavailable),
                 };
@@ -436,7 +499,9 @@ impl QueueHandle {
 
     /// Reads the local replica's machine (None without a local replica).
     pub fn read<R>(&self, f: impl FnOnce(&QueueHost) -> R) -> Option<R> {
-        self.host.as_ref()?.lock().ok().map(|h| f(&h))
+        let host = self.host()?;
+        let h = host.lock().ok()?;
+        Some(f(&h))
     }
 
     /// Counts of the local replica (None without one).
@@ -457,7 +522,7 @@ impl QueueHandle {
     /// Stops the group (queue deleted or node stopping).
     pub async fn shutdown(&self) {
         self.ctx.close();
-        if let Some(raft) = self.route.as_ref().and_then(|r| r.raft.clone()) {
+        if let Some(raft) = self.route.as_ref().and_then(|r| r.raft()) {
             if let Err(e) = raft.shutdown().await {
                 tracing::warn!(group = self.group, error = %e, "raft shutdown failed");
             }
@@ -640,7 +705,7 @@ impl Proposer {
             if self.ctx.is_closed() {
                 return Err(QueueError::Unavailable.to_string());
             }
-            match (self.route.target(attempt), &self.route.raft) {
+            match (self.route.target(attempt), self.route.raft()) {
                 (Some(t), Some(raft)) if t == me => {
                     let write = raft.client_write(GroupCommand::Queue {
                         origin: self.origin,
@@ -705,7 +770,7 @@ impl Proposer {
             // with a local replica, go again as soon as it sees a new leader
             // (a new queue's first publish no longer waits out a poll).
             let pause = Duration::from_millis(if attempt < 50 { 20 } else { 100 });
-            match &self.route.raft {
+            match self.route.raft() {
                 Some(raft) => {
                     let before = raft.metrics().borrow().current_leader;
                     let _ = raft

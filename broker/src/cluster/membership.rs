@@ -1,0 +1,283 @@
+//! Queue membership changes, as `rabbitmq-queues` makes them: `add_member`,
+//! `delete_member`, `grow` and `shrink` (RabbitMQ `rabbit_quorum_queue`
+//! `add_member/4`, `delete_member/3`, `grow/4`, `shrink_all/1`).
+//!
+//! Each is a Raft membership change of the queue's group, run on its leader
+//! (a request reaching another node is forwarded there once). Adding a
+//! node: the meta record lists it first, so the node opens an empty replica;
+//! the leader adds it as a learner, waits until it caught up, then makes it
+//! a voter. Removing one: the leader drops it from the voters, then the meta
+//! record, so the node deletes its replica. A removed leader stops leading
+//! once the new membership is in (`cluster::elections`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::{BasicNode, ChangeMembers};
+use quorumq_proto::v1::admin_client::AdminClient;
+use quorumq_proto::v1::{MemberRequest, MemberResult};
+
+use crate::meta::command::{MetaCommand, MetaReply};
+use crate::meta::{QueueKind, QueueRecord};
+use crate::node::Broker;
+
+/// How long a new member may take to catch up before `add_member` gives
+/// up (it stays a learner; `delete_member` removes it).
+const CATCH_UP_FOR: Duration = Duration::from_secs(120);
+
+/// Which way the membership changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// `add_member` / `grow`.
+    Add,
+    /// `delete_member` / `shrink`.
+    Remove,
+}
+
+/// Adds or removes `node` as a member of queue `vhost`/`name`, on the
+/// queue's leader (forwarded there unless `forwarded`). The result row
+/// says `ok` (with a warning when the queue is left with fewer online
+/// members than its quorum) or the error: no such queue, not a quorum
+/// queue, unknown node, not a member, the last member, no leader, or the
+/// Raft change failing.
+pub async fn change_member(
+    broker: &Arc<Broker>,
+    vhost: &str,
+    name: &str,
+    node: u64,
+    change: Change,
+    forwarded: bool,
+) -> MemberResult {
+    let row = |size: usize, result: Result<String, String>| MemberResult {
+        vhost: vhost.to_string(),
+        name: name.to_string(),
+        size: size as u32,
+        ok: result.is_ok(),
+        result: result.unwrap_or_else(|e| e),
+    };
+    let Some((rec, handle)) = broker.queue(vhost, name) else {
+        return row(0, Err(format!("no queue '{name}' in vhost '{vhost}'")));
+    };
+    let size = rec.members.len();
+    if rec.kind != QueueKind::Quorum {
+        return row(size, Err(format!("'{name}' is not a replicated queue")));
+    }
+    if !broker.cluster_status().nodes.iter().any(|n| n.id == node) {
+        return row(size, Err(format!("node {node} is not a cluster member")));
+    }
+    let Some(route) = handle.route() else {
+        return row(size, Err("the queue has no route".into()));
+    };
+    let Some(raft) = route.local_leader() else {
+        if forwarded {
+            return row(size, Err("the queue's leader moved; try again".into()));
+        }
+        let Some(leader) = route.leader() else {
+            return row(size, Err("the queue has no leader".into()));
+        };
+        return forward(broker, leader, vhost, name, node, change)
+            .await
+            .unwrap_or_else(|e| row(size, Err(e)));
+    };
+    let result = match change {
+        Change::Add => add(broker, &raft, &rec, node).await,
+        Change::Remove => remove(broker, &raft, &rec, node).await,
+    };
+    let size = match (&result, change) {
+        (Ok(_), Change::Add) if !rec.members.contains(&node) => size + 1,
+        (Ok(_), Change::Remove) => size - 1,
+        _ => size,
+    };
+    row(size, result)
+}
+
+/// The `change_member` request, asked of the queue's leader `leader`.
+async fn forward(
+    broker: &Arc<Broker>,
+    leader: u64,
+    vhost: &str,
+    name: &str,
+    node: u64,
+    change: Change,
+) -> Result<MemberResult, String> {
+    let channel = broker
+        .peers()
+        .channel(leader)
+        .ok_or_else(|| format!("no address for the queue's leader, node {leader}"))?;
+    let mut client = AdminClient::new(channel);
+    let req = MemberRequest {
+        vhost: vhost.to_string(),
+        queue: name.to_string(),
+        node,
+        forwarded: true,
+    };
+    let reply = match change {
+        Change::Add => client.add_member(req).await,
+        Change::Remove => client.delete_member(req).await,
+    };
+    reply
+        .map(|r| r.into_inner())
+        .map_err(|e| format!("the queue's leader, node {leader}: {}", e.message()))
+}
+
+async fn add(
+    broker: &Arc<Broker>,
+    raft: &crate::cluster::types::Raft,
+    rec: &QueueRecord,
+    node: u64,
+) -> Result<String, String> {
+    if rec.members.contains(&node) && is_voter(raft, node) {
+        return Ok("ok (already a member)".into());
+    }
+    let mut members = rec.members.clone();
+    if !members.contains(&node) {
+        members.push(node);
+        set_members(broker, rec, members).await?;
+    }
+    match tokio::time::timeout(
+        CATCH_UP_FOR,
+        raft.add_learner(node, BasicNode::new(""), true),
+    )
+    .await
+    {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(format!("adding node {node} as a learner: {e}")),
+        Err(_) => {
+            return Err(format!(
+                "node {node} did not catch up within {} s (it stays a learner)",
+                CATCH_UP_FOR.as_secs()
+            ))
+        }
+    }
+    raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node])), false)
+        .await
+        .map_err(|e| format!("making node {node} a voter: {e}"))?;
+    Ok("ok".into())
+}
+
+async fn remove(
+    broker: &Arc<Broker>,
+    raft: &crate::cluster::types::Raft,
+    rec: &QueueRecord,
+    node: u64,
+) -> Result<String, String> {
+    if !rec.members.contains(&node) {
+        return Err(format!("node {node} is not a member"));
+    }
+    if rec.members.len() == 1 {
+        return Err("refused: it is the queue's last member".into());
+    }
+    let change = if is_voter(raft, node) {
+        ChangeMembers::RemoveVoters(BTreeSet::from([node]))
+    } else {
+        // A learner left by an add_member that did not finish.
+        ChangeMembers::RemoveNodes(BTreeSet::from([node]))
+    };
+    raft.change_membership(change, false)
+        .await
+        .map_err(|e| format!("removing node {node}: {e}"))?;
+    let members: Vec<u64> = rec.members.iter().copied().filter(|m| *m != node).collect();
+    set_members(broker, rec, members.clone()).await?;
+    let online = members
+        .iter()
+        .filter(|m| **m == broker.node_id() || broker.detector().is_alive(**m))
+        .count();
+    let quorum = members.len() / 2 + 1;
+    Ok(if online < quorum {
+        format!(
+            "ok (below quorum: {online} of {} members online, {quorum} needed)",
+            members.len()
+        )
+    } else {
+        "ok".into()
+    })
+}
+
+fn is_voter(raft: &crate::cluster::types::Raft, node: u64) -> bool {
+    raft.metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .voter_ids()
+        .any(|v| v == node)
+}
+
+async fn set_members(
+    broker: &Arc<Broker>,
+    rec: &QueueRecord,
+    members: Vec<u64>,
+) -> Result<(), String> {
+    match broker
+        .meta_write(MetaCommand::SetQueueMembers {
+            vhost: rec.vhost.clone(),
+            name: rec.name.clone(),
+            group_id: rec.group_id,
+            members,
+        })
+        .await
+    {
+        Ok(MetaReply::Error(e)) => Err(e.text),
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("updating the queue record: {e:?}")),
+    }
+}
+
+/// `grow NODE all|even`: adds `node` to every quorum queue it is not a
+/// member of whose vhost and name match the patterns (regexes; empty
+/// matches all) — with `even`, only to queues with an even number of
+/// members. One row per queue, in vhost then name order.
+///
+/// Errors: a pattern is not a valid regex; the strategy is neither.
+pub async fn grow(
+    broker: &Arc<Broker>,
+    node: u64,
+    strategy: &str,
+    vhost_pattern: &str,
+    queue_pattern: &str,
+) -> Result<Vec<MemberResult>, String> {
+    let even = match strategy {
+        "all" => false,
+        "even" => true,
+        s => return Err(format!("strategy must be 'all' or 'even', not '{s}'")),
+    };
+    let vp = regex::Regex::new(vhost_pattern).map_err(|e| e.to_string())?;
+    let qp = regex::Regex::new(queue_pattern).map_err(|e| e.to_string())?;
+    let targets = select(broker, |q| {
+        !q.members.contains(&node)
+            && vp.is_match(&q.vhost)
+            && qp.is_match(&q.name)
+            && (!even || q.members.len() % 2 == 0)
+    });
+    let mut out = Vec::new();
+    for (vhost, name) in targets {
+        out.push(change_member(broker, &vhost, &name, node, Change::Add, false).await);
+    }
+    Ok(out)
+}
+
+/// `shrink NODE`: removes `node` from every quorum queue it is a member
+/// of (a queue where it is the last member reports an error). One row per
+/// queue, in vhost then name order.
+pub async fn shrink(broker: &Arc<Broker>, node: u64) -> Vec<MemberResult> {
+    let targets = select(broker, |q| q.members.contains(&node));
+    let mut out = Vec::new();
+    for (vhost, name) in targets {
+        out.push(change_member(broker, &vhost, &name, node, Change::Remove, false).await);
+    }
+    out
+}
+
+/// Replicated queues matching `pred`, as (vhost, name), sorted.
+fn select(broker: &Broker, pred: impl Fn(&QueueRecord) -> bool) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = broker
+        .with_topology(|t| {
+            t.queues()
+                .filter(|q| q.kind == QueueKind::Quorum && pred(q))
+                .map(|q| (q.vhost.clone(), q.name.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}

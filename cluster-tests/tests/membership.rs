@@ -1,0 +1,203 @@
+//! Queue membership changes under load (issue: cluster operations, item 1):
+//! `add_member`, `delete_member`, `grow` and `shrink` through quorumqctl on
+//! a 3-node cluster while a publisher sends confirmed messages and a
+//! consumer acknowledges them. Every confirmed message is consumed (none
+//! lost), each change shows in `list_queues`, removing the leader hands the
+//! queue to another member, and the last member cannot be removed.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cluster_tests::cluster::{retry, wait_for, wait_until_some, Cluster};
+use cluster_tests::{
+    confirm_channel, connect, durable, open_consumer, publish_confirmed, quorum_args,
+};
+use futures::StreamExt;
+use lapin::options::BasicAckOptions;
+use lapin::types::AMQPValue;
+use lapin::BasicProperties;
+
+/// Members of `q` as node `via` lists them, sorted.
+async fn members(cluster: &Cluster, via: u64, q: &str) -> anyhow::Result<Vec<u64>> {
+    let mut m = cluster.queue_view(via, q).await?.members;
+    m.sort_unstable();
+    Ok(m)
+}
+
+/// Waits until node `via` lists `want` as the members of `q` and one of
+/// them as its leader.
+async fn expect_members(cluster: &Cluster, via: u64, q: &str, want: &[u64]) -> anyhow::Result<()> {
+    wait_until_some(
+        Duration::from_secs(30),
+        &format!("{q} members {want:?} with a leader among them"),
+        || async {
+            let v = cluster.queue_view(via, q).await?;
+            let mut m = v.members.clone();
+            m.sort_unstable();
+            Ok((m == want && v.leader.is_some_and(|l| want.contains(&l))).then_some(()))
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_changes_under_load_lose_nothing() -> anyhow::Result<()> {
+    cluster_tests::bounded(Duration::from_secs(300), async {
+        let cluster = Cluster::start(3).await?;
+        let q = "members.q";
+        let c1 = connect(&cluster.uri(1)).await?;
+        let ch1 = confirm_channel(&c1).await?;
+        retry(Duration::from_secs(30), "declare", || async {
+            ch1.queue_declare(
+                q.into(),
+                durable(),
+                quorum_args(&[("x-quorum-initial-group-size", AMQPValue::LongInt(2))]),
+            )
+            .await?;
+            anyhow::Ok(())
+        })
+        .await?;
+        expect_members(&cluster, 1, q, &[1, 2]).await?;
+
+        // Load: confirmed publishes on node 1, a consumer on node 2 acking.
+        let stop = Arc::new(AtomicBool::new(false));
+        let publisher = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut confirmed = BTreeSet::new();
+                let mut i = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    publish_confirmed(
+                        &ch1,
+                        "",
+                        q,
+                        format!("m{i}").as_bytes(),
+                        BasicProperties::default(),
+                    )
+                    .await?;
+                    confirmed.insert(format!("m{i}"));
+                    i += 1;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                anyhow::Ok(confirmed)
+            })
+        };
+        let c2 = connect(&cluster.uri(2)).await?;
+        let (_ch2, mut consumer) = open_consumer(&c2, q, 50).await?;
+        let received = Arc::new(std::sync::Mutex::new(BTreeSet::new()));
+        let consuming = {
+            let received = received.clone();
+            tokio::spawn(async move {
+                while let Some(d) = consumer.next().await {
+                    let d = d?;
+                    d.ack(BasicAckOptions::default()).await?;
+                    if let Ok(mut r) = received.lock() {
+                        r.insert(String::from_utf8_lossy(&d.data).into_owned());
+                    }
+                }
+                anyhow::Ok(())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        // add_member through a node that does not lead (forwarded to the leader).
+        let out = cluster.ctl(2, &["add_member", "/", q, "3"]).await?;
+        eprintln!("$ quorumqctl add_member / {q} 3\n{out}");
+        assert!(out.contains("ok"), "{out}");
+        expect_members(&cluster, 3, q, &[1, 2, 3]).await?;
+
+        // delete_member of the consumer's node: the consumer keeps consuming.
+        let out = cluster.ctl(3, &["delete_member", q, "2"]).await?;
+        eprintln!("$ quorumqctl delete_member {q} 2\n{out}");
+        expect_members(&cluster, 1, q, &[1, 3]).await?;
+
+        // delete_member of the leader: another member takes over.
+        let leader = cluster
+            .wait_queue_leader(1, q, Duration::from_secs(30))
+            .await?;
+        cluster
+            .ctl(1, &["delete_member", q, &leader.to_string()])
+            .await?;
+        let rest: Vec<u64> = [1, 3].into_iter().filter(|m| *m != leader).collect();
+        expect_members(&cluster, 2, q, &rest).await?;
+
+        // The last member cannot go.
+        let err = cluster
+            .ctl(1, &["delete_member", q, &rest[0].to_string()])
+            .await
+            .expect_err("removing the last member is refused");
+        eprintln!("$ quorumqctl delete_member {q} {}\n{err:#}", rest[0]);
+        assert!(format!("{err:#}").contains("last member"), "{err:#}");
+
+        // grow every queue onto the missing nodes (`all`, then `even`: one
+        // member is odd, two are even), then shrink one node away.
+        let missing: Vec<u64> = (1..=3).filter(|n| !rest.contains(n)).collect();
+        let out = cluster
+            .ctl(1, &["grow", &missing[0].to_string(), "all"])
+            .await?;
+        eprintln!("$ quorumqctl grow {} all\n{out}", missing[0]);
+        assert!(out.contains(q) && out.contains("\t2\tok"), "{out}");
+        let out = cluster
+            .ctl(
+                1,
+                &[
+                    "grow",
+                    &missing[1].to_string(),
+                    "even",
+                    "--queue-pattern",
+                    "^members",
+                ],
+            )
+            .await?;
+        eprintln!(
+            "$ quorumqctl grow {} even --queue-pattern ^members\n{out}",
+            missing[1]
+        );
+        assert!(out.contains("\t3\tok"), "{out}");
+        expect_members(&cluster, 1, q, &[1, 2, 3]).await?;
+        let out = cluster.ctl(2, &["shrink", "3"]).await?;
+        eprintln!("$ quorumqctl shrink 3\n{out}");
+        assert!(out.contains("\t2\tok"), "{out}");
+        expect_members(&cluster, 2, q, &[1, 2]).await?;
+        assert_eq!(
+            members(&cluster, 3, q).await?,
+            vec![1, 2],
+            "node 3 lists it too"
+        );
+
+        // Every confirmed message reaches the consumer.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.store(true, Ordering::Relaxed);
+        let confirmed = publisher.await??;
+        assert!(
+            confirmed.len() > 100,
+            "the publisher kept going: {}",
+            confirmed.len()
+        );
+        eprintln!(
+            "{} messages published and confirmed during the changes",
+            confirmed.len()
+        );
+        wait_for(
+            Duration::from_secs(60),
+            "every confirmed message consumed",
+            || async {
+                received
+                    .lock()
+                    .map(|r| confirmed.is_subset(&r))
+                    .unwrap_or(false)
+            },
+        )
+        .await
+        .map_err(|e| {
+            let r = received.lock().map(|r| r.clone()).unwrap_or_default();
+            let lost: Vec<_> = confirmed.difference(&r).take(10).collect();
+            e.context(format!("lost e.g. {lost:?} of {}", confirmed.len()))
+        })?;
+        consuming.abort();
+        Ok(())
+    })
+    .await
+}
