@@ -201,3 +201,51 @@ async fn membership_changes_under_load_lose_nothing() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// `rebalance quorum` spreads leaders: six queues declared on node 1 (all
+/// led by it) end up led two per node, and the moved ones still take
+/// confirmed publishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebalance_spreads_leaders_within_one_of_even() -> anyhow::Result<()> {
+    cluster_tests::bounded(Duration::from_secs(180), async {
+        let cluster = Cluster::start(3).await?;
+        let c1 = connect(&cluster.uri(1)).await?;
+        let ch1 = confirm_channel(&c1).await?;
+        let names: Vec<String> = (0..6).map(|i| format!("rebalance.q{i}")).collect();
+        for q in &names {
+            retry(Duration::from_secs(30), "declare", || async {
+                ch1.queue_declare(q.as_str().into(), durable(), quorum_args(&[]))
+                    .await?;
+                anyhow::Ok(())
+            })
+            .await?;
+            assert_eq!(
+                cluster
+                    .wait_queue_leader(1, q, Duration::from_secs(30))
+                    .await?,
+                1
+            );
+        }
+        let out = cluster.ctl(2, &["rebalance", "quorum"]).await?;
+        eprintln!("$ quorumqctl rebalance quorum\n{out}");
+        assert!(out.contains("number_of_quorum_leaders"), "{out}");
+        let mut per_node = std::collections::BTreeMap::<u64, usize>::new();
+        for q in &names {
+            let l = cluster
+                .wait_queue_leader(3, q, Duration::from_secs(30))
+                .await?;
+            *per_node.entry(l).or_default() += 1;
+        }
+        assert_eq!(
+            per_node.values().copied().collect::<Vec<_>>(),
+            vec![2, 2, 2],
+            "{per_node:?}"
+        );
+        for q in &names {
+            publish_confirmed(&ch1, "", q, b"after", BasicProperties::default()).await?;
+            assert_eq!(cluster.queue_view(2, q).await?.messages_ready, 1);
+        }
+        Ok(())
+    })
+    .await
+}

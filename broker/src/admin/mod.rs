@@ -6,10 +6,11 @@ use std::sync::Arc;
 use futures::StreamExt;
 use quorumq_proto::v1::admin_server::{Admin, AdminServer};
 use quorumq_proto::v1::{
-    AdminReply, ClearPolicyRequest, ClusterStatusNode, ClusterStatusReply, ClusterStatusRequest,
-    GrowRequest, ListPoliciesReply, ListPoliciesRequest, ListQueuesReply, ListQueuesRequest,
-    MemberRequest, MemberResult, MemberResults, Policy as PbPolicy, QueueInfo, SetPolicyRequest,
-    ShrinkRequest, StatusReply, StatusRequest,
+    AdminReply, CampaignRequest, ClearPolicyRequest, ClusterStatusNode, ClusterStatusReply,
+    ClusterStatusRequest, GrowRequest, ListPoliciesReply, ListPoliciesRequest, ListQueuesReply,
+    ListQueuesRequest, MemberRequest, MemberResult, MemberResults, NodeLeaders, Policy as PbPolicy,
+    QueueInfo, RebalanceReply, RebalanceRequest, SetPolicyRequest, ShrinkRequest, StatusReply,
+    StatusRequest,
 };
 use tonic::{Request, Response, Status};
 
@@ -158,6 +159,40 @@ impl Admin for AdminService {
             results.retain(|x| !x.ok);
         }
         Ok(Response::new(MemberResults { results }))
+    }
+
+    async fn rebalance(
+        &self,
+        req: Request<RebalanceRequest>,
+    ) -> Result<Response<RebalanceReply>, Status> {
+        let r = req.into_inner();
+        let (nodes, moved) =
+            membership::rebalance(&self.broker, &r.vhost_pattern, &r.queue_pattern)
+                .await
+                .map_err(Status::invalid_argument)?;
+        Ok(Response::new(RebalanceReply {
+            nodes: nodes
+                .into_iter()
+                .map(|(node, leaders)| NodeLeaders { node, leaders })
+                .collect(),
+            moved,
+        }))
+    }
+
+    async fn campaign(
+        &self,
+        req: Request<CampaignRequest>,
+    ) -> Result<Response<AdminReply>, Status> {
+        let group = req.into_inner().group_id;
+        Ok(Response::new(
+            match membership::campaign(&self.broker, group).await {
+                Ok(()) => AdminReply {
+                    ok: true,
+                    error: String::new(),
+                },
+                Err(error) => AdminReply { ok: false, error },
+            },
+        ))
     }
 
     async fn set_policy(

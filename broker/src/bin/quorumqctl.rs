@@ -17,8 +17,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use quorumq_proto::v1::admin_client::AdminClient;
 use quorumq_proto::v1::{
     ClearPolicyRequest, ClusterStatusReply, ClusterStatusRequest, GrowRequest, ListPoliciesRequest,
-    ListQueuesRequest, MemberRequest, MemberResult, Policy, QueueInfo, SetPolicyRequest,
-    ShrinkRequest, StatusReply, StatusRequest,
+    ListQueuesRequest, MemberRequest, MemberResult, Policy, QueueInfo, RebalanceRequest,
+    SetPolicyRequest, ShrinkRequest, StatusReply, StatusRequest,
 };
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -95,6 +95,18 @@ enum Cmd {
         node: u64,
         #[arg(value_parser = ["all", "even"])]
         strategy: String,
+        /// Regex on vhost names.
+        #[arg(long = "vhost-pattern", default_value = ".*")]
+        vhost_pattern: String,
+        /// Regex on queue names.
+        #[arg(long = "queue-pattern", default_value = ".*")]
+        queue_pattern: String,
+    },
+    /// Spreads quorum queue leaders evenly over the nodes (rabbitmq-queues
+    /// rebalance; TYPE is `quorum` or `all`).
+    Rebalance {
+        #[arg(value_parser = ["quorum", "all"])]
+        kind: String,
         /// Regex on vhost names.
         #[arg(long = "vhost-pattern", default_value = ".*")]
         vhost_pattern: String,
@@ -286,6 +298,40 @@ async fn main() -> anyhow::Result<()> {
             if r.results.iter().any(|x| !x.ok) {
                 std::process::exit(1);
             }
+        }
+        Cmd::Rebalance {
+            kind,
+            vhost_pattern,
+            queue_pattern,
+        } => {
+            banner(f, &format!("Re-balancing leaders of {kind} queues...\n"));
+            let r = c
+                .rebalance(RebalanceRequest {
+                    vhost_pattern,
+                    queue_pattern,
+                })
+                .await?
+                .into_inner();
+            if f == Formatter::Table {
+                for m in &r.moved {
+                    emit(&format!("moved {m}\n"));
+                }
+            }
+            let rows: Vec<Row> = r
+                .nodes
+                .iter()
+                .map(|n| {
+                    Row(vec![
+                        ("node_name", json!(n.node)),
+                        ("number_of_quorum_leaders", json!(n.leaders)),
+                    ])
+                })
+                .collect();
+            emit(&listing(
+                f,
+                &["node_name", "number_of_quorum_leaders"],
+                &rows,
+            ));
         }
         Cmd::ListQueues => {
             let r = c

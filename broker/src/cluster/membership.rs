@@ -281,3 +281,130 @@ fn select(broker: &Broker, pred: impl Fn(&QueueRecord) -> bool) -> Vec<(String, 
     v.sort();
     v
 }
+
+/// How long a leader transfer may take: the target campaigns until it
+/// leads (a follower that took an append within the lease refuses votes).
+const TRANSFER_FOR: Duration = Duration::from_secs(3);
+
+/// `rebalance quorum`: moves leaders of the matching quorum queues from
+/// nodes leading more than their share (total / nodes, rounded up) to the
+/// member leading fewest, one transfer at a time (the target campaigns,
+/// [`campaign`]). Returns leaders per node afterwards and the moves made
+/// (RabbitMQ `rabbit_quorum_queue:rebalance/3`).
+///
+/// Errors: a pattern is not a valid regex.
+pub async fn rebalance(
+    broker: &Arc<Broker>,
+    vhost_pattern: &str,
+    queue_pattern: &str,
+) -> Result<(Vec<(u64, u32)>, Vec<String>), String> {
+    let vp = regex::Regex::new(vhost_pattern).map_err(|e| e.to_string())?;
+    let qp = regex::Regex::new(queue_pattern).map_err(|e| e.to_string())?;
+    let mut queues: Vec<(QueueRecord, Option<u64>)> = Vec::new();
+    for (vhost, name) in select(broker, |q| vp.is_match(&q.vhost) && qp.is_match(&q.name)) {
+        if let Some((rec, h)) = broker.queue(&vhost, &name) {
+            let leader = h.route().and_then(|r| r.leader());
+            queues.push((rec, leader));
+        }
+    }
+    let alive = |n: u64| n == broker.node_id() || broker.detector().is_alive(n);
+    let mut count: std::collections::BTreeMap<u64, u32> = broker
+        .cluster_status()
+        .nodes
+        .iter()
+        .filter(|n| alive(n.id))
+        .map(|n| (n.id, 0))
+        .collect();
+    for (_, l) in &queues {
+        if let Some(l) = l {
+            *count.entry(*l).or_default() += 1;
+        }
+    }
+    let led = queues.iter().filter(|(_, l)| l.is_some()).count() as u32;
+    let share = led.div_ceil(count.len().max(1) as u32);
+    let mut moved = Vec::new();
+    for (rec, leader) in &queues {
+        let Some(from) = *leader else { continue };
+        if count.get(&from).copied().unwrap_or(0) <= share {
+            continue;
+        }
+        let Some(to) = rec
+            .members
+            .iter()
+            .copied()
+            .filter(|m| *m != from && alive(*m))
+            .min_by_key(|m| (count.get(m).copied().unwrap_or(0), *m))
+        else {
+            continue;
+        };
+        if count.get(&to).copied().unwrap_or(0) + 1 >= count.get(&from).copied().unwrap_or(0) {
+            continue;
+        }
+        match ask_campaign(broker, to, rec.group_id).await {
+            Ok(()) => {
+                *count.entry(from).or_default() -= 1;
+                *count.entry(to).or_default() += 1;
+                moved.push(format!(
+                    "{} in vhost {}: node {from} -> node {to}",
+                    rec.name, rec.vhost
+                ));
+            }
+            Err(e) => {
+                tracing::warn!(queue = %rec.name, from, to, error = %e, "leader transfer failed")
+            }
+        }
+    }
+    Ok((count.into_iter().collect(), moved))
+}
+
+/// Has node `node` campaign in `group` (itself when it is this node).
+async fn ask_campaign(broker: &Arc<Broker>, node: u64, group: u64) -> Result<(), String> {
+    if node == broker.node_id() {
+        return campaign(broker, group).await;
+    }
+    let channel = broker
+        .peers()
+        .channel(node)
+        .ok_or_else(|| format!("no address for node {node}"))?;
+    let r = AdminClient::new(channel)
+        .campaign(quorumq_proto::v1::CampaignRequest { group_id: group })
+        .await
+        .map_err(|e| e.message().to_string())?
+        .into_inner();
+    if r.ok {
+        Ok(())
+    } else {
+        Err(r.error)
+    }
+}
+
+/// This node campaigns in `group` until it leads (a leader transfer;
+/// openraft 0.9 has none of its own), retrying while voters refuse within
+/// their lease, for up to [`TRANSFER_FOR`].
+///
+/// Errors: no replica of the group here, or not the leader in time.
+pub async fn campaign(broker: &Arc<Broker>, group: u64) -> Result<(), String> {
+    let me = broker.node_id();
+    let raft = broker
+        .queue_by_group(group)
+        .and_then(|h| h.route().and_then(|r| r.raft()))
+        .ok_or_else(|| format!("node {me} holds no replica of group {group}"))?;
+    let deadline = tokio::time::Instant::now() + TRANSFER_FOR;
+    while tokio::time::Instant::now() < deadline {
+        if raft.metrics().borrow().current_leader == Some(me) {
+            return Ok(());
+        }
+        let _ = raft.trigger().elect().await;
+        let _ = raft
+            .wait(Some(Duration::from_millis(300)))
+            .metrics(|m| m.current_leader == Some(me), "leading after a campaign")
+            .await;
+    }
+    if raft.metrics().borrow().current_leader == Some(me) {
+        Ok(())
+    } else {
+        Err(format!(
+            "node {me} did not win the leadership of group {group}"
+        ))
+    }
+}
