@@ -281,6 +281,11 @@ impl Broker {
         &self.detector
     }
 
+    /// The meta group's Raft handle (cluster membership, topology).
+    pub fn meta_raft(&self) -> &Raft {
+        &self.meta_raft
+    }
+
     /// The cluster's nodes and their gRPC channels.
     pub fn peers(&self) -> &Arc<Peers> {
         &self.peers
@@ -1043,11 +1048,19 @@ impl Broker {
 
     /// The cluster as this node sees it (nodes, liveness, meta leader).
     pub fn cluster_status(&self) -> ClusterStatus {
-        // Known addresses, plus any meta member whose address is not known here.
-        let mut ids: BTreeMap<u64, String> = self.peers.all().into_iter().collect();
+        // The meta group's members (a forgotten node is not one), with the
+        // addresses known here; every known address while the membership
+        // is not known yet.
+        let known: BTreeMap<u64, String> = self.peers.all().into_iter().collect();
         let metrics = self.meta_raft.metrics().borrow().clone();
-        for (id, _) in metrics.membership_config.membership().nodes() {
-            ids.entry(*id).or_default();
+        let mut ids: BTreeMap<u64, String> = metrics
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| (*id, known.get(id).cloned().unwrap_or_default()))
+            .collect();
+        if ids.is_empty() {
+            ids = known;
         }
         ClusterStatus {
             nodes: ids

@@ -249,3 +249,77 @@ async fn rebalance_spreads_leaders_within_one_of_even() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// `forget_cluster_node` after a node is destroyed (kill -9): refused while
+/// the node runs; afterwards the node is gone from the cluster and from the
+/// queue's members, and the queue keeps its messages and serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_cluster_node_removes_a_destroyed_node() -> anyhow::Result<()> {
+    cluster_tests::bounded(Duration::from_secs(180), async {
+        let cluster = Cluster::start(3).await?;
+        let q = "forget.q";
+        let c1 = connect(&cluster.uri(1)).await?;
+        let ch1 = confirm_channel(&c1).await?;
+        retry(Duration::from_secs(30), "declare", || async {
+            ch1.queue_declare(q.into(), durable(), quorum_args(&[]))
+                .await?;
+            anyhow::Ok(())
+        })
+        .await?;
+        expect_members(&cluster, 1, q, &[1, 2, 3]).await?;
+        for i in 0..10u32 {
+            publish_confirmed(
+                &ch1,
+                "",
+                q,
+                format!("f{i}").as_bytes(),
+                BasicProperties::default(),
+            )
+            .await?;
+        }
+        let err = cluster
+            .ctl(1, &["forget_cluster_node", "3"])
+            .await
+            .expect_err("node 3 runs");
+        assert!(format!("{err:#}").contains("running"), "{err:#}");
+
+        cluster.kill9(3);
+        let out = retry(
+            Duration::from_secs(20),
+            "forget node 3 once it is seen down",
+            || async { cluster.ctl(2, &["forget_cluster_node", "3"]).await },
+        )
+        .await?;
+        eprintln!("$ quorumqctl forget_cluster_node 3\n{out}");
+        assert!(out.contains(q) && out.contains("\t2\tok"), "{out}");
+        expect_members(&cluster, 1, q, &[1, 2]).await?;
+        wait_until_some(
+            Duration::from_secs(10),
+            "node 1 lists nodes 1 and 2 only",
+            || async {
+                let status = cluster
+                    .ctl(1, &["cluster_status", "--formatter", "json"])
+                    .await?;
+                let v: serde_json::Value = serde_json::from_str(&status)?;
+                let ids: Vec<u64> = v["nodes"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|n| n["id"].as_u64()).collect())
+                    .unwrap_or_default();
+                Ok((ids == [1, 2]).then_some(()))
+            },
+        )
+        .await?;
+
+        let c2 = connect(&cluster.uri(2)).await?;
+        let (_ch2, mut consumer) = open_consumer(&c2, q, 20).await?;
+        let got = cluster_tests::consume_n(&mut consumer, 10, Duration::from_secs(30)).await?;
+        let bodies: BTreeSet<String> = got
+            .iter()
+            .map(|d| String::from_utf8_lossy(&d.data).into_owned())
+            .collect();
+        assert_eq!(bodies, (0..10).map(|i| format!("f{i}")).collect());
+        publish_confirmed(&ch1, "", q, b"after", BasicProperties::default()).await?;
+        Ok(())
+    })
+    .await
+}

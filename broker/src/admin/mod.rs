@@ -7,10 +7,10 @@ use futures::StreamExt;
 use quorumq_proto::v1::admin_server::{Admin, AdminServer};
 use quorumq_proto::v1::{
     AdminReply, CampaignRequest, ClearPolicyRequest, ClusterStatusNode, ClusterStatusReply,
-    ClusterStatusRequest, GrowRequest, ListPoliciesReply, ListPoliciesRequest, ListQueuesReply,
-    ListQueuesRequest, MemberRequest, MemberResult, MemberResults, NodeLeaders, Policy as PbPolicy,
-    QueueInfo, RebalanceReply, RebalanceRequest, SetPolicyRequest, ShrinkRequest, StatusReply,
-    StatusRequest,
+    ClusterStatusRequest, ForgetReply, ForgetRequest, GrowRequest, ListPoliciesReply,
+    ListPoliciesRequest, ListQueuesReply, ListQueuesRequest, MemberRequest, MemberResult,
+    MemberResults, NodeLeaders, Policy as PbPolicy, QueueInfo, RebalanceReply, RebalanceRequest,
+    SetPolicyRequest, ShrinkRequest, StatusReply, StatusRequest,
 };
 use tonic::{Request, Response, Status};
 
@@ -159,6 +159,27 @@ impl Admin for AdminService {
             results.retain(|x| !x.ok);
         }
         Ok(Response::new(MemberResults { results }))
+    }
+
+    async fn forget_cluster_node(
+        &self,
+        req: Request<ForgetRequest>,
+    ) -> Result<Response<ForgetReply>, Status> {
+        let r = req.into_inner();
+        Ok(Response::new(
+            match membership::forget_node(&self.broker, r.node, r.forwarded).await {
+                Ok(queues) => ForgetReply {
+                    ok: true,
+                    error: String::new(),
+                    queues,
+                },
+                Err(error) => ForgetReply {
+                    ok: false,
+                    error,
+                    queues: Vec::new(),
+                },
+            },
+        ))
     }
 
     async fn rebalance(

@@ -16,9 +16,9 @@ use anyhow::bail;
 use clap::{Parser, Subcommand, ValueEnum};
 use quorumq_proto::v1::admin_client::AdminClient;
 use quorumq_proto::v1::{
-    ClearPolicyRequest, ClusterStatusReply, ClusterStatusRequest, GrowRequest, ListPoliciesRequest,
-    ListQueuesRequest, MemberRequest, MemberResult, Policy, QueueInfo, RebalanceRequest,
-    SetPolicyRequest, ShrinkRequest, StatusReply, StatusRequest,
+    ClearPolicyRequest, ClusterStatusReply, ClusterStatusRequest, ForgetRequest, GrowRequest,
+    ListPoliciesRequest, ListQueuesRequest, MemberRequest, MemberResult, Policy, QueueInfo,
+    RebalanceRequest, SetPolicyRequest, ShrinkRequest, StatusReply, StatusRequest,
 };
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -114,6 +114,10 @@ enum Cmd {
         #[arg(long = "queue-pattern", default_value = ".*")]
         queue_pattern: String,
     },
+    /// Removes a stopped node from the cluster and from every queue it was a
+    /// member of (rabbitmqctl forget_cluster_node).
+    #[command(name = "forget_cluster_node")]
+    ForgetClusterNode { node: u64 },
     /// Removes NODE's replica from every quorum queue (rabbitmq-queues shrink).
     Shrink {
         node: u64,
@@ -298,6 +302,21 @@ async fn main() -> anyhow::Result<()> {
             if r.results.iter().any(|x| !x.ok) {
                 std::process::exit(1);
             }
+        }
+        Cmd::ForgetClusterNode { node } => {
+            banner(f, &format!("Removing node {node} from the cluster\n"));
+            let r = c
+                .forget_cluster_node(ForgetRequest {
+                    node,
+                    forwarded: false,
+                })
+                .await?
+                .into_inner();
+            if !r.ok {
+                bail!("{}", r.error);
+            }
+            let rows: Vec<Row> = r.queues.iter().map(member_row).collect();
+            emit(&listing(f, MEMBER_COLUMNS, &rows));
         }
         Cmd::Rebalance {
             kind,

@@ -408,3 +408,64 @@ pub async fn campaign(broker: &Arc<Broker>, group: u64) -> Result<(), String> {
         ))
     }
 }
+
+/// `forget_cluster_node NODE`: removes a node that is down for good from
+/// every queue group it was a member of ([`shrink`]), then from the meta
+/// group, on the meta leader (forwarded there unless `forwarded`). A
+/// running node is refused, as rabbitmqctl refuses it. Returns the per-queue
+/// rows.
+///
+/// Errors: the node is running, unknown, this node itself, no meta leader,
+/// or the meta membership change failed.
+pub async fn forget_node(
+    broker: &Arc<Broker>,
+    node: u64,
+    forwarded: bool,
+) -> Result<Vec<MemberResult>, String> {
+    if node == broker.node_id() {
+        return Err(format!("node {node} is the node asked; ask another one"));
+    }
+    if broker.detector().is_alive(node) {
+        return Err(format!("node {node} is running; stop it first"));
+    }
+    let meta = broker.meta_raft().clone();
+    let leader = meta.metrics().borrow().current_leader;
+    match leader {
+        Some(l) if l == broker.node_id() => {}
+        Some(l) if !forwarded => {
+            let channel = broker
+                .peers()
+                .channel(l)
+                .ok_or_else(|| format!("no address for the meta leader, node {l}"))?;
+            let r = AdminClient::new(channel)
+                .forget_cluster_node(quorumq_proto::v1::ForgetRequest {
+                    node,
+                    forwarded: true,
+                })
+                .await
+                .map_err(|e| format!("the meta leader, node {l}: {}", e.message()))?
+                .into_inner();
+            return if r.ok { Ok(r.queues) } else { Err(r.error) };
+        }
+        _ => return Err("the cluster has no meta leader; try again".into()),
+    }
+    let membership = meta
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .clone();
+    if membership.get_node(&node).is_none() {
+        return Err(format!("node {node} is not a cluster member"));
+    }
+    let queues = shrink(broker, node).await;
+    let change = if membership.voter_ids().any(|v| v == node) {
+        ChangeMembers::RemoveVoters(BTreeSet::from([node]))
+    } else {
+        ChangeMembers::RemoveNodes(BTreeSet::from([node]))
+    };
+    meta.change_membership(change, false)
+        .await
+        .map_err(|e| format!("removing node {node} from the meta group: {e}"))?;
+    Ok(queues)
+}
