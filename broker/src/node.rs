@@ -546,7 +546,8 @@ impl Broker {
     }
 
     /// Opens this node's replica of quorum queue group `group`: body store,
-    /// log, state machine and Raft (not initialized: see the callers).
+    /// log, state machine and Raft (not initialized: see the callers), and
+    /// registers it with the transport.
     /// Returns the Raft handle, the host, and whether openraft restores the
     /// replica as leader from its vote ([`restores_as_leader`]).
     ///
@@ -592,6 +593,13 @@ impl Broker {
         )
         .await
         .map_err(|e| NodeError::Raft(e.to_string()))?;
+        self.groups.insert(
+            group,
+            Arc::new(QueueReplica {
+                raft: raft.clone(),
+                host: host.clone(),
+            }),
+        );
         Ok((raft, host, restored_leader))
     }
 
@@ -650,13 +658,6 @@ impl Broker {
                         }
                     });
                 }
-                self.groups.insert(
-                    rec.group_id,
-                    Arc::new(QueueReplica {
-                        raft: raft.clone(),
-                        host: host.clone(),
-                    }),
-                );
                 if restored_leader {
                     tokio::spawn(mark_restored_leadership(
                         raft.clone(),
@@ -772,13 +773,6 @@ impl Broker {
             match self.open_replica(rec.group_id, h.context(), config).await {
                 Ok((raft, host, _)) => {
                     h.context().live.store(true, Ordering::Release);
-                    self.groups.insert(
-                        rec.group_id,
-                        Arc::new(QueueReplica {
-                            raft: raft.clone(),
-                            host: host.clone(),
-                        }),
-                    );
                     h.set_replica(Some((raft, host)));
                     if let Some(rx) = h.take_idle_effects() {
                         runtime::spawn(Arc::downgrade(self), h.clone(), rx);
@@ -798,12 +792,7 @@ impl Broker {
                     tracing::warn!(queue = %rec.name, error = %e, "raft shutdown failed");
                 }
             }
-            if let Err(e) = self.store.drop_group(rec.group_id) {
-                tracing::warn!(queue = %rec.name, error = %e, "failed to drop group storage");
-            }
-            if let Err(e) = std::fs::remove_dir_all(self.bodies_dir(rec.group_id)) {
-                tracing::warn!(queue = %rec.name, error = %e, "failed to remove body segments");
-            }
+            self.delete_replica_storage(rec.group_id);
             tracing::info!(queue = %rec.name, "this node is no longer a member of the queue: replica removed");
         }
     }
@@ -838,13 +827,18 @@ impl Broker {
             self.groups.remove(group);
             h.shutdown().await;
             if h.is_quorum() && h.has_replica() {
-                if let Err(e) = self.store.drop_group(group) {
-                    tracing::warn!(group, error = %e, "failed to drop group storage");
-                }
-                if let Err(e) = std::fs::remove_dir_all(self.bodies_dir(group)) {
-                    tracing::warn!(group, error = %e, "failed to remove body segments");
-                }
+                self.delete_replica_storage(group);
             }
+        }
+    }
+
+    /// Deletes a shut-down replica's log, snapshot and body segments.
+    fn delete_replica_storage(&self, group: u64) {
+        if let Err(e) = self.store.drop_group(group) {
+            tracing::warn!(group, error = %e, "failed to drop group storage");
+        }
+        if let Err(e) = std::fs::remove_dir_all(self.bodies_dir(group)) {
+            tracing::warn!(group, error = %e, "failed to remove body segments");
         }
     }
 
@@ -1248,6 +1242,33 @@ async fn mark_restored_leadership(raft: Raft, origin: Origin, queue: String) {
                 tracing::debug!(%queue, error = %e, "marking a restored leadership failed; retrying");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::storage::RaftLogStorage;
+    use openraft::Vote;
+
+    use super::*;
+
+    /// openraft restores a replica as leader only from its own committed
+    /// vote; that is when `LeaderRestored` must be appended.
+    #[tokio::test]
+    async fn restores_as_leader_only_from_its_own_committed_vote() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = NodeStore::open(dir.path(), 1 << 20).unwrap();
+        let mut log = store.log_store::<TypeConfig>(1).unwrap();
+        assert!(!restores_as_leader(&mut log, 2).await, "no vote yet");
+        let cases = [
+            (Vote::new(3, 2), false),           // own, not granted by a quorum
+            (Vote::new_committed(4, 1), false), // another node's leadership
+            (Vote::new_committed(5, 2), true),  // own, committed
+        ];
+        for (vote, restored) in cases {
+            log.save_vote(&vote).await.unwrap();
+            assert_eq!(restores_as_leader(&mut log, 2).await, restored, "{vote:?}");
         }
     }
 }

@@ -655,6 +655,23 @@ where
     }
 }
 
+/// A durable `queue.declare` of `q` with `args` on `ch`, retried for up to
+/// 30 s (the meta group of a cluster that just started may still elect).
+///
+/// Errors: the declare still failing after 30 s.
+pub async fn declare_durable(
+    ch: &lapin::Channel,
+    q: &str,
+    args: lapin::types::FieldTable,
+) -> anyhow::Result<()> {
+    retry(Duration::from_secs(30), &format!("declare {q}"), || async {
+        ch.queue_declare(q.into(), crate::durable(), args.clone())
+            .await?;
+        anyhow::Ok(())
+    })
+    .await
+}
+
 /// Runs `f` until it succeeds, retrying every 250 ms for up to `timeout`
 /// (e.g. a queue.declare while the meta group elects its first leader).
 ///

@@ -9,8 +9,8 @@
 //! suite does; CI runs as root.
 
 use cluster_tests::{
-    cluster::{retry, Cluster, Placement},
-    confirm_channel, connect, consume_n, durable, expect_no_delivery,
+    cluster::{declare_durable, retry, Cluster, Placement},
+    confirm_channel, connect, consume_n, expect_no_delivery,
     faults::net::Net,
     open_consumer, publish_confirmed, quorum_args,
 };
@@ -46,11 +46,7 @@ async fn a_cut_off_consumers_messages_go_to_live_consumers_and_it_resumes_after_
         let q = "liveness.q";
         let c1 = connect(&cluster.uri(1)).await?;
         let ch1 = confirm_channel(&c1).await?;
-        retry(Duration::from_secs(30), "declare", || async {
-            ch1.queue_declare(q.into(), durable(), quorum_args(&[])).await?;
-            anyhow::Ok(())
-        })
-        .await?;
+        declare_durable(&ch1, q, quorum_args(&[])).await?;
         assert_eq!(cluster.wait_queue_leader(1, q, Duration::from_secs(30)).await?, 1, "declared on node 1, led by it");
 
         // Node 3's consumer takes 10 messages and holds them.
@@ -153,12 +149,7 @@ async fn a_killed_consumers_messages_go_to_live_consumers_while_its_node_stays_d
         let q = "liveness.killed";
         let c1 = connect(&cluster.uri(1)).await?;
         let ch1 = confirm_channel(&c1).await?;
-        retry(Duration::from_secs(30), "declare", || async {
-            ch1.queue_declare(q.into(), durable(), quorum_args(&[]))
-                .await?;
-            anyhow::Ok(())
-        })
-        .await?;
+        declare_durable(&ch1, q, quorum_args(&[])).await?;
         assert_eq!(
             cluster
                 .wait_queue_leader(1, q, Duration::from_secs(30))

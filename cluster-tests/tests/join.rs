@@ -5,8 +5,8 @@
 //! themselves after a restart, and a node id that is already taken is refused.
 
 use cluster_tests::{
-    cluster::{distinct_free_ports, retry, Cluster, Placement},
-    confirm_channel, connect, consume_n, durable, open_consumer, publish_confirmed, quorum_args,
+    cluster::{declare_durable, distinct_free_ports, Cluster, Placement},
+    confirm_channel, connect, consume_n, open_consumer, publish_confirmed, quorum_args,
     quorumq_bin,
 };
 use lapin::{options::BasicAckOptions, BasicProperties};
@@ -18,12 +18,7 @@ const WAIT: Duration = Duration::from_secs(30);
 async fn publish_n(uri: &str, q: &str, prefix: &str, n: u32) -> anyhow::Result<Vec<String>> {
     let conn = connect(uri).await?;
     let ch = confirm_channel(&conn).await?;
-    retry(WAIT, "declare", || async {
-        ch.queue_declare(q.into(), durable(), quorum_args(&[]))
-            .await?;
-        anyhow::Ok(())
-    })
-    .await?;
+    declare_durable(&ch, q, quorum_args(&[])).await?;
     let mut sent = Vec::new();
     for i in 0..n {
         let body = format!("{prefix}-{i}");

@@ -10,10 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster_tests::cluster::{retry, wait_for, wait_until_some, Cluster};
-use cluster_tests::{
-    confirm_channel, connect, durable, open_consumer, publish_confirmed, quorum_args,
-};
+use cluster_tests::cluster::{declare_durable, retry, wait_for, wait_until_some, Cluster};
+use cluster_tests::{confirm_channel, connect, open_consumer, publish_confirmed, quorum_args};
 use futures::StreamExt;
 use lapin::options::BasicAckOptions;
 use lapin::types::AMQPValue;
@@ -49,15 +47,11 @@ async fn membership_changes_under_load_lose_nothing() -> anyhow::Result<()> {
         let q = "members.q";
         let c1 = connect(&cluster.uri(1)).await?;
         let ch1 = confirm_channel(&c1).await?;
-        retry(Duration::from_secs(30), "declare", || async {
-            ch1.queue_declare(
-                q.into(),
-                durable(),
-                quorum_args(&[("x-quorum-initial-group-size", AMQPValue::LongInt(2))]),
-            )
-            .await?;
-            anyhow::Ok(())
-        })
+        declare_durable(
+            &ch1,
+            q,
+            quorum_args(&[("x-quorum-initial-group-size", AMQPValue::LongInt(2))]),
+        )
         .await?;
         expect_members(&cluster, 1, q, &[1, 2]).await?;
 
@@ -213,12 +207,7 @@ async fn rebalance_spreads_leaders_within_one_of_even() -> anyhow::Result<()> {
         let ch1 = confirm_channel(&c1).await?;
         let names: Vec<String> = (0..6).map(|i| format!("rebalance.q{i}")).collect();
         for q in &names {
-            retry(Duration::from_secs(30), "declare", || async {
-                ch1.queue_declare(q.as_str().into(), durable(), quorum_args(&[]))
-                    .await?;
-                anyhow::Ok(())
-            })
-            .await?;
+            declare_durable(&ch1, q, quorum_args(&[])).await?;
             assert_eq!(
                 cluster
                     .wait_queue_leader(1, q, Duration::from_secs(30))
@@ -260,12 +249,7 @@ async fn forget_cluster_node_removes_a_destroyed_node() -> anyhow::Result<()> {
         let q = "forget.q";
         let c1 = connect(&cluster.uri(1)).await?;
         let ch1 = confirm_channel(&c1).await?;
-        retry(Duration::from_secs(30), "declare", || async {
-            ch1.queue_declare(q.into(), durable(), quorum_args(&[]))
-                .await?;
-            anyhow::Ok(())
-        })
-        .await?;
+        declare_durable(&ch1, q, quorum_args(&[])).await?;
         expect_members(&cluster, 1, q, &[1, 2, 3]).await?;
         for i in 0..10u32 {
             publish_confirmed(

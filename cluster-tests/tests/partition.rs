@@ -7,8 +7,8 @@
 //! unacknowledged). Needs root, as the fault suite does; CI runs as root.
 
 use cluster_tests::{
-    cluster::{retry, Cluster, Placement},
-    confirm_channel, connect, durable,
+    cluster::{declare_durable, retry, Cluster, Placement},
+    confirm_channel, connect,
     faults::net::Net,
     publish_confirmed, quorum_args,
 };
@@ -34,12 +34,7 @@ async fn a_partitioned_leader_answers_its_writes_after_a_snapshot_install() -> a
         let q = "part.q";
         let c1 = connect(&cluster.uri(1)).await?;
         let ch1 = confirm_channel(&c1).await?;
-        retry(Duration::from_secs(30), "declare", || async {
-            ch1.queue_declare(q.into(), durable(), quorum_args(&[]))
-                .await?;
-            anyhow::Ok(())
-        })
-        .await?;
+        declare_durable(&ch1, q, quorum_args(&[])).await?;
         assert_eq!(
             cluster
                 .wait_queue_leader(1, q, Duration::from_secs(30))

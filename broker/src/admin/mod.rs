@@ -56,6 +56,14 @@ impl AdminService {
     }
 }
 
+impl AdminService {
+    /// add_member / delete_member: one queue, one node ([`membership::change_member`]).
+    async fn change_member(&self, r: MemberRequest, change: Change) -> MemberResult {
+        let vhost = vhost_or_default(&r.vhost);
+        membership::change_member(&self.broker, &vhost, &r.queue, r.node, change, r.forwarded).await
+    }
+}
+
 fn vhost_or_default(v: &str) -> String {
     if v.is_empty() {
         "/".into()
@@ -104,18 +112,8 @@ impl Admin for AdminService {
         &self,
         req: Request<MemberRequest>,
     ) -> Result<Response<MemberResult>, Status> {
-        let r = req.into_inner();
-        let vhost = vhost_or_default(&r.vhost);
         Ok(Response::new(
-            membership::change_member(
-                &self.broker,
-                &vhost,
-                &r.queue,
-                r.node,
-                Change::Add,
-                r.forwarded,
-            )
-            .await,
+            self.change_member(req.into_inner(), Change::Add).await,
         ))
     }
 
@@ -123,18 +121,8 @@ impl Admin for AdminService {
         &self,
         req: Request<MemberRequest>,
     ) -> Result<Response<MemberResult>, Status> {
-        let r = req.into_inner();
-        let vhost = vhost_or_default(&r.vhost);
         Ok(Response::new(
-            membership::change_member(
-                &self.broker,
-                &vhost,
-                &r.queue,
-                r.node,
-                Change::Remove,
-                r.forwarded,
-            )
-            .await,
+            self.change_member(req.into_inner(), Change::Remove).await,
         ))
     }
 

@@ -157,6 +157,13 @@ fn member_target(target: &[String], default_vhost: &str) -> anyhow::Result<Membe
 /// (rabbitmq-queues grow and shrink).
 const MEMBER_COLUMNS: &[&str] = &["vhost", "name", "size", "result"];
 
+/// Prints membership result rows; true when every change succeeded.
+fn emit_member_results(formatter: Formatter, results: &[MemberResult]) -> bool {
+    let rows: Vec<Row> = results.iter().map(member_row).collect();
+    emit(&listing(formatter, MEMBER_COLUMNS, &rows));
+    results.iter().all(|r| r.ok)
+}
+
 fn member_row(r: &MemberResult) -> Row {
     Row(vec![
         ("vhost", json!(r.vhost)),
@@ -234,35 +241,31 @@ async fn main() -> anyhow::Result<()> {
             let rows: Vec<Row> = r.into_inner().policies.iter().map(policy_row).collect();
             emit(&listing(f, POLICY_COLUMNS, &rows));
         }
-        Cmd::AddMember { target } => {
-            let req = member_target(&target, &args.vhost)?;
+        Cmd::AddMember { ref target } | Cmd::DeleteMember { ref target } => {
+            let add = matches!(args.cmd, Cmd::AddMember { .. });
+            let req = member_target(target, &args.vhost)?;
+            let (verb, prep) = if add {
+                ("Adding a replica for", "on")
+            } else {
+                ("Removing a replica of", "from")
+            };
             banner(
                 f,
                 &format!(
-                    "Adding a replica for queue {} in vhost {} on node {}...\n",
+                    "{verb} queue {} in vhost {} {prep} node {}...\n",
                     req.queue, req.vhost, req.node
                 ),
             );
-            let r = c.add_member(req).await?.into_inner();
+            let r = if add {
+                c.add_member(req).await?
+            } else {
+                c.delete_member(req).await?
+            }
+            .into_inner();
             if !r.ok {
                 bail!("{}", r.result);
             }
-            emit(&listing(f, MEMBER_COLUMNS, &[member_row(&r)]));
-        }
-        Cmd::DeleteMember { target } => {
-            let req = member_target(&target, &args.vhost)?;
-            banner(
-                f,
-                &format!(
-                    "Removing a replica of queue {} in vhost {} from node {}...\n",
-                    req.queue, req.vhost, req.node
-                ),
-            );
-            let r = c.delete_member(req).await?.into_inner();
-            if !r.ok {
-                bail!("{}", r.result);
-            }
-            emit(&listing(f, MEMBER_COLUMNS, &[member_row(&r)]));
+            emit_member_results(f, &[r]);
         }
         Cmd::Grow {
             node,
@@ -282,9 +285,7 @@ async fn main() -> anyhow::Result<()> {
                 })
                 .await?
                 .into_inner();
-            let rows: Vec<Row> = r.results.iter().map(member_row).collect();
-            emit(&listing(f, MEMBER_COLUMNS, &rows));
-            if r.results.iter().any(|x| !x.ok) {
+            if !emit_member_results(f, &r.results) {
                 std::process::exit(1);
             }
         }
@@ -297,9 +298,7 @@ async fn main() -> anyhow::Result<()> {
                 .shrink(ShrinkRequest { node, errors_only })
                 .await?
                 .into_inner();
-            let rows: Vec<Row> = r.results.iter().map(member_row).collect();
-            emit(&listing(f, MEMBER_COLUMNS, &rows));
-            if r.results.iter().any(|x| !x.ok) {
+            if !emit_member_results(f, &r.results) {
                 std::process::exit(1);
             }
         }
@@ -315,8 +314,7 @@ async fn main() -> anyhow::Result<()> {
             if !r.ok {
                 bail!("{}", r.error);
             }
-            let rows: Vec<Row> = r.queues.iter().map(member_row).collect();
-            emit(&listing(f, MEMBER_COLUMNS, &rows));
+            emit_member_results(f, &r.queues);
         }
         Cmd::Rebalance {
             kind,

@@ -87,14 +87,7 @@ pub async fn admit(meta: &Raft, peers: &Peers, req: JoinRequest) -> JoinReply {
             .membership()
             .voter_ids()
             .count();
-        let is_voter = meta
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .voter_ids()
-            .any(|v| v == id);
-        if !is_voter && voters < MAX_META_VOTERS {
+        if !super::membership::is_voter(meta, id) && voters < MAX_META_VOTERS {
             meta.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
                 .await
                 .map_err(|e| format!("promoting node {id} to voter: {e}"))?;

@@ -101,11 +101,8 @@ async fn forward(
     node: u64,
     change: Change,
 ) -> Result<MemberResult, String> {
-    let channel = broker
-        .peers()
-        .channel(leader)
-        .ok_or_else(|| format!("no address for the queue's leader, node {leader}"))?;
-    let mut client = AdminClient::new(channel);
+    let mut client =
+        admin_client(broker, leader).map_err(|e| format!("the queue's leader: {e}"))?;
     let req = MemberRequest {
         vhost: vhost.to_string(),
         queue: name.to_string(),
@@ -194,7 +191,22 @@ async fn remove(
     })
 }
 
-fn is_voter(raft: &crate::cluster::types::Raft, node: u64) -> bool {
+/// The admin API of node `node`, over the shared peer channel.
+///
+/// Errors: no address is known for the node.
+fn admin_client(
+    broker: &Broker,
+    node: u64,
+) -> Result<AdminClient<tonic::transport::Channel>, String> {
+    broker
+        .peers()
+        .channel(node)
+        .map(AdminClient::new)
+        .ok_or_else(|| format!("no address for node {node}"))
+}
+
+/// True when `node` is a voter of `raft`'s group (not a learner).
+pub fn is_voter(raft: &crate::cluster::types::Raft, node: u64) -> bool {
     raft.metrics()
         .borrow()
         .membership_config
@@ -362,11 +374,7 @@ async fn ask_campaign(broker: &Arc<Broker>, node: u64, group: u64) -> Result<(),
     if node == broker.node_id() {
         return campaign(broker, group).await;
     }
-    let channel = broker
-        .peers()
-        .channel(node)
-        .ok_or_else(|| format!("no address for node {node}"))?;
-    let r = AdminClient::new(channel)
+    let r = admin_client(broker, node)?
         .campaign(quorumq_proto::v1::CampaignRequest { group_id: group })
         .await
         .map_err(|e| e.message().to_string())?
@@ -433,11 +441,8 @@ pub async fn forget_node(
     match leader {
         Some(l) if l == broker.node_id() => {}
         Some(l) if !forwarded => {
-            let channel = broker
-                .peers()
-                .channel(l)
-                .ok_or_else(|| format!("no address for the meta leader, node {l}"))?;
-            let r = AdminClient::new(channel)
+            let r = admin_client(broker, l)
+                .map_err(|e| format!("the meta leader: {e}"))?
                 .forget_cluster_node(quorumq_proto::v1::ForgetRequest {
                     node,
                     forwarded: true,

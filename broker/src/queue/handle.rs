@@ -591,11 +591,12 @@ impl Proposer {
                         QueueCommand::Batch(cmds)
                     };
                     self.seq += 1;
-                    tracing::debug!(target: "proposals", group = self.route.group, seq = self.seq, n = replies.len(), local = self.route.local_leader().is_some(), "submit");
+                    let local = self.route.local_leader();
+                    tracing::debug!(target: "proposals", group = self.route.group, seq = self.seq, n = replies.len(), local = local.is_some(), "submit");
                     let proposer = ProposerId { node: self.origin.node, epoch: self.origin.epoch };
                     let cmd = QueueCommand::Deduped { proposer, seq: self.seq, cmd: Box::new(inner) };
                     tracing::trace!(target: "timeline", ev = "submit", group = self.route.group, seq = self.seq, n = replies.len());
-                    if let Some(raft) = self.route.local_leader() {
+                    if let Some(raft) = local {
                         let mut metrics = raft.metrics();
                         let term = metrics.borrow().current_term;
                         let me = self.route.me();
