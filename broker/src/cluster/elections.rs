@@ -70,13 +70,17 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
                 let metrics = raft.metrics();
                 let m = metrics.borrow();
                 let leader = m.current_leader;
-                let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
-                drop(m);
-                // A leader that removed itself (delete_member) leads no more
-                // once the new membership is in.
-                if leader.is_some_and(|l| detector.is_alive(l) && voters.contains(&l)) {
+                let membership = m.membership_config.membership();
+                // A leader that removed itself (delete_member, which drops
+                // the node from the membership entirely) leads no more once
+                // the new membership is in. A map lookup: this runs for every
+                // group every sweep, and `voter_ids` builds a set.
+                if leader.is_some_and(|l| detector.is_alive(l) && membership.get_node(&l).is_some())
+                {
                     continue;
                 }
+                let voters: Vec<u64> = membership.voter_ids().collect();
+                drop(m);
                 if !voters.contains(&me) {
                     continue;
                 }
