@@ -22,7 +22,9 @@
 //! ([`STOP_TIMEOUT`]), quorumqctl calls (15 s), polls (caller's timeout).
 
 use crate::dlx::{self, POLL};
-use crate::{free_port, open_log, quorumq_bin, signal, tail_of, wait_ready_line, BIN_ENV};
+use crate::{
+    free_port, log_contains, open_log, quorumq_bin, signal, tail_of, wait_ready_line, BIN_ENV,
+};
 use anyhow::{anyhow, bail, Context};
 use serde::Deserialize;
 use std::{
@@ -306,7 +308,7 @@ impl Cluster {
 
     fn any_log_contains(&self, needle: &str) -> bool {
         self.ids()
-            .any(|id| self.log_tail(id, 8000).contains(needle))
+            .any(|id| log_contains(&self.log_path(id), needle))
     }
 
     /// `--peers` value: every node started without `--join` as

@@ -123,7 +123,12 @@ impl Broker {
             };
             match broker.launch().await {
                 Ok(()) => return Ok(broker),
-                Err(e) if attempt < 3 && broker.log_tail(4000).contains("binding") => {
+                Err(e)
+                    if attempt < 3
+                        && broker
+                            .log_path()
+                            .is_some_and(|p| log_contains(&p, "binding")) =>
+                {
                     eprintln!("quorumq lost a port race, retrying on fresh ports: {e:#}");
                 }
                 Err(e) => return Err(e),
@@ -366,6 +371,13 @@ fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
         bail!("kill -{sig} {pid} failed: {status}");
     }
     Ok(())
+}
+
+/// True when the log at `path` mentions `needle` anywhere (a node that lost
+/// a port race logs `binding …` first; with `RUST_BACKTRACE` set, the
+/// backtrace after it pushes that line out of any short tail).
+fn log_contains(path: &Path, needle: &str) -> bool {
+    read_from(path, 0).contains(needle)
 }
 
 fn tail_of(path: &Path, max_bytes: u64) -> String {
