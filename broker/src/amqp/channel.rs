@@ -1153,19 +1153,31 @@ impl Conn {
         }
     }
 
-    /// A confirm-mode publish completed.
-    pub(super) fn on_completion(&mut self, c: Completion) {
-        match c {
-            Completion::Confirm { channel, seq, ok } => {
-                if let Some(t) = self
-                    .channels
-                    .get_mut(&channel)
-                    .and_then(|s| s.confirms.as_mut())
-                {
-                    t.complete(seq, ok);
-                }
-                self.send_confirms(channel);
+    /// Confirm-mode publishes completed: `first`, and every other completion
+    /// already ready, are recorded before confirms are sent, so a burst goes
+    /// out as one `multiple` ack rather than one frame per wake-up. (The
+    /// futures complete in any order — `FuturesUnordered` yields a woken
+    /// earlier publish after newer, never-polled ones — and the tracker puts
+    /// them back in publish order.)
+    pub(super) fn on_completions(&mut self, first: Completion) {
+        use futures::{FutureExt, StreamExt};
+        let mut touched: Vec<u16> = Vec::new();
+        let mut next = Some(first);
+        while let Some(Completion::Confirm { channel, seq, ok }) = next {
+            if let Some(t) = self
+                .channels
+                .get_mut(&channel)
+                .and_then(|s| s.confirms.as_mut())
+            {
+                t.complete(seq, ok);
             }
+            if !touched.contains(&channel) {
+                touched.push(channel);
+            }
+            next = self.pending.next().now_or_never().flatten();
+        }
+        for ch in touched {
+            self.send_confirms(ch);
         }
     }
 

@@ -180,7 +180,7 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
                     conn.serve_frames(&mut reader, &mut closing_since, &mut mrx).await
                 }
             },
-            Some(c) = conn.pending.next() => { conn.on_completion(c); Step::Continue }
+            Some(c) = conn.pending.next() => { conn.on_completions(c); Step::Continue }
             Ok(()) = alarms.changed() => {
                 let alarm = *alarms.borrow_and_update();
                 if conn.on_alarm(alarm) {
