@@ -17,6 +17,9 @@ pub struct Config {
     pub amqp_listen: String,
     /// Cluster gRPC listener (Raft transport and admin API).
     pub cluster_listen: String,
+    /// HTTP listener of the health probes (`/health/live`, `/health/ready`,
+    /// see `crate::http`); None (default) = no HTTP endpoint.
+    pub http_listen: Option<String>,
     /// Cluster address other nodes use to reach this one (`host:port`);
     /// default: `cluster_listen`.
     pub advertise: Option<String>,
@@ -72,6 +75,7 @@ impl Default for Config {
             data_dir: PathBuf::from("./data"),
             amqp_listen: "127.0.0.1:5672".into(),
             cluster_listen: "127.0.0.1:5680".into(),
+            http_listen: None,
             advertise: None,
             amqp_advertise: None,
             peers: Vec::new(),

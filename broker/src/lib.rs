@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod config;
 pub mod consumers;
 pub mod dead_letter;
+pub mod http;
 pub mod liveness;
 pub mod message;
 pub mod meta;

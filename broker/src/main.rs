@@ -43,6 +43,9 @@ struct Args {
     /// Node id.
     #[arg(long)]
     node_id: Option<u64>,
+    /// HTTP health probes /health/live and /health/ready (off unless given).
+    #[arg(long, value_name = "HOST:PORT")]
+    http_listen: Option<String>,
     /// Cluster address peers dial to reach this node (default: --cluster-listen).
     #[arg(long)]
     advertise: Option<String>,
@@ -109,6 +112,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(v) = args.node_id {
         config.node_id = v;
     }
+    if let Some(v) = args.http_listen {
+        config.http_listen = Some(v);
+    }
     if let Some(v) = args.advertise {
         config.advertise = Some(v);
     }
@@ -152,6 +158,10 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(run(config))
 }
 
+/// Longest a graceful stop waits for each queue's leadership to move to
+/// another member (a stop under a supervisor should allow ~60 s).
+const DRAIN_FOR: std::time::Duration = std::time::Duration::from_secs(15);
+
 async fn run(config: Config) -> anyhow::Result<()> {
     let amqp = tokio::net::TcpListener::bind(&config.amqp_listen)
         .await
@@ -163,6 +173,18 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let cluster = tokio::net::TcpListener::bind(cluster_addr)
         .await
         .with_context(|| format!("binding cluster listener {cluster_addr}"))?;
+    let started: quorumq::http::Started = Default::default();
+    if let Some(addr) = &config.http_listen {
+        let http = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding HTTP listener {addr}"))?;
+        let started = started.clone();
+        tokio::spawn(async move {
+            if let Err(e) = quorumq::http::serve(http, started).await {
+                tracing::error!(error = %e, "HTTP endpoint failed");
+            }
+        });
+    }
     let (broker, services) = Broker::open(config.clone())
         .await
         .context("starting node")?;
@@ -178,7 +200,12 @@ async fn run(config: Config) -> anyhow::Result<()> {
     broker.start().await.context("starting node")?;
     tracing::info!(amqp = %config.amqp_listen, cluster = %cluster_addr, data = %config.data_dir.display(), node = config.node_id, "quorumq ready");
     let server = tokio::spawn(quorumq::amqp::server::run(amqp, broker.clone()));
+    let _ = started.set(broker.clone());
     shutdown_signal().await;
+    // Hand queue leaderships to other members first (a rolling restart then
+    // costs each queue one hand-over, not a failure detection + election).
+    tracing::info!("shutting down: draining");
+    quorumq::cluster::drain::drain(&broker, DRAIN_FOR).await;
     tracing::info!("shutting down");
     server.abort();
     grpc.abort();

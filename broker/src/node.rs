@@ -1097,6 +1097,37 @@ impl Broker {
         st
     }
 
+    /// Quorum queues this node leads, and quorum queue replicas it holds
+    /// (counts; `quorumqctl status` and `cluster_status`).
+    pub fn leaders_and_replicas(&self) -> (u64, u64) {
+        let me = self.node_id();
+        let (mut leaders, mut replicas) = (0, 0);
+        for h in self.queue_handles() {
+            if let Some(raft) = h.route().and_then(|r| r.raft()) {
+                replicas += 1;
+                if raft.metrics().borrow().current_leader == Some(me) {
+                    leaders += 1;
+                }
+            }
+        }
+        (leaders, replicas)
+    }
+
+    /// Why this node does not serve clients now (None: it does): stopping,
+    /// draining, or no meta leader known (no quorum reachable, or not yet
+    /// joined). The readiness probe (`crate::http`).
+    pub fn not_serving(&self) -> Option<&'static str> {
+        if self.is_stopping() {
+            Some("stopping")
+        } else if self.detector.is_draining() {
+            Some("draining")
+        } else if self.meta_raft.metrics().borrow().current_leader.is_none() {
+            Some("no meta leader (no quorum reachable, or not joined yet)")
+        } else {
+            None
+        }
+    }
+
     /// True once shutdown began.
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)

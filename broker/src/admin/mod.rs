@@ -7,13 +7,14 @@ use futures::StreamExt;
 use quorumq_proto::v1::admin_server::{Admin, AdminServer};
 use quorumq_proto::v1::{
     AdminReply, CampaignRequest, ClearPolicyRequest, ClusterStatusNode, ClusterStatusReply,
-    ClusterStatusRequest, ForgetReply, ForgetRequest, GrowRequest, ListPoliciesReply,
+    ClusterStatusRequest, DrainReply, DrainRequest, ForgetReply, ForgetRequest, GrowRequest, ListPoliciesReply,
     ListPoliciesRequest, ListQueuesReply, ListQueuesRequest, MemberRequest, MemberResult,
     MemberResults, NodeLeaders, Policy as PbPolicy, QueueInfo, RebalanceReply, RebalanceRequest,
-    SetPolicyRequest, ShrinkRequest, StatusReply, StatusRequest,
+    ReviveRequest, SetPolicyRequest, ShrinkRequest, StatusReply, StatusRequest,
 };
 use tonic::{Request, Response, Status};
 
+use crate::cluster::drain;
 use crate::cluster::membership::{self, Change};
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::policy::Policy;
@@ -23,6 +24,12 @@ use crate::node::Broker;
 /// `list_queues` asks at most this many queues' statuses at once (each may be
 /// a gRPC query to the queue's leader on another node).
 const QUEUE_STATUS_CONCURRENCY: usize = 32;
+
+/// `cluster_status` waits this long for each running node's own status.
+const NODE_STATUS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long `drain` waits for each queue's leadership to move.
+const DRAIN_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Admin API implementation over a running node.
 pub struct AdminService {
@@ -77,6 +84,7 @@ impl Admin for AdminService {
     async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
         let queues = self.broker.queue_handles().len() as u64;
         let cluster = self.broker.cluster_status();
+        let (leaders, replicas) = self.broker.leaders_and_replicas();
         Ok(Response::new(StatusReply {
             node_id: self.broker.node_id(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -84,27 +92,82 @@ impl Admin for AdminService {
             connections: 0,
             members: cluster.nodes.iter().map(|n| n.id).collect(),
             meta_leader: cluster.meta_leader,
+            uptime_s: self.broker.detector().uptime().as_secs(),
+            leaders,
+            replicas,
+            draining: self.broker.detector().is_draining(),
         }))
     }
 
+    /// Nodes and liveness as this node sees them, each running node's
+    /// version, uptime, leaders and replicas from its own `status`.
     async fn cluster_status(
         &self,
         _req: Request<ClusterStatusRequest>,
     ) -> Result<Response<ClusterStatusReply>, Status> {
         let cluster = self.broker.cluster_status();
-        Ok(Response::new(ClusterStatusReply {
-            nodes: cluster
-                .nodes
-                .into_iter()
-                .map(|n| ClusterStatusNode {
+        let me = self.broker.node_id();
+        let nodes = futures::stream::iter(cluster.nodes)
+            .map(|n| async move {
+                let own = if !n.running {
+                    None
+                } else if n.id == me {
+                    self.status(Request::new(StatusRequest {}))
+                        .await
+                        .ok()
+                        .map(Response::into_inner)
+                } else {
+                    match membership::admin_client(&self.broker, n.id) {
+                        Ok(mut c) => {
+                            tokio::time::timeout(NODE_STATUS_TIMEOUT, c.status(StatusRequest {}))
+                                .await
+                                .ok()
+                                .and_then(Result::ok)
+                                .map(Response::into_inner)
+                        }
+                        Err(_) => None,
+                    }
+                };
+                ClusterStatusNode {
                     id: n.id,
                     cluster_addr: n.cluster_addr,
                     amqp_addr: n.amqp_addr,
                     running: n.running,
-                })
-                .collect(),
+                    version: own.as_ref().map(|s| s.version.clone()),
+                    uptime_s: own.as_ref().map(|s| s.uptime_s),
+                    leaders: own.as_ref().map(|s| s.leaders),
+                    replicas: own.as_ref().map(|s| s.replicas),
+                    draining: own.as_ref().map(|s| s.draining),
+                }
+            })
+            .buffered(8)
+            .collect()
+            .await;
+        Ok(Response::new(ClusterStatusReply {
+            nodes,
             meta_leader: cluster.meta_leader,
-            node_id: self.broker.node_id(),
+            node_id: me,
+        }))
+    }
+
+    async fn drain(&self, _req: Request<DrainRequest>) -> Result<Response<DrainReply>, Status> {
+        let r = drain::drain(&self.broker, DRAIN_FOR).await;
+        Ok(Response::new(DrainReply {
+            moved: r.moved,
+            kept: r.kept,
+            failed: r
+                .failed
+                .into_iter()
+                .map(|(q, e)| format!("{q}: {e}"))
+                .collect(),
+        }))
+    }
+
+    async fn revive(&self, _req: Request<ReviveRequest>) -> Result<Response<AdminReply>, Status> {
+        drain::revive(&self.broker);
+        Ok(Response::new(AdminReply {
+            ok: true,
+            error: String::new(),
         }))
     }
 

@@ -16,7 +16,8 @@ use anyhow::bail;
 use clap::{Parser, Subcommand, ValueEnum};
 use quorumq_proto::v1::admin_client::AdminClient;
 use quorumq_proto::v1::{
-    ClearPolicyRequest, ClusterStatusReply, ClusterStatusRequest, ForgetRequest, GrowRequest,
+    ClearPolicyRequest, ClusterStatusReply, ClusterStatusRequest, DrainRequest, ForgetRequest,
+    GrowRequest, ReviveRequest,
     ListPoliciesRequest, ListQueuesRequest, MemberRequest, MemberResult, Policy, QueueInfo,
     RebalanceRequest, SetPolicyRequest, ShrinkRequest, StatusReply, StatusRequest,
 };
@@ -118,6 +119,12 @@ enum Cmd {
     /// member of (rabbitmqctl forget_cluster_node).
     #[command(name = "forget_cluster_node")]
     ForgetClusterNode { node: u64 },
+    /// Puts the node asked (`--node`) in maintenance mode: it hands every
+    /// queue leadership it holds to another member and leads nothing until
+    /// `revive` (rabbitmq-upgrade drain). A graceful stop drains first too.
+    Drain,
+    /// Ends maintenance mode on the node asked (rabbitmq-upgrade revive).
+    Revive,
     /// Removes NODE's replica from every quorum queue (rabbitmq-queues shrink).
     Shrink {
         node: u64,
@@ -191,6 +198,34 @@ async fn main() -> anyhow::Result<()> {
         Cmd::ClusterStatus => {
             let r = c.cluster_status(ClusterStatusRequest {}).await?;
             emit(&cluster_status_text(f, r.into_inner()));
+        }
+        Cmd::Drain => {
+            banner(f, "Will put node into maintenance mode. The node will transfer its queue leaderships to other members and lead nothing until revived...\n");
+            let r = c.drain(DrainRequest {}).await?.into_inner();
+            let row = Row(vec![
+                ("moved", json!(r.moved)),
+                ("kept", json!(r.kept)),
+                ("failed", json!(r.failed)),
+            ]);
+            emit(&match f {
+                Formatter::Json => format!("{}\n", to_json(&row)),
+                Formatter::Table => format!(
+                    "leaderships moved: {}\nleaderships kept (no other member online): {}\n{}",
+                    r.moved,
+                    r.kept,
+                    r.failed.iter().map(|e| format!("not moved: {e}\n")).collect::<String>()
+                ),
+            });
+            if !r.failed.is_empty() {
+                bail!("{} queue leadership(s) did not move", r.failed.len());
+            }
+        }
+        Cmd::Revive => {
+            banner(f, "Will take node out of maintenance mode...\n");
+            let r = c.revive(ReviveRequest {}).await?.into_inner();
+            if !r.ok {
+                bail!("{}", r.error);
+            }
         }
         Cmd::SetPolicy {
             name,
@@ -449,6 +484,7 @@ const QUEUE_COLUMNS: &[&str] = &[
     "members",
     "online",
     "unreadable_bodies",
+    "below_quorum",
 ];
 
 /// One queue of `list_queues`: `name`, `vhost`, `type` ("quorum" |
@@ -457,8 +493,12 @@ const QUEUE_COLUMNS: &[&str] = &[
 /// `messages_ready`, `messages_unacknowledged`, `consumers`,
 /// `dead_letter_held` (counts), `policy` (effective policy name, "" for none),
 /// `unreadable_bodies` (bodies the leader could not read back intact; > 0 =
-/// unhealthy).
+/// unhealthy), `below_quorum` (fewer members online than a majority of
+/// `members`: the queue takes no publishes, acks or deliveries until enough
+/// return; RabbitMQ lists such queues in `rabbitmq-queues
+/// check_if_node_is_quorum_critical`).
 fn queue_row(q: &QueueInfo) -> Row {
+    let below_quorum = !q.members.is_empty() && q.online.len() < q.members.len() / 2 + 1;
     Row(vec![
         ("name", json!(q.name)),
         ("vhost", json!(q.vhost)),
@@ -472,6 +512,7 @@ fn queue_row(q: &QueueInfo) -> Row {
         ("dead_letter_held", json!(q.dead_letter_held)),
         ("policy", json!(q.policy)),
         ("unreadable_bodies", json!(q.unreadable_bodies)),
+        ("below_quorum", json!(below_quorum)),
     ])
 }
 
@@ -501,7 +542,20 @@ fn policy_row(p: &Policy) -> Row {
 }
 
 /// `cluster_status` node columns (table and JSON alike).
-const NODE_COLUMNS: &[&str] = &["id", "cluster_addr", "amqp_addr", "running"];
+/// `version` … `draining` are the node's own `status` (null when it is not
+/// running or did not answer): uptime in seconds, quorum queues it leads,
+/// replicas it holds.
+const NODE_COLUMNS: &[&str] = &[
+    "id",
+    "cluster_addr",
+    "amqp_addr",
+    "running",
+    "version",
+    "uptime_s",
+    "leaders",
+    "replicas",
+    "draining",
+];
 
 /// `cluster_status --formatter json`.
 #[derive(Serialize)]
@@ -529,6 +583,11 @@ fn cluster_status_text(formatter: Formatter, mut r: ClusterStatusReply) -> Strin
                 ("cluster_addr", json!(n.cluster_addr)),
                 ("amqp_addr", json!(n.amqp_addr)),
                 ("running", json!(n.running)),
+                ("version", json!(n.version)),
+                ("uptime_s", json!(n.uptime_s)),
+                ("leaders", json!(n.leaders)),
+                ("replicas", json!(n.replicas)),
+                ("draining", json!(n.draining)),
             ])
         })
         .collect();
@@ -558,21 +617,27 @@ fn cluster_status_text(formatter: Formatter, mut r: ClusterStatusReply) -> Strin
 /// are the cluster's node ids; `meta_leader` null while unknown). Table:
 /// `key: value` lines.
 fn status_text(formatter: Formatter, s: &StatusReply) -> String {
+    let row = Row(vec![
+        ("node_id", json!(s.node_id)),
+        ("version", json!(s.version)),
+        ("uptime_s", json!(s.uptime_s)),
+        ("queues", json!(s.queues)),
+        ("leaders", json!(s.leaders)),
+        ("replicas", json!(s.replicas)),
+        ("draining", json!(s.draining)),
+        ("members", json!(s.members)),
+        ("meta_leader", json!(s.meta_leader)),
+    ]);
     match formatter {
-        Formatter::Json => {
-            let row = Row(vec![
-                ("node_id", json!(s.node_id)),
-                ("version", json!(s.version)),
-                ("queues", json!(s.queues)),
-                ("members", json!(s.members)),
-                ("meta_leader", json!(s.meta_leader)),
-            ]);
-            format!("{}\n", to_json(&row))
-        }
-        Formatter::Table => format!(
-            "node_id: {}\nversion: {}\nqueues: {}\nmembers: {:?}\n",
-            s.node_id, s.version, s.queues, s.members
-        ),
+        Formatter::Json => format!("{}\n", to_json(&row)),
+        Formatter::Table => row
+            .0
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(text) => format!("{k}: {text}\n"),
+                v => format!("{k}: {v}\n"),
+            })
+            .collect(),
     }
 }
 
@@ -610,6 +675,11 @@ mod tests {
             cluster_addr: format!("127.0.0.1:{}", 5679 + id),
             amqp_addr: format!("127.0.0.1:{}", 5671 + id),
             running,
+            version: running.then(|| "0.1.0".into()),
+            uptime_s: running.then_some(60),
+            leaders: running.then_some(id),
+            replicas: running.then_some(3),
+            draining: running.then_some(false),
         }
     }
 
@@ -651,12 +721,14 @@ mod tests {
                     "members": [1, 2, 3], "online": [2, 3],
                     "messages_ready": 3, "messages_unacknowledged": 2, "consumers": 1,
                     "dead_letter_held": 4, "policy": "DLX", "unreadable_bodies": 0,
+                    "below_quorum": false,
                 },
                 {
                     "name": "q2", "vhost": "/", "type": "quorum", "leader": null,
                     "members": [1], "online": [],
                     "messages_ready": 3, "messages_unacknowledged": 2, "consumers": 1,
                     "dead_letter_held": 4, "policy": "DLX", "unreadable_bodies": 0,
+                    "below_quorum": true,
                 },
             ])
         );
@@ -693,16 +765,17 @@ mod tests {
                 "leader",
                 "members",
                 "online",
-                "unreadable_bodies"
+                "unreadable_bodies",
+                "below_quorum"
             ]
         );
         assert_eq!(
             lines[1],
-            ["q1", "quorum", "3", "2", "1", "4", "DLX", "2", "1,2,3", "2,3", "0"]
+            ["q1", "quorum", "3", "2", "1", "4", "DLX", "2", "1,2,3", "2,3", "0", "false"]
         );
         assert_eq!(
             lines[2],
-            ["q2", "quorum", "3", "2", "1", "4", "DLX", "", "", "", "0"]
+            ["q2", "quorum", "3", "2", "1", "4", "DLX", "", "", "", "0", "false"]
         );
         assert_eq!(lines.len(), 3, "{t}");
         // Every table column is a key of the row (a typo would print "").
@@ -732,9 +805,12 @@ mod tests {
             parse(&text),
             json!({
                 "nodes": [
-                    {"id": 1, "cluster_addr": "127.0.0.1:5680", "amqp_addr": "127.0.0.1:5672", "running": true},
-                    {"id": 2, "cluster_addr": "127.0.0.1:5681", "amqp_addr": "127.0.0.1:5673", "running": false},
-                    {"id": 3, "cluster_addr": "127.0.0.1:5682", "amqp_addr": "127.0.0.1:5674", "running": true},
+                    {"id": 1, "cluster_addr": "127.0.0.1:5680", "amqp_addr": "127.0.0.1:5672", "running": true,
+                     "version": "0.1.0", "uptime_s": 60, "leaders": 1, "replicas": 3, "draining": false},
+                    {"id": 2, "cluster_addr": "127.0.0.1:5681", "amqp_addr": "127.0.0.1:5673", "running": false,
+                     "version": null, "uptime_s": null, "leaders": null, "replicas": null, "draining": null},
+                    {"id": 3, "cluster_addr": "127.0.0.1:5682", "amqp_addr": "127.0.0.1:5674", "running": true,
+                     "version": "0.1.0", "uptime_s": 60, "leaders": 3, "replicas": 3, "draining": false},
                 ],
                 "running_nodes": [1, 3],
                 "meta_leader": 1,
@@ -768,10 +844,10 @@ mod tests {
             [
                 "Cluster status of node 2 ...",
                 "meta_leader: unknown",
-                "id\tcluster_addr\tamqp_addr\trunning",
-                "1\t127.0.0.1:5680\t127.0.0.1:5672\ttrue",
-                "2\t127.0.0.1:5681\t127.0.0.1:5673\tfalse",
-                "3\t127.0.0.1:5682\t\tfalse",
+                "id\tcluster_addr\tamqp_addr\trunning\tversion\tuptime_s\tleaders\treplicas\tdraining",
+                "1\t127.0.0.1:5680\t127.0.0.1:5672\ttrue\t0.1.0\t60\t1\t3\tfalse",
+                "2\t127.0.0.1:5681\t127.0.0.1:5673\tfalse\t\t\t\t\t",
+                "3\t127.0.0.1:5682\t\tfalse\t\t\t\t\t",
             ]
         );
         let led = ClusterStatusReply {
@@ -794,19 +870,25 @@ mod tests {
             connections: 0,
             members: vec![1, 2],
             meta_leader: None,
+            uptime_s: 42,
+            leaders: 1,
+            replicas: 2,
+            draining: false,
         };
         assert_eq!(
             parse(&status_text(Formatter::Json, &s)),
-            json!({"node_id": 1, "version": "0.1.0", "queues": 2, "members": [1, 2], "meta_leader": null})
+            json!({"node_id": 1, "version": "0.1.0", "uptime_s": 42, "queues": 2, "leaders": 1,
+                   "replicas": 2, "draining": false, "members": [1, 2], "meta_leader": null})
         );
         s.meta_leader = Some(2);
+        s.draining = true;
         assert_eq!(
             status_text(Formatter::Json, &s),
-            "{\"node_id\":1,\"version\":\"0.1.0\",\"queues\":2,\"members\":[1,2],\"meta_leader\":2}\n"
+            "{\"node_id\":1,\"version\":\"0.1.0\",\"uptime_s\":42,\"queues\":2,\"leaders\":1,\"replicas\":2,\"draining\":true,\"members\":[1,2],\"meta_leader\":2}\n"
         );
         assert_eq!(
             status_text(Formatter::Table, &s),
-            "node_id: 1\nversion: 0.1.0\nqueues: 2\nmembers: [1, 2]\n"
+            "node_id: 1\nversion: 0.1.0\nuptime_s: 42\nqueues: 2\nleaders: 1\nreplicas: 2\ndraining: true\nmembers: [1,2]\nmeta_leader: 2\n"
         );
     }
 

@@ -47,6 +47,11 @@ pub struct Detector {
     started: Instant,
     /// Resource alarms: ours go out on every beat, peers' come in (cluster-wide alarms).
     alarms: Arc<crate::alarms::Alarms>,
+    /// This node is draining (`quorumqctl drain`, SIGTERM): alive, but it
+    /// leads nothing — it appends no more as a leader, answers forwarded
+    /// proposals with "no leader here" and does not campaign
+    /// (`cluster::drain`).
+    draining: std::sync::atomic::AtomicBool,
 }
 
 /// A peer never heard from since this node started is down after this
@@ -88,6 +93,7 @@ impl Detector {
             changes: watch::Sender::new(0),
             started: Instant::now(),
             alarms,
+            draining: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -112,6 +118,29 @@ impl Detector {
                 me.expire();
             }
         });
+    }
+
+    /// How long ago this node's detector (the node) started.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Marks this node draining (true) or serving again (false).
+    pub fn set_draining(&self, on: bool) {
+        self.draining
+            .store(on, std::sync::atomic::Ordering::Release);
+        self.changes.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// True while this node is draining (see [`Detector::set_draining`]).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// True unless `node` is this node and it is draining: a leader a
+    /// proposal may be sent to.
+    pub fn may_lead(&self, node: u64) -> bool {
+        node != self.me || !self.is_draining()
     }
 
     /// True when `node` is this node or answers beats.

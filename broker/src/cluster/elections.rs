@@ -60,6 +60,10 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
             let Some(groups) = groups.upgrade() else {
                 return;
             };
+            if detector.is_draining() {
+                // A draining node leads nothing: the other members campaign.
+                continue;
+            }
             let now = Instant::now();
             let mut seen = Vec::new();
             for (group, replica) in groups.all() {

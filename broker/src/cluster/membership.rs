@@ -194,7 +194,7 @@ async fn remove(
 /// The admin API of node `node`, over the shared peer channel.
 ///
 /// Errors: no address is known for the node.
-fn admin_client(
+pub(crate) fn admin_client(
     broker: &Broker,
     node: u64,
 ) -> Result<AdminClient<tonic::transport::Channel>, String> {
@@ -370,7 +370,7 @@ pub async fn rebalance(
 }
 
 /// Has node `node` campaign in `group` (itself when it is this node).
-async fn ask_campaign(broker: &Arc<Broker>, node: u64, group: u64) -> Result<(), String> {
+pub(crate) async fn ask_campaign(broker: &Arc<Broker>, node: u64, group: u64) -> Result<(), String> {
     if node == broker.node_id() {
         return campaign(broker, group).await;
     }
@@ -397,14 +397,18 @@ pub async fn campaign(broker: &Arc<Broker>, group: u64) -> Result<(), String> {
         .queue_by_group(group)
         .and_then(|h| h.route().and_then(|r| r.raft()))
         .ok_or_else(|| format!("node {me} holds no replica of group {group}"))?;
+    if broker.detector().is_draining() {
+        return Err(format!("node {me} is draining"));
+    }
     let deadline = tokio::time::Instant::now() + TRANSFER_FOR;
     while tokio::time::Instant::now() < deadline {
         if raft.metrics().borrow().current_leader == Some(me) {
             return Ok(());
         }
         let _ = raft.trigger().elect().await;
+        // A refusal within the voters' lease: try again once it ran out.
         let _ = raft
-            .wait(Some(Duration::from_millis(300)))
+            .wait(Some(Duration::from_millis(super::LEADER_LEASE_MS + 40)))
             .metrics(|m| m.current_leader == Some(me), "leading after a campaign")
             .await;
     }

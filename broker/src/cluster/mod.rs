@@ -6,6 +6,7 @@
 pub mod commit_updates;
 pub mod deliveries;
 pub mod detector;
+pub mod drain;
 pub mod elections;
 pub mod forward;
 pub mod groups;

@@ -221,6 +221,12 @@ impl Cluster for ClusterServices {
                 ..Default::default()
             }));
         };
+        if req.group_id != META_GROUP && self.detector.is_draining() {
+            // Draining: this node appends no more as a queue leader, so the
+            // leadership can move (cluster::drain); the proposer retries
+            // until another member leads.
+            return Ok(Response::new(ProposeReply::default()));
+        }
         let cmd = if req.group_id == META_GROUP {
             GroupCommand::Meta(decode::<MetaCommand>(&req.command)?)
         } else {

@@ -138,7 +138,12 @@ impl Route {
     }
 
     /// The local replica's Raft handle when this node is its leader.
+    /// None while this node drains (its writes go wherever the group
+    /// moves, see `cluster::drain`).
     pub fn local_leader(&self) -> Option<Raft> {
+        if self.forwarder.detector().is_draining() {
+            return None;
+        }
         let raft = self.raft()?;
         let leads = raft.metrics().borrow().current_leader == Some(self.me());
         leads.then_some(raft)
@@ -173,16 +178,19 @@ impl Route {
     }
 
     /// The node to send the next attempt to: the known leader if it is up,
-    /// else the `attempt`-th live member.
+    /// else the `attempt`-th live member (never this node while it drains).
     fn target(&self, attempt: usize) -> Option<u64> {
         let detector = self.forwarder.detector();
-        if let Some(l) = self.leader().filter(|l| detector.is_alive(*l)) {
+        if let Some(l) = self
+            .leader()
+            .filter(|l| detector.is_alive(*l) && detector.may_lead(*l))
+        {
             return Some(l);
         }
         let live: Vec<u64> = self
             .members()
             .into_iter()
-            .filter(|m| detector.is_alive(*m))
+            .filter(|m| detector.is_alive(*m) && detector.may_lead(*m))
             .collect();
         if live.is_empty() {
             return None;
@@ -745,7 +753,9 @@ impl Proposer {
                             self.route.set_hint(Some(t));
                             return Ok(r);
                         }
-                        Forwarded::Leader(l) if l != 0 && l != t => {
+                        Forwarded::Leader(l)
+                            if l != 0 && l != t && self.route.forwarder.detector().may_lead(l) =>
+                        {
                             self.route.set_hint(Some(l));
                             continue;
                         }
