@@ -241,7 +241,9 @@ async fn rebalance_spreads_leaders_within_one_of_even() -> anyhow::Result<()> {
 
 /// `forget_cluster_node` after a node is destroyed (kill -9): refused while
 /// the node runs; afterwards the node is gone from the cluster and from the
-/// queue's members, and the queue keeps its messages and serves them.
+/// queue's members, and the queue keeps its messages and serves them. Then
+/// the destroyed node's replacement (wiped disk, new id 4) joins and is
+/// grown into the queue, and holds a quorum with node 2 once node 1 dies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forget_cluster_node_removes_a_destroyed_node() -> anyhow::Result<()> {
     cluster_tests::bounded(Duration::from_secs(180), async {
@@ -303,7 +305,56 @@ async fn forget_cluster_node_removes_a_destroyed_node() -> anyhow::Result<()> {
             .collect();
         assert_eq!(bodies, (0..10).map(|i| format!("f{i}")).collect());
         publish_confirmed(&ch1, "", q, b"after", BasicProperties::default()).await?;
+
+        // A node whose disk was wiped comes back under a new id (4): it joins
+        // through node 1 and `grow` makes it a member of every queue.
+        let ports = cluster_tests::cluster::distinct_free_ports(2)?;
+        let dir = tempfile::tempdir()?;
+        let log_path = dir.path().join("node-4.log");
+        let log = std::fs::File::create(&log_path)?;
+        let node4 = std::process::Command::new(cluster_tests::quorumq_bin())
+            .args(["--node-id", "4", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args(["--amqp-listen", &format!("127.0.0.1:{}", ports[0])])
+            .args(["--cluster-listen", &format!("127.0.0.1:{}", ports[1])])
+            .args(["--join", &cluster.cluster_addr(1)])
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        let _node4 = KillOnDrop(node4);
+        wait_for(Duration::from_secs(60), "node 4 ready", || async {
+            std::fs::read_to_string(&log_path).is_ok_and(|l| l.contains("quorumq ready"))
+        })
+        .await
+        .map_err(|e| e.context(std::fs::read_to_string(&log_path).unwrap_or_default()))?;
+        let out = retry(Duration::from_secs(30), "grow node 4", || async {
+            let out = cluster.ctl(2, &["grow", "4", "all"]).await?;
+            anyhow::ensure!(out.contains("\t3\tok"), "{out}");
+            Ok(out)
+        })
+        .await?;
+        eprintln!("$ quorumqctl grow 4 all\n{out}");
+        expect_members(&cluster, 2, q, &[1, 2, 4]).await?;
+        // Node 4 is a working voter: without node 1, nodes 2 and 4 are the quorum.
+        cluster.kill9(1);
+        let c2b = connect(&cluster.uri(2)).await?;
+        let ch2b = confirm_channel(&c2b).await?;
+        retry(Duration::from_secs(30), "publish with nodes 2 and 4", || async {
+            publish_confirmed(&ch2b, "", q, b"quorum of 2 and 4", BasicProperties::default()).await
+        })
+        .await?;
         Ok(())
     })
     .await
+}
+
+/// Kills the process when dropped (a node started outside the `Cluster`).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
