@@ -124,8 +124,12 @@ async fn hand_off(
                 (v, matched)
             })
             .collect();
-        // Most caught up first (its vote request carries the longest log).
-        c.sort_by_key(|(v, matched)| (std::cmp::Reverse(*matched), *v));
+        // Most caught up first (its vote request carries the longest log);
+        // among equals, an order that differs per group, so the queues of a
+        // drained node spread over the others.
+        c.sort_by_key(|(v, matched)| {
+            (std::cmp::Reverse(*matched), (v ^ group).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        });
         c
     };
     if candidates.is_empty() {
