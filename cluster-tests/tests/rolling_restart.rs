@@ -68,6 +68,10 @@ async fn drain_hands_leaderships_over_and_revive_ends_it() -> anyhow::Result<()>
         assert_eq!(node1["draining"], true, "{status}");
         assert_eq!(node1["leaders"], 0, "{status}");
         assert_eq!(node1["replicas"], 3, "{status}");
+        assert!(
+            status["meta_leader"].as_u64().is_some_and(|l| l != 1),
+            "the meta group is led elsewhere too: {status}"
+        );
 
         // A draining node's clients keep working: their writes are forwarded.
         for q in &qs {
@@ -187,7 +191,15 @@ async fn consume_loop(
             }
         };
         if let Ok((_ch, mut consumer)) = open_consumer(&conn, &q, 100).await {
-            while let Some(Ok(d)) = consumer.next().await {
+            loop {
+                // A stream that stays silent on a dead connection is left too.
+                let next = tokio::time::timeout(Duration::from_secs(1), consumer.next()).await;
+                let d = match next {
+                    Ok(Some(Ok(d))) => d,
+                    Ok(_) => break,
+                    Err(_) if conn.status().connected() => continue,
+                    Err(_) => break,
+                };
                 if d.ack(BasicAckOptions::default()).await.is_err() {
                     break;
                 }
@@ -265,7 +277,7 @@ async fn rolling_restart_under_load_loses_nothing() -> anyhow::Result<()> {
             assert!(p.confirmed.len() > 50, "{q}: the publisher kept going");
             confirmed.extend(p.confirmed);
         }
-        wait_for(
+        let settled_all = wait_for(
             Duration::from_secs(60),
             "every confirmed message consumed",
             || async {
@@ -275,12 +287,15 @@ async fn rolling_restart_under_load_loses_nothing() -> anyhow::Result<()> {
                     .unwrap_or(false)
             },
         )
-        .await
-        .map_err(|e| {
+        .await;
+        if let Err(e) = settled_all {
+            for q in &qs {
+                eprintln!("{q}: {:?}", cluster.queue_view(1, q).await);
+            }
             let r = received.lock().map(|r| r.clone()).unwrap_or_default();
             let lost: Vec<_> = confirmed.difference(&r).take(10).collect();
-            e.context(format!("lost e.g. {lost:?} of {}", confirmed.len()))
-        })?;
+            return Err(e.context(format!("lost e.g. {lost:?} of {}", confirmed.len())));
+        }
         for c in consumers {
             c.abort();
         }

@@ -43,6 +43,7 @@ pub struct HandOff {
 pub async fn drain(broker: &Arc<Broker>, within: Duration) -> HandOff {
     broker.detector().set_draining(true);
     let me = broker.node_id();
+    let meta = step_down_from_meta(broker);
     let mut result = HandOff::default();
     let mut led: Vec<(String, u64, crate::cluster::types::Raft)> = Vec::new();
     for h in broker.queue_handles() {
@@ -62,6 +63,7 @@ pub async fn drain(broker: &Arc<Broker>, within: Duration) -> HandOff {
         }
     }
     if led.is_empty() {
+        meta.await;
         return result;
     }
     // Nothing is appended from now on: the voters' lease runs out.
@@ -75,6 +77,7 @@ pub async fn drain(broker: &Arc<Broker>, within: Duration) -> HandOff {
         .buffer_unordered(PARALLEL)
         .collect()
         .await;
+    meta.await;
     for (name, r) in outcomes {
         match r {
             Ok(true) => result.moved += 1,
@@ -95,6 +98,9 @@ pub async fn drain(broker: &Arc<Broker>, within: Duration) -> HandOff {
 /// back through elections or `rebalance`, as after RabbitMQ's `revive`).
 pub fn revive(broker: &Broker) {
     broker.detector().set_draining(false);
+    let meta = broker.meta_raft().runtime_config();
+    meta.heartbeat(true);
+    meta.elect(true);
     tracing::info!("revived: leading queues again");
 }
 
@@ -156,3 +162,37 @@ async fn hand_off(
     }
     Err(last_error)
 }
+
+/// The meta group (openraft's own heartbeats and elections): this node
+/// stops campaigning and, if it leads, stops its heartbeats, so the other
+/// voters time out and elect one of themselves. Resolves once another node
+/// leads (at most [`META_STEP_DOWN_FOR`]; a single node keeps leading).
+fn step_down_from_meta(broker: &Arc<Broker>) -> impl std::future::Future<Output = ()> {
+    let raft = broker.meta_raft().clone();
+    let me = broker.node_id();
+    raft.runtime_config().elect(false);
+    let leads = raft.metrics().borrow().current_leader == Some(me);
+    let others = raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .voter_ids()
+        .any(|v| v != me);
+    async move {
+        if !(leads && others) {
+            return;
+        }
+        raft.runtime_config().heartbeat(false);
+        let _ = raft
+            .wait(Some(META_STEP_DOWN_FOR))
+            .metrics(
+                |m| m.current_leader.is_some_and(|l| l != me),
+                "another meta leader",
+            )
+            .await;
+    }
+}
+
+/// Longest a drain waits for the meta group to elect another leader.
+const META_STEP_DOWN_FOR: Duration = Duration::from_secs(5);
