@@ -1,8 +1,10 @@
 //! `quorumqctl`: operator CLI over the admin gRPC API, shaped like
 //! rabbitmqctl (`set_policy NAME PATTERN DEFINITION [--priority N]
 //! [--apply-to queues|exchanges|all]`, `clear_policy`, `list_policies`,
-//! `list_queues`, `cluster_status`, `status`), and the queue membership
-//! verbs of rabbitmq-queues (`add_member`, `delete_member`, `grow`, `shrink`).
+//! `list_queues`, `cluster_status`, `status`, `forget_cluster_node`), the
+//! queue membership verbs of rabbitmq-queues (`add_member`, `delete_member`,
+//! `grow`, `shrink`, `rebalance`), and rabbitmq-upgrade's `drain` / `revive`
+//! (maintenance mode of the node asked with `--node`).
 //!
 //! `--formatter table|json` (anywhere on the line, default `table`) picks the
 //! output of the listing commands: `table` is tab-separated with a header
