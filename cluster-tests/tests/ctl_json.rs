@@ -62,7 +62,7 @@ async fn list_queues_json_shows_the_quorum_queue_led_by_node_1() {
                 "leader": 1, "members": [1], "online": [1],
                 "messages_ready": 2, "messages_unacknowledged": 0,
                 "consumers": 0, "dead_letter_held": 0, "policy": "",
-                "unreadable_bodies": 0,
+                "unreadable_bodies": 0, "below_quorum": false,
             })
         );
 
@@ -85,7 +85,8 @@ async fn list_queues_json_shows_the_quorum_queue_led_by_node_1() {
                 "1",
                 "1",
                 "1",
-                "0"
+                "0",
+                "false"
             ]
         );
 
@@ -101,7 +102,10 @@ async fn cluster_status_json_shows_node_1_running_and_leading() {
     bounded(T, async {
         let broker = Broker::spawn().await?;
         let admin = broker.admin_addr().context("admin address")?;
-        let status = ctl_json(&broker, &["cluster_status", "--formatter", "json"]).await?;
+        let mut status = ctl_json(&broker, &["cluster_status", "--formatter", "json"]).await?;
+        // Seconds since start: whatever it is, a number.
+        let uptime = status["nodes"][0]["uptime_s"].take();
+        assert!(uptime.is_u64(), "uptime_s {uptime}");
         assert_eq!(
             status,
             json!({
@@ -110,6 +114,11 @@ async fn cluster_status_json_shows_node_1_running_and_leading() {
                     "cluster_addr": admin.trim_start_matches("http://"),
                     "amqp_addr": host_port(broker.uri()),
                     "running": true,
+                    "version": env!("CARGO_PKG_VERSION"),
+                    "uptime_s": null,
+                    "leaders": 0,
+                    "replicas": 0,
+                    "draining": false,
                 }],
                 "running_nodes": [1],
                 "meta_leader": 1,
