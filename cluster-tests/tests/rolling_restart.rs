@@ -182,16 +182,17 @@ async fn consume_loop(
 ) -> anyhow::Result<()> {
     let mut node = home;
     loop {
-        let conn = match connect(&uris[node]).await {
-            Ok(c) => c,
-            Err(_) => {
+        let conn = match tokio::time::timeout(Duration::from_secs(10), connect(&uris[node])).await {
+            Ok(Ok(c)) => c,
+            other => {
+                eprintln!("consumer of {q}: connecting to node {} failed: {other:?}", node + 1);
                 node = (node + 1) % uris.len();
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
-        if let Ok((_ch, mut consumer)) = open_consumer(&conn, &q, 100).await {
-            loop {
+        match tokio::time::timeout(Duration::from_secs(10), open_consumer(&conn, &q, 100)).await {
+            Ok(Ok((_ch, mut consumer))) => loop {
                 // A stream that stays silent on a dead connection is left too.
                 let next = tokio::time::timeout(Duration::from_secs(1), consumer.next()).await;
                 let d = match next {
@@ -200,13 +201,24 @@ async fn consume_loop(
                     Err(_) if conn.status().connected() => continue,
                     Err(_) => break,
                 };
-                if d.ack(BasicAckOptions::default()).await.is_err() {
-                    break;
-                }
                 if let Ok(mut r) = received.lock() {
                     r.insert(String::from_utf8_lossy(&d.data).into_owned());
                 }
-            }
+                // lapin may never resolve an ack written to a dead connection.
+                let acked =
+                    tokio::time::timeout(Duration::from_secs(5), d.ack(BasicAckOptions::default()))
+                        .await;
+                if !matches!(acked, Ok(Ok(_))) {
+                    eprintln!("consumer of {q}: ack on node {} failed: {acked:?}", node + 1);
+                    break;
+                }
+            },
+            // basic.consume unanswered would be a broker bug: say so.
+            other => eprintln!(
+                "consumer of {q}: basic.consume on node {} failed: {:?}",
+                node + 1,
+                other.map(|r| r.map(|_| ()))
+            ),
         }
         node = (node + 1) % uris.len();
     }
