@@ -34,8 +34,14 @@ pub async fn serve(listener: tokio::net::TcpListener, broker: Started) -> std::i
 
 async fn ready(State(broker): State<Started>) -> (StatusCode, String) {
     match broker.get().map(|b| b.not_serving()) {
-        None => (StatusCode::SERVICE_UNAVAILABLE, "not serving: starting\n".into()),
-        Some(Some(why)) => (StatusCode::SERVICE_UNAVAILABLE, format!("not serving: {why}\n")),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not serving: starting\n".into(),
+        ),
+        Some(Some(why)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not serving: {why}\n"),
+        ),
         Some(None) => (StatusCode::OK, "serving\n".into()),
     }
 }

@@ -340,9 +340,20 @@ async fn forget_cluster_node_removes_a_destroyed_node() -> anyhow::Result<()> {
         cluster.kill9(1);
         let c2b = connect(&cluster.uri(2)).await?;
         let ch2b = confirm_channel(&c2b).await?;
-        retry(Duration::from_secs(30), "publish with nodes 2 and 4", || async {
-            publish_confirmed(&ch2b, "", q, b"quorum of 2 and 4", BasicProperties::default()).await
-        })
+        retry(
+            Duration::from_secs(30),
+            "publish with nodes 2 and 4",
+            || async {
+                publish_confirmed(
+                    &ch2b,
+                    "",
+                    q,
+                    b"quorum of 2 and 4",
+                    BasicProperties::default(),
+                )
+                .await
+            },
+        )
         .await?;
         Ok(())
     })

@@ -17,7 +17,12 @@ use lapin::BasicProperties;
 
 /// Waits until node `via` lists every queue in `qs` with a live leader other
 /// than `not` (None: any) and all three members online.
-async fn settled(cluster: &Cluster, via: u64, qs: &[String], not: Option<u64>) -> anyhow::Result<()> {
+async fn settled(
+    cluster: &Cluster,
+    via: u64,
+    qs: &[String],
+    not: Option<u64>,
+) -> anyhow::Result<()> {
     for q in qs {
         wait_until_some(
             Duration::from_secs(60),
@@ -25,7 +30,8 @@ async fn settled(cluster: &Cluster, via: u64, qs: &[String], not: Option<u64>) -
             || async {
                 let v = cluster.queue_view(via, q).await?;
                 let ok = v.online.len() == 3
-                    && v.leader.is_some_and(|l| Some(l) != not && v.online.contains(&l));
+                    && v.leader
+                        .is_some_and(|l| Some(l) != not && v.online.contains(&l));
                 Ok(ok.then_some(()))
             },
         )
@@ -50,7 +56,9 @@ async fn drain_hands_leaderships_over_and_revive_ends_it() -> anyhow::Result<()>
         }
         settled(&cluster, 1, &qs, None).await?;
         for q in &qs {
-            let leader = cluster.wait_queue_leader(1, q, Duration::from_secs(30)).await?;
+            let leader = cluster
+                .wait_queue_leader(1, q, Duration::from_secs(30))
+                .await?;
             assert_eq!(leader, 1, "{q} is led by the declaring node");
         }
 
@@ -61,7 +69,9 @@ async fn drain_hands_leaderships_over_and_revive_ends_it() -> anyhow::Result<()>
             let v = cluster.queue_view(2, q).await?;
             assert!(v.leader.is_some_and(|l| l != 1), "{q}: {v:?}");
         }
-        let status = cluster.ctl(2, &["cluster_status", "--formatter", "json"]).await?;
+        let status = cluster
+            .ctl(2, &["cluster_status", "--formatter", "json"])
+            .await?;
         let status: serde_json::Value = serde_json::from_str(&status)?;
         let node1 = &status["nodes"][0];
         assert_eq!(node1["id"], 1, "{status}");
@@ -90,15 +100,23 @@ async fn drain_hands_leaderships_over_and_revive_ends_it() -> anyhow::Result<()>
         eprintln!("$ quorumqctl --node <node 1> revive\n{out}");
         let out = cluster.ctl(2, &["rebalance", "quorum"]).await?;
         eprintln!("$ quorumqctl rebalance quorum\n{out}");
-        wait_for(Duration::from_secs(30), "node 1 leads a queue again", || async {
-            let mut led = 0;
-            for q in &qs {
-                if cluster.queue_view(2, q).await.is_ok_and(|v| v.leader == Some(1)) {
-                    led += 1;
+        wait_for(
+            Duration::from_secs(30),
+            "node 1 leads a queue again",
+            || async {
+                let mut led = 0;
+                for q in &qs {
+                    if cluster
+                        .queue_view(2, q)
+                        .await
+                        .is_ok_and(|v| v.leader == Some(1))
+                    {
+                        led += 1;
+                    }
                 }
-            }
-            led >= 1
-        })
+                led >= 1
+            },
+        )
         .await?;
         Ok(())
     })
@@ -185,7 +203,10 @@ async fn consume_loop(
         let conn = match tokio::time::timeout(Duration::from_secs(10), connect(&uris[node])).await {
             Ok(Ok(c)) => c,
             other => {
-                eprintln!("consumer of {q}: connecting to node {} failed: {other:?}", node + 1);
+                eprintln!(
+                    "consumer of {q}: connecting to node {} failed: {other:?}",
+                    node + 1
+                );
                 node = (node + 1) % uris.len();
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
@@ -209,7 +230,10 @@ async fn consume_loop(
                     tokio::time::timeout(Duration::from_secs(5), d.ack(BasicAckOptions::default()))
                         .await;
                 if !matches!(acked, Ok(Ok(_))) {
-                    eprintln!("consumer of {q}: ack on node {} failed: {acked:?}", node + 1);
+                    eprintln!(
+                        "consumer of {q}: ack on node {} failed: {acked:?}",
+                        node + 1
+                    );
                     break;
                 }
             },

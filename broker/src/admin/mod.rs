@@ -7,10 +7,10 @@ use futures::StreamExt;
 use quorumq_proto::v1::admin_server::{Admin, AdminServer};
 use quorumq_proto::v1::{
     AdminReply, CampaignRequest, ClearPolicyRequest, ClusterStatusNode, ClusterStatusReply,
-    ClusterStatusRequest, DrainReply, DrainRequest, ForgetReply, ForgetRequest, GrowRequest, ListPoliciesReply,
-    ListPoliciesRequest, ListQueuesReply, ListQueuesRequest, MemberRequest, MemberResult,
-    MemberResults, NodeLeaders, Policy as PbPolicy, QueueInfo, RebalanceReply, RebalanceRequest,
-    ReviveRequest, SetPolicyRequest, ShrinkRequest, StatusReply, StatusRequest,
+    ClusterStatusRequest, DrainReply, DrainRequest, ForgetReply, ForgetRequest, GrowRequest,
+    ListPoliciesReply, ListPoliciesRequest, ListQueuesReply, ListQueuesRequest, MemberRequest,
+    MemberResult, MemberResults, NodeLeaders, Policy as PbPolicy, QueueInfo, RebalanceReply,
+    RebalanceRequest, ReviveRequest, SetPolicyRequest, ShrinkRequest, StatusReply, StatusRequest,
 };
 use tonic::{Request, Response, Status};
 

@@ -78,7 +78,10 @@ mod tests {
         t.complete(2, false);
         assert!(t.drain().is_empty(), "publish 1 is still in flight");
         t.complete(1, true);
-        assert_eq!(t.drain(), vec![(1, false, true), (2, false, false), (3, false, true)]);
+        assert_eq!(
+            t.drain(),
+            vec![(1, false, true), (2, false, false), (3, false, true)]
+        );
         t.complete(5, true);
         assert!(t.drain().is_empty());
         t.complete(4, true);

@@ -19,9 +19,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use quorumq_proto::v1::admin_client::AdminClient;
 use quorumq_proto::v1::{
     ClearPolicyRequest, ClusterStatusReply, ClusterStatusRequest, DrainRequest, ForgetRequest,
-    GrowRequest, ReviveRequest,
-    ListPoliciesRequest, ListQueuesRequest, MemberRequest, MemberResult, Policy, QueueInfo,
-    RebalanceRequest, SetPolicyRequest, ShrinkRequest, StatusReply, StatusRequest,
+    GrowRequest, ListPoliciesRequest, ListQueuesRequest, MemberRequest, MemberResult, Policy,
+    QueueInfo, RebalanceRequest, ReviveRequest, SetPolicyRequest, ShrinkRequest, StatusReply,
+    StatusRequest,
 };
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -215,7 +215,10 @@ async fn main() -> anyhow::Result<()> {
                     "leaderships moved: {}\nleaderships kept (no other member online): {}\n{}",
                     r.moved,
                     r.kept,
-                    r.failed.iter().map(|e| format!("not moved: {e}\n")).collect::<String>()
+                    r.failed
+                        .iter()
+                        .map(|e| format!("not moved: {e}\n"))
+                        .collect::<String>()
                 ),
             });
             if !r.failed.is_empty() {

@@ -53,7 +53,11 @@ pub async fn drain(broker: &Arc<Broker>, within: Duration) -> HandOff {
         let (leads, alone) = {
             let m = raft.metrics();
             let m = m.borrow();
-            let alone = !m.membership_config.membership().voter_ids().any(|v| v != me);
+            let alone = !m
+                .membership_config
+                .membership()
+                .voter_ids()
+                .any(|v| v != me);
             (m.current_leader == Some(me), alone)
         };
         match (leads, alone) {
@@ -134,7 +138,10 @@ async fn hand_off(
         // among equals, an order that differs per group, so the queues of a
         // drained node spread over the others.
         c.sort_by_key(|(v, matched)| {
-            (std::cmp::Reverse(*matched), (v ^ group).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            (
+                std::cmp::Reverse(*matched),
+                (v ^ group).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            )
         });
         c
     };
@@ -144,7 +151,12 @@ async fn hand_off(
     let mut last_error = String::from("no attempt");
     while tokio::time::Instant::now() < deadline {
         for (node, _) in &candidates {
-            if raft.metrics().borrow().current_leader.is_some_and(|l| l != me) {
+            if raft
+                .metrics()
+                .borrow()
+                .current_leader
+                .is_some_and(|l| l != me)
+            {
                 return Ok(true);
             }
             match membership::ask_campaign(broker, *node, group).await {

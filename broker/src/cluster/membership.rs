@@ -370,7 +370,11 @@ pub async fn rebalance(
 }
 
 /// Has node `node` campaign in `group` (itself when it is this node).
-pub(crate) async fn ask_campaign(broker: &Arc<Broker>, node: u64, group: u64) -> Result<(), String> {
+pub(crate) async fn ask_campaign(
+    broker: &Arc<Broker>,
+    node: u64,
+    group: u64,
+) -> Result<(), String> {
     if node == broker.node_id() {
         return campaign(broker, group).await;
     }
