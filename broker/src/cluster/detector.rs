@@ -31,6 +31,8 @@ struct PeerState {
     epoch: u32,
     last_seen: Instant,
     amqp_addr: String,
+    /// The peer said it drains (its beats carry it).
+    draining: bool,
 }
 
 /// Liveness of every peer as this node sees it.
@@ -137,10 +139,17 @@ impl Detector {
         self.draining.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// True unless `node` is this node and it is draining: a leader a
-    /// proposal may be sent to.
+    /// False for a node that drains (this one, or a peer whose last beat
+    /// said so): no proposal is sent to it as a leader, no leadership is
+    /// handed to it, and it takes no turn in elections.
     pub fn may_lead(&self, node: u64) -> bool {
-        node != self.me || !self.is_draining()
+        if node == self.me {
+            return !self.is_draining();
+        }
+        self.state
+            .lock()
+            .map(|s| s.get(&node).is_none_or(|p| !p.draining))
+            .unwrap_or(true)
     }
 
     /// True when `node` is this node or answers beats.
@@ -221,6 +230,7 @@ impl Detector {
             cluster_addr: self.cluster_addr.clone(),
             memory_alarm: alarm.memory,
             disk_alarm: alarm.disk,
+            draining: self.is_draining(),
         }
     }
 
@@ -247,6 +257,7 @@ impl Detector {
                 epoch: b.epoch,
                 last_seen: now,
                 amqp_addr: String::new(),
+                draining: false,
             });
             let changed = !p.alive || p.epoch != b.epoch;
             if changed {
@@ -261,6 +272,7 @@ impl Detector {
             p.epoch = p.epoch.max(b.epoch);
             p.last_seen = now;
             p.amqp_addr = b.amqp_addr.clone();
+            p.draining = b.draining;
             changed
         };
         if changed {
@@ -401,5 +413,51 @@ async fn dial(detector: std::sync::Weak<Detector>, peer: u64) {
             }
         }
         tokio::time::sleep(Duration::from_millis(BEAT_MS)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn detector() -> Arc<Detector> {
+        Detector::new(
+            1,
+            7,
+            "127.0.0.1:5672".into(),
+            "127.0.0.1:5680".into(),
+            Arc::new(Peers::new(1, 0)),
+            crate::alarms::Alarms::new(u64::MAX, 0),
+        )
+    }
+
+    fn beat(node: u64, draining: bool) -> Beat {
+        Beat {
+            node_id: node,
+            epoch: 3,
+            draining,
+            ..Default::default()
+        }
+    }
+
+    /// Draining travels in the beats: a peer that says it drains may not
+    /// lead until a beat says otherwise; this node's own flag goes out.
+    #[test]
+    fn draining_is_learnt_from_beats_and_sent_in_them() {
+        let d = detector();
+        assert!(d.may_lead(2), "an unknown peer is not known to drain");
+        d.on_beat(&beat(2, true));
+        assert!(d.is_alive(2));
+        assert!(!d.may_lead(2));
+        assert!(d.may_lead(3));
+        d.on_beat(&beat(2, false));
+        assert!(d.may_lead(2));
+
+        assert!(d.may_lead(1) && !d.beat().draining);
+        d.set_draining(true);
+        assert!(!d.may_lead(1) && d.beat().draining);
+        assert!(d.may_lead(2), "only this node drains");
+        d.set_draining(false);
+        assert!(d.may_lead(1));
     }
 }

@@ -106,7 +106,7 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
                 let mut live: Vec<u64> = voters
                     .iter()
                     .copied()
-                    .filter(|v| detector.is_alive(*v))
+                    .filter(|v| detector.is_alive(*v) && detector.may_lead(*v))
                     .collect();
                 live.sort_unstable();
                 let rank = live.iter().position(|v| *v == me).unwrap_or(0) as u64;

@@ -344,7 +344,7 @@ pub async fn rebalance(
             .members
             .iter()
             .copied()
-            .filter(|m| *m != from && alive(*m))
+            .filter(|m| *m != from && alive(*m) && broker.detector().may_lead(*m))
             .min_by_key(|m| (count.get(m).copied().unwrap_or(0), *m))
         else {
             continue;
