@@ -65,9 +65,18 @@ async fn drain_hands_leaderships_over_and_revive_ends_it() -> anyhow::Result<()>
         let out = cluster.ctl(1, &["drain"]).await?;
         eprintln!("$ quorumqctl --node <node 1> drain\n{out}");
         assert!(out.contains("leaderships moved: 3"), "{out}");
+        // Node 2 sees the new leader with its first append (a moment after
+        // node 1 saw the vote that ended its term).
         for q in &qs {
-            let v = cluster.queue_view(2, q).await?;
-            assert!(v.leader.is_some_and(|l| l != 1), "{q}: {v:?}");
+            wait_until_some(
+                Duration::from_secs(10),
+                &format!("node 2 sees {q} led by another node than 1"),
+                || async {
+                    let v = cluster.queue_view(2, q).await?;
+                    Ok(v.leader.is_some_and(|l| l != 1).then_some(()))
+                },
+            )
+            .await?;
         }
         let status = cluster
             .ctl(2, &["cluster_status", "--formatter", "json"])
