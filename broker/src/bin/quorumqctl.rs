@@ -574,9 +574,9 @@ struct ClusterView {
 }
 
 /// `cluster_status`, nodes sorted by id (`amqp_addr` "" while unknown).
-/// JSON, on one line: `{"nodes":[{"id","cluster_addr","amqp_addr",
-/// "running"}...],"running_nodes":[ids],"meta_leader":id|null}`. Table: the
-/// answering node and meta leader ("unknown" while none), then the nodes.
+/// JSON, on one line: `{"nodes":[{NODE_COLUMNS...}...],"running_nodes":
+/// [ids],"meta_leader":id|null}`. Table: the answering node and meta leader
+/// ("unknown" while none), then the nodes.
 fn cluster_status_text(formatter: Formatter, mut r: ClusterStatusReply) -> String {
     r.nodes.sort_by_key(|n| n.id);
     let nodes: Vec<Row> = r

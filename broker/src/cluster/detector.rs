@@ -139,17 +139,19 @@ impl Detector {
         self.draining.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// False for a node that drains (this one, or a peer whose last beat
-    /// said so): no proposal is sent to it as a leader, no leadership is
-    /// handed to it, and it takes no turn in elections.
+    /// True when `node` can lead a group now: it is alive (this node, or a
+    /// peer that answers beats) and not draining (this node's flag, or the
+    /// peer's last beat). Proposals go only to such a leader, leaderships
+    /// are handed only to such a node, and only such voters take election
+    /// turns. One lock, where `is_alive` + a draining check took two.
     pub fn may_lead(&self, node: u64) -> bool {
         if node == self.me {
             return !self.is_draining();
         }
         self.state
             .lock()
-            .map(|s| s.get(&node).is_none_or(|p| !p.draining))
-            .unwrap_or(true)
+            .map(|s| s.get(&node).is_some_and(|p| p.alive && !p.draining))
+            .unwrap_or(false)
     }
 
     /// True when `node` is this node or answers beats.
@@ -445,10 +447,11 @@ mod tests {
     #[test]
     fn draining_is_learnt_from_beats_and_sent_in_them() {
         let d = detector();
-        assert!(d.may_lead(2), "an unknown peer is not known to drain");
+        assert!(!d.may_lead(2), "a peer never heard from is not alive");
         d.on_beat(&beat(2, true));
         assert!(d.is_alive(2));
-        assert!(!d.may_lead(2));
+        assert!(!d.may_lead(2), "alive but draining");
+        d.on_beat(&beat(3, false));
         assert!(d.may_lead(3));
         d.on_beat(&beat(2, false));
         assert!(d.may_lead(2));

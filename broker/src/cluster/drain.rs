@@ -124,7 +124,7 @@ async fn hand_off(
             .membership_config
             .membership()
             .voter_ids()
-            .filter(|v| *v != me && detector.is_alive(*v) && detector.may_lead(*v))
+            .filter(|v| *v != me && detector.may_lead(*v))
             .map(|v| {
                 let matched = m
                     .replication

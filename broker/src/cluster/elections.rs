@@ -1,8 +1,9 @@
 //! Elections for quiescent groups. Queue groups run without openraft's
 //! heartbeats and election timers (an idle queue costs nothing); this sweep
 //! starts an election in a group whose leader is unknown, seen down by the
-//! failure detector, or no longer a voter (it removed itself). Members take turns by rank (the lowest-id live voter
-//! first, the next one [`RANK_DELAY_MS`] later, ...), so a member whose log
+//! failure detector, or no longer a voter (it removed itself). Members take
+//! turns by rank (the lowest-id live, non-draining voter first, the next one
+//! [`RANK_DELAY_MS`] later, ...), so a member whose log
 //! is behind (its vote is refused) is followed by the next one instead of
 //! every member campaigning at once. The turns start when the dead leader's
 //! lease has run out ([`LEADER_LEASE_MS`] after this replica last heard from
@@ -106,7 +107,7 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
                 let mut live: Vec<u64> = voters
                     .iter()
                     .copied()
-                    .filter(|v| detector.is_alive(*v) && detector.may_lead(*v))
+                    .filter(|v| detector.may_lead(*v))
                     .collect();
                 live.sort_unstable();
                 let rank = live.iter().position(|v| *v == me).unwrap_or(0) as u64;

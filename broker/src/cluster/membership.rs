@@ -165,20 +165,14 @@ async fn remove(
     if rec.members.len() == 1 {
         return Err("refused: it is the queue's last member".into());
     }
-    let change = if is_voter(raft, node) {
-        ChangeMembers::RemoveVoters(BTreeSet::from([node]))
-    } else {
-        // A learner left by an add_member that did not finish.
-        ChangeMembers::RemoveNodes(BTreeSet::from([node]))
-    };
-    raft.change_membership(change, false)
+    raft.change_membership(removal(raft, node), false)
         .await
         .map_err(|e| format!("removing node {node}: {e}"))?;
     let members: Vec<u64> = rec.members.iter().copied().filter(|m| *m != node).collect();
     set_members(broker, rec, members.clone()).await?;
     let online = members
         .iter()
-        .filter(|m| **m == broker.node_id() || broker.detector().is_alive(**m))
+        .filter(|m| broker.detector().is_alive(**m))
         .count();
     let quorum = members.len() / 2 + 1;
     Ok(if online < quorum {
@@ -203,6 +197,17 @@ pub(crate) fn admin_client(
         .channel(node)
         .map(AdminClient::new)
         .ok_or_else(|| format!("no address for node {node}"))
+}
+
+/// The membership change that takes `node` out of `raft`'s group: out of
+/// the voters, or out of the learners (one left by an `add_member` or a
+/// join that did not finish).
+fn removal(raft: &crate::cluster::types::Raft, node: u64) -> ChangeMembers<u64, BasicNode> {
+    if is_voter(raft, node) {
+        ChangeMembers::RemoveVoters(BTreeSet::from([node]))
+    } else {
+        ChangeMembers::RemoveNodes(BTreeSet::from([node]))
+    }
 }
 
 /// True when `node` is a voter of `raft`'s group (not a learner).
@@ -319,12 +324,11 @@ pub async fn rebalance(
             queues.push((rec, leader));
         }
     }
-    let alive = |n: u64| n == broker.node_id() || broker.detector().is_alive(n);
     let mut count: std::collections::BTreeMap<u64, u32> = broker
         .cluster_status()
         .nodes
         .iter()
-        .filter(|n| alive(n.id))
+        .filter(|n| broker.detector().is_alive(n.id))
         .map(|n| (n.id, 0))
         .collect();
     for (_, l) in &queues {
@@ -344,7 +348,7 @@ pub async fn rebalance(
             .members
             .iter()
             .copied()
-            .filter(|m| *m != from && alive(*m) && broker.detector().may_lead(*m))
+            .filter(|m| *m != from && broker.detector().may_lead(*m))
             .min_by_key(|m| (count.get(m).copied().unwrap_or(0), *m))
         else {
             continue;
@@ -472,12 +476,7 @@ pub async fn forget_node(
         return Err(format!("node {node} is not a cluster member"));
     }
     let queues = shrink(broker, node).await;
-    let change = if membership.voter_ids().any(|v| v == node) {
-        ChangeMembers::RemoveVoters(BTreeSet::from([node]))
-    } else {
-        ChangeMembers::RemoveNodes(BTreeSet::from([node]))
-    };
-    meta.change_membership(change, false)
+    meta.change_membership(removal(&meta, node), false)
         .await
         .map_err(|e| format!("removing node {node} from the meta group: {e}"))?;
     Ok(queues)

@@ -181,16 +181,13 @@ impl Route {
     /// else the `attempt`-th live member (never this node while it drains).
     fn target(&self, attempt: usize) -> Option<u64> {
         let detector = self.forwarder.detector();
-        if let Some(l) = self
-            .leader()
-            .filter(|l| detector.is_alive(*l) && detector.may_lead(*l))
-        {
+        if let Some(l) = self.leader().filter(|l| detector.may_lead(*l)) {
             return Some(l);
         }
         let live: Vec<u64> = self
             .members()
             .into_iter()
-            .filter(|m| detector.is_alive(*m) && detector.may_lead(*m))
+            .filter(|m| detector.may_lead(*m))
             .collect();
         if live.is_empty() {
             return None;
