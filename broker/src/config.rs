@@ -56,6 +56,16 @@ pub struct Config {
     /// `disk_free_limit.absolute`, default 50 MB), measured on the data directory's
     /// filesystem.
     pub disk_free_limit_bytes: u64,
+    /// Most client connections this node accepts (RabbitMQ `connection_max`); one more
+    /// gets 530 NOT_ALLOWED at connection.open. None (default) = no limit.
+    pub connection_max: Option<u64>,
+    /// Channels per connection offered in connection.tune (RabbitMQ `channel_max`, default
+    /// 2047; 0 = 65535, the protocol's maximum). A channel number above the negotiated
+    /// maximum closes the connection with 530.
+    pub channel_max: u16,
+    /// Most consumers on one channel (RabbitMQ 3.12+ `consumer_max_per_channel`); one more
+    /// basic.consume closes the connection with 530 NOT_ALLOWED. None (default) = no limit.
+    pub consumer_max_per_channel: Option<u64>,
     /// `--wal-truncate-at` (command line only, never read from the file: a one-off repair):
     /// `(segment id, byte offset)` of a corrupt WAL record where recovery may cut the log
     /// (raft-log `StoreOptions::wal_truncate_at`).
@@ -86,6 +96,9 @@ impl Default for Config {
             vm_memory_high_watermark: crate::alarms::DEFAULT_MEMORY_HIGH_WATERMARK,
             vm_memory_high_watermark_bytes: None,
             disk_free_limit_bytes: crate::alarms::DEFAULT_DISK_FREE_LIMIT_BYTES,
+            connection_max: None,
+            channel_max: crate::amqp::connection::CHANNEL_MAX,
+            consumer_max_per_channel: None,
         }
     }
 }
@@ -137,6 +150,14 @@ impl Config {
                 (t as f64 * self.vm_memory_high_watermark) as u64
             })
         })
+    }
+
+    /// The channel maximum offered to clients: [`Config::channel_max`], 0 meaning 65535.
+    pub fn offered_channel_max(&self) -> u16 {
+        match self.channel_max {
+            0 => u16::MAX,
+            n => n,
+        }
     }
 
     /// True when untyped durable queues are declared classic ([`Config::default_queue_type`]).

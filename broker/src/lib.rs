@@ -7,6 +7,7 @@ pub mod alarms;
 pub mod amqp;
 pub mod cluster;
 pub mod config;
+pub mod connections;
 pub mod consumers;
 pub mod dead_letter;
 pub mod http;

@@ -71,6 +71,15 @@ struct Args {
     /// Free disk space (bytes) under which publishers are blocked (default 50000000).
     #[arg(long, value_name = "BYTES")]
     disk_free_limit: Option<u64>,
+    /// Most client connections this node accepts (default: no limit).
+    #[arg(long, value_name = "N")]
+    connection_max: Option<u64>,
+    /// Channels per connection offered to clients (default 2047; 0 = 65535).
+    #[arg(long, value_name = "N")]
+    channel_max: Option<u16>,
+    /// Most consumers per channel (default: no limit).
+    #[arg(long, value_name = "N")]
+    consumer_max_per_channel: Option<u64>,
     /// Repair a corrupt write-ahead log: cut it at SEGMENT:OFFSET, exactly as the refusal to
     /// start named it, dropping every record from there on (for this start only).
     #[arg(long, value_name = "SEGMENT:OFFSET")]
@@ -141,6 +150,15 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(v) = args.disk_free_limit {
         config.disk_free_limit_bytes = v;
+    }
+    if let Some(v) = args.connection_max {
+        config.connection_max = Some(v);
+    }
+    if let Some(v) = args.channel_max {
+        config.channel_max = v;
+    }
+    if let Some(v) = args.consumer_max_per_channel {
+        config.consumer_max_per_channel = Some(v);
     }
     if let Some(v) = args.wal_truncate_at {
         config.wal_truncate_at = Some(

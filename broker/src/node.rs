@@ -92,6 +92,8 @@ pub struct Broker {
     forwarder: Arc<Forwarder>,
     /// Memory and disk alarms (publishers blocked while raised).
     alarms: Arc<crate::alarms::Alarms>,
+    /// Open client connections here and on the peers (connection limits).
+    connections: Arc<crate::connections::Connections>,
 }
 
 impl Broker {
@@ -142,6 +144,7 @@ impl Broker {
         }
         let alarms =
             crate::alarms::Alarms::new(config.memory_limit_bytes(), config.disk_free_limit_bytes);
+        let connections = crate::connections::Connections::new();
         let detector = Detector::new(
             me,
             epoch,
@@ -149,6 +152,7 @@ impl Broker {
             config.advertised(),
             peers.clone(),
             alarms.clone(),
+            connections.clone(),
         );
         let forwarder = Forwarder::new(peers.clone(), detector.clone());
         let consumers = ConsumerRegistry::new(me, epoch);
@@ -222,6 +226,7 @@ impl Broker {
             detector,
             forwarder,
             alarms,
+            connections,
         });
         Ok((broker, services))
     }
@@ -265,15 +270,27 @@ impl Broker {
         self.config.node_id
     }
 
-    /// True when durable queues declared without `x-queue-type` are classic here
-    /// (`default_queue_type = "classic"`).
-    pub fn classic_by_default(&self) -> bool {
-        self.config.classic_by_default().unwrap_or(false)
+    /// True when durable queues declared without `x-queue-type` in `vhost` are classic: the
+    /// vhost's default queue type (`add_vhost --default-queue-type`), else this node's
+    /// `default_queue_type`.
+    pub fn classic_by_default(&self, vhost: &str) -> bool {
+        match self
+            .with_topology(|t| t.vhost_settings(vhost).default_queue_type)
+            .flatten()
+        {
+            Some(t) => t == "classic",
+            None => self.config.classic_by_default().unwrap_or(false),
+        }
     }
 
     /// The node's memory and disk alarms.
     pub fn alarms(&self) -> &Arc<crate::alarms::Alarms> {
         &self.alarms
+    }
+
+    /// Open client connections of this node and its peers (connection limits).
+    pub fn connections(&self) -> &Arc<crate::connections::Connections> {
+        &self.connections
     }
 
     /// The node-level failure detector.
@@ -313,6 +330,13 @@ impl Broker {
     /// A fresh connection id.
     pub fn next_connection_id(&self) -> u64 {
         self.next_connection.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The limits of `vhost` (`set_vhost_limits`) in the local meta replica; empty when
+    /// none are set.
+    pub fn vhost_limits(&self, vhost: &str) -> crate::meta::VhostLimits {
+        self.with_topology(|t| t.vhost_limits(vhost))
+            .unwrap_or_default()
     }
 
     /// Reads the topology of the local replica.

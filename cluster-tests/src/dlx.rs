@@ -162,7 +162,7 @@ pub async fn run(cmd: Vec<String>, limit: Duration) -> anyhow::Result<String> {
 
 /// `rabbitmqctl REST...` for an external broker, `quorumqctl --node ADMIN
 /// REST...` for a spawned quorumq.
-fn ctl(broker: &Broker, rest: &[&str]) -> anyhow::Result<Vec<String>> {
+pub fn ctl(broker: &Broker, rest: &[&str]) -> anyhow::Result<Vec<String>> {
     if broker.is_external() {
         let mut v = vec!["rabbitmqctl".to_string()];
         v.extend(rest.iter().map(|s| s.to_string()));

@@ -110,6 +110,8 @@ pub struct RawConn {
     pub frame_max: u32,
     /// heartbeat the server proposed in connection.tune.
     pub server_heartbeat: u16,
+    /// channel_max the server proposed in connection.tune (0 before the handshake).
+    pub server_channel_max: u16,
 }
 
 /// "host:port" of an amqp URI (`amqp://user:pass@host:port/vhost`).
@@ -136,6 +138,7 @@ impl RawConn {
             stream,
             frame_max: 0,
             server_heartbeat: 0,
+            server_channel_max: 0,
         })
     }
 
@@ -235,6 +238,7 @@ impl RawConn {
         let channel_max = u16::from_be_bytes([p[0], p[1]]);
         let frame_max = u32::from_be_bytes([p[2], p[3], p[4], p[5]]);
         c.server_heartbeat = u16::from_be_bytes([p[6], p[7]]);
+        c.server_channel_max = channel_max;
         c.frame_max = frame_max;
         c.send_method(
             0,

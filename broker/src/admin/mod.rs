@@ -6,11 +6,14 @@ use std::sync::Arc;
 use futures::StreamExt;
 use quorumq_proto::v1::admin_server::{Admin, AdminServer};
 use quorumq_proto::v1::{
-    AdminReply, CampaignRequest, ClearPolicyRequest, ClusterStatusNode, ClusterStatusReply,
-    ClusterStatusRequest, DrainReply, DrainRequest, ForgetReply, ForgetRequest, GrowRequest,
-    ListPoliciesReply, ListPoliciesRequest, ListQueuesReply, ListQueuesRequest, MemberRequest,
-    MemberResult, MemberResults, NodeLeaders, Policy as PbPolicy, QueueInfo, RebalanceReply,
-    RebalanceRequest, ReviveRequest, SetPolicyRequest, ShrinkRequest, StatusReply, StatusRequest,
+    AddVhostRequest, AdminReply, CampaignRequest, ClearPolicyRequest, ClusterStatusNode,
+    ClusterStatusReply, ClusterStatusRequest, DeleteVhostRequest, DrainReply, DrainRequest,
+    ForgetReply, ForgetRequest, GrowRequest, ListPoliciesReply, ListPoliciesRequest,
+    ListQueuesReply, ListQueuesRequest, ListVhostLimitsReply, ListVhostLimitsRequest,
+    ListVhostsReply, ListVhostsRequest, MemberRequest, MemberResult, MemberResults, NodeLeaders,
+    Policy as PbPolicy, QueueInfo, RebalanceReply, RebalanceRequest, ReviveRequest,
+    SetPolicyRequest, SetVhostLimitsRequest, ShrinkRequest, StatusReply, StatusRequest, VhostInfo,
+    VhostLimits as PbVhostLimits,
 };
 use tonic::{Request, Response, Status};
 
@@ -334,6 +337,92 @@ impl Admin for AdminService {
             })
             .collect();
         Ok(Response::new(ListPoliciesReply { policies }))
+    }
+
+    async fn set_vhost_limits(
+        &self,
+        req: Request<SetVhostLimitsRequest>,
+    ) -> Result<Response<AdminReply>, Status> {
+        let r = req.into_inner();
+        let limits = match crate::meta::VhostLimits::parse(&r.definition_json) {
+            Ok(l) => l,
+            Err(error) => return Ok(Response::new(AdminReply { ok: false, error })),
+        };
+        Ok(Response::new(
+            self.write(MetaCommand::SetVhostLimits {
+                vhost: vhost_or_default(&r.vhost),
+                limits,
+            })
+            .await,
+        ))
+    }
+
+    async fn list_vhost_limits(
+        &self,
+        req: Request<ListVhostLimitsRequest>,
+    ) -> Result<Response<ListVhostLimitsReply>, Status> {
+        let r = req.into_inner();
+        let vhost = vhost_or_default(&r.vhost);
+        let limits = self
+            .broker
+            .with_topology(|t| {
+                t.vhosts()
+                    .filter(|v| r.global || *v == vhost)
+                    .map(|v| (v.to_string(), t.vhost_limits(v)))
+                    .filter(|(_, l)| !l.is_empty())
+                    .map(|(vhost, l)| PbVhostLimits {
+                        vhost,
+                        definition_json: l.to_json(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Response::new(ListVhostLimitsReply { limits }))
+    }
+
+    async fn add_vhost(
+        &self,
+        req: Request<AddVhostRequest>,
+    ) -> Result<Response<AdminReply>, Status> {
+        let r = req.into_inner();
+        Ok(Response::new(
+            self.write(MetaCommand::AddVhost {
+                name: r.name,
+                default_queue_type: Some(r.default_queue_type).filter(|t| !t.is_empty()),
+            })
+            .await,
+        ))
+    }
+
+    async fn delete_vhost(
+        &self,
+        req: Request<DeleteVhostRequest>,
+    ) -> Result<Response<AdminReply>, Status> {
+        let name = req.into_inner().name;
+        Ok(Response::new(
+            self.write(MetaCommand::DeleteVhost { name }).await,
+        ))
+    }
+
+    async fn list_vhosts(
+        &self,
+        _req: Request<ListVhostsRequest>,
+    ) -> Result<Response<ListVhostsReply>, Status> {
+        let vhosts = self
+            .broker
+            .with_topology(|t| {
+                t.vhosts()
+                    .map(|v| VhostInfo {
+                        name: v.to_string(),
+                        default_queue_type: t
+                            .vhost_settings(v)
+                            .default_queue_type
+                            .unwrap_or_default(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Response::new(ListVhostsReply { vhosts }))
     }
 
     async fn list_queues(

@@ -423,11 +423,11 @@ impl Conn {
                 };
                 let mut arguments = d.arguments;
                 if !d.passive
-                    && self.broker.classic_by_default()
+                    && self.broker.classic_by_default(&self.vhost)
                     && crate::meta::value::lookup(&arguments, "x-queue-type").is_none()
                 {
-                    // The node's default_queue_type (RabbitMQ's vhost setting): written into
-                    // the declare, so every replica applies the same type.
+                    // The vhost's (else the node's) default queue type: written into the
+                    // declare, so every replica applies the same type.
                     arguments.insert(
                         "x-queue-type".into(),
                         amq_protocol::types::AMQPValue::LongString("classic".into()),
@@ -661,6 +661,18 @@ impl Conn {
     }
 
     async fn on_consume(&mut self, ch: u16, c: basic::Consume) -> Result<()> {
+        // RabbitMQ 3.12+ rabbit_channel: a new consumer over consumer_max_per_channel is a
+        // connection error, checked before the queue is looked up.
+        if let Some(max) = self.broker.config().consumer_max_per_channel {
+            let state = self.chan(ch)?;
+            let active = state.consumers.values().filter(|e| !e.cancelled).count() as u64;
+            if active >= max && !state.consumers.contains_key(c.consumer_tag.as_str()) {
+                return Err(ProtocolError::connection(
+                    530,
+                    format!("NOT_ALLOWED - reached maximum ({max}) of consumers per channel"),
+                ));
+            }
+        }
         let name = self.default_queue_name(ch, c.queue.as_str())?;
         let (_, handle) = self.lookup_queue(&name)?;
         if handle.is_quorum() && self.chan(ch)?.global_prefetch {

@@ -55,6 +55,8 @@ pub struct Conn {
     saw_publish: bool,
     /// The client announced the `connection.blocked` capability.
     blocked_capable: bool,
+    /// This connection in the node's connection counts (connection limits), once open.
+    counted: Option<crate::connections::Counted>,
 }
 
 /// How a resource alarm holds this connection back (rabbit_reader's running / blocking /
@@ -99,6 +101,7 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
         alarm: crate::alarms::Alarm::default(),
         saw_publish: false,
         blocked_capable: false,
+        counted: None,
     };
     let mut reader = FrameReader::new();
     let heartbeat = match tokio::time::timeout(
@@ -329,7 +332,7 @@ impl Conn {
         };
         self.blocked_capable = has_capability(&start_ok.client_properties, "connection.blocked");
         let mechanism = start_ok.mechanism.as_str().to_string();
-        if !authenticate(&mechanism, start_ok.response.as_bytes()) {
+        let Some(user) = authenticate(&mechanism, start_ok.response.as_bytes()) else {
             // Without the authentication_failure_close capability RabbitMQ
             // just drops the socket.
             if !has_capability(&start_ok.client_properties, "authentication_failure_close") {
@@ -337,11 +340,12 @@ impl Conn {
             }
             self.close_connection(403, format!("ACCESS_REFUSED - Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."), 0, 0);
             return Ok(None);
-        }
+        };
+        let offered_channel_max = self.broker.config().offered_channel_max();
         self.send(
             0,
             AMQPClass::Connection(connection::AMQPMethod::Tune(connection::Tune {
-                channel_max: CHANNEL_MAX,
+                channel_max: offered_channel_max,
                 frame_max: FRAME_MAX,
                 heartbeat: HEARTBEAT,
             })),
@@ -356,8 +360,8 @@ impl Conn {
             f => f.clamp(4096, FRAME_MAX),
         };
         self.channel_max = match tune_ok.channel_max {
-            0 => CHANNEL_MAX,
-            c => c.min(CHANNEL_MAX),
+            0 => offered_channel_max,
+            c => c.min(offered_channel_max),
         };
         reader.set_frame_max(self.frame_max);
         let open = match next_method(rd, reader).await? {
@@ -365,21 +369,38 @@ impl Conn {
             _ => return Ok(None),
         };
         let vhost = open.virtual_host.as_str().to_string();
-        if vhost != "/" {
-            self.close_connection(
-                530,
-                format!("NOT_ALLOWED - vhost {vhost} not found"),
-                10,
-                40,
-            );
-            return Ok(None);
+        // RabbitMQ rabbit_reader: the node's connection limit, then the vhost, then its limit.
+        let counted = match self.broker.connections().open(
+            &vhost,
+            &user,
+            self.broker.config().connection_max,
+            self.broker.vhost_limits(&vhost).connection_limit(),
+        ) {
+            Ok(counted) => counted,
+            Err(refused) => return Ok(self.refuse_open(refused.to_string())),
+        };
+        if !self
+            .broker
+            .with_topology(|t| t.has_vhost(&vhost))
+            .unwrap_or(false)
+        {
+            return Ok(self.refuse_open(format!("NOT_ALLOWED - vhost {vhost} not found")));
         }
+        self.counted = Some(counted);
         self.vhost = vhost;
         self.send(
             0,
             AMQPClass::Connection(connection::AMQPMethod::OpenOk(connection::OpenOk {})),
         );
         Ok(Some(tune_ok.heartbeat))
+    }
+
+    /// Answers connection.open with a 530 connection.close (`text` is the whole reply text);
+    /// returns the handshake's "not open" result.
+    fn refuse_open(&mut self, text: String) -> Option<u16> {
+        tracing::info!(conn = self.id, %text, "connection refused");
+        self.close_connection(530, text, 10, 40);
+        None
     }
 
     async fn on_event(&mut self, e: ConnEvent) {
@@ -596,25 +617,23 @@ async fn next_method(
     }
 }
 
-/// guest/guest, as RabbitMQ's default user (PLAIN: "\0user\0pass";
-/// AMQPLAIN: a field table without its length prefix, LOGIN and PASSWORD).
-fn authenticate(mechanism: &str, response: &[u8]) -> bool {
+/// Checks a connection.start-ok response against guest/guest, RabbitMQ's default user
+/// (PLAIN: "\0user\0pass"; AMQPLAIN: a field table without its length prefix, LOGIN and
+/// PASSWORD); Some(user name) when it matches.
+fn authenticate(mechanism: &str, response: &[u8]) -> Option<String> {
     let (user, pass) = match mechanism {
         "PLAIN" => {
             let mut parts = response.split(|b| *b == 0);
             let _authzid = parts.next();
             match (parts.next(), parts.next()) {
                 (Some(u), Some(p)) => (u.to_vec(), p.to_vec()),
-                _ => return false,
+                _ => return None,
             }
         }
-        "AMQPLAIN" => match parse_amqplain(response) {
-            Some(up) => up,
-            None => return false,
-        },
-        _ => return false,
+        "AMQPLAIN" => parse_amqplain(response)?,
+        _ => return None,
     };
-    user == b"guest" && pass == b"guest"
+    (user == b"guest" && pass == b"guest").then(|| "guest".to_string())
 }
 
 fn parse_amqplain(response: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
@@ -684,10 +703,13 @@ mod tests {
 
     #[test]
     fn plain_auth() {
-        assert!(authenticate("PLAIN", b"\0guest\0guest"));
-        assert!(!authenticate("PLAIN", b"\0guest\0nope"));
-        assert!(!authenticate("PLAIN", b"garbage"));
-        assert!(!authenticate("EXTERNAL", b""));
+        assert_eq!(
+            authenticate("PLAIN", b"\0guest\0guest").as_deref(),
+            Some("guest")
+        );
+        assert_eq!(authenticate("PLAIN", b"\0guest\0nope"), None);
+        assert_eq!(authenticate("PLAIN", b"garbage"), None);
+        assert_eq!(authenticate("EXTERNAL", b""), None);
     }
 
     #[test]
@@ -700,8 +722,11 @@ mod tests {
             Vec::new(),
         )
         .map_err(|e| format!("{e:?}"))?;
-        assert!(authenticate("AMQPLAIN", &bytes[4..]));
-        assert!(!authenticate("AMQPLAIN", &[1, 2, 3]));
+        assert_eq!(
+            authenticate("AMQPLAIN", &bytes[4..]).as_deref(),
+            Some("guest")
+        );
+        assert_eq!(authenticate("AMQPLAIN", &[1, 2, 3]), None);
         Ok(())
     }
 }

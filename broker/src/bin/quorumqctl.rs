@@ -1,7 +1,9 @@
 //! `quorumqctl`: operator CLI over the admin gRPC API, shaped like
 //! rabbitmqctl (`set_policy NAME PATTERN DEFINITION [--priority N]
 //! [--apply-to queues|exchanges|all]`, `clear_policy`, `list_policies`,
-//! `list_queues`, `cluster_status`, `status`, `forget_cluster_node`), the
+//! `list_queues`, `cluster_status`, `status`, `forget_cluster_node`,
+//! `add_vhost`, `delete_vhost`, `list_vhosts`, `set_vhost_limits`,
+//! `clear_vhost_limits`, `list_vhost_limits`), the
 //! queue membership verbs of rabbitmq-queues (`add_member`, `delete_member`,
 //! `grow`, `shrink`, `rebalance`), and rabbitmq-upgrade's `drain` / `revive`
 //! (maintenance mode of the node asked with `--node`).
@@ -18,10 +20,11 @@ use anyhow::bail;
 use clap::{Parser, Subcommand, ValueEnum};
 use quorumq_proto::v1::admin_client::AdminClient;
 use quorumq_proto::v1::{
-    ClearPolicyRequest, ClusterStatusReply, ClusterStatusRequest, DrainRequest, ForgetRequest,
-    GrowRequest, ListPoliciesRequest, ListQueuesRequest, MemberRequest, MemberResult, Policy,
-    QueueInfo, RebalanceRequest, ReviveRequest, SetPolicyRequest, ShrinkRequest, StatusReply,
-    StatusRequest,
+    AddVhostRequest, ClearPolicyRequest, ClusterStatusReply, ClusterStatusRequest,
+    DeleteVhostRequest, DrainRequest, ForgetRequest, GrowRequest, ListPoliciesRequest,
+    ListQueuesRequest, ListVhostLimitsRequest, ListVhostsRequest, MemberRequest, MemberResult,
+    Policy, QueueInfo, RebalanceRequest, ReviveRequest, SetPolicyRequest, SetVhostLimitsRequest,
+    ShrinkRequest, StatusReply, StatusRequest, VhostLimits,
 };
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -33,7 +36,7 @@ struct Args {
     #[arg(long, default_value = "http://127.0.0.1:5680", env = "QUORUMQ_ADMIN")]
     node: String,
     /// Virtual host.
-    #[arg(short = 'p', long, default_value = "/")]
+    #[arg(short = 'p', long, default_value = "/", global = true)]
     vhost: String,
     /// Output format of listing and status commands (rabbitmqctl `--formatter`).
     #[arg(long, value_enum, default_value_t = Formatter::Table, global = true)]
@@ -72,6 +75,36 @@ enum Cmd {
     /// Lists policies.
     #[command(name = "list_policies")]
     ListPolicies,
+    /// Creates a virtual host (rabbitmqctl add_vhost); on an existing one only sets a given
+    /// default queue type.
+    #[command(name = "add_vhost")]
+    AddVhost {
+        name: String,
+        /// Type of durable queues declared without x-queue-type in this vhost: quorum or
+        /// classic (default: the node's default_queue_type).
+        #[arg(long = "default-queue-type", value_parser = ["quorum", "classic"])]
+        default_queue_type: Option<String>,
+    },
+    /// Deletes a virtual host and everything in it (rabbitmqctl delete_vhost).
+    #[command(name = "delete_vhost")]
+    DeleteVhost { name: String },
+    /// Lists virtual hosts with their default queue type (rabbitmqctl list_vhosts).
+    #[command(name = "list_vhosts")]
+    ListVhosts,
+    /// Sets the vhost's limits (rabbitmqctl set_vhost_limits): a JSON object with
+    /// `max-connections` and/or `max-queues` (negative = no limit), replacing earlier ones.
+    #[command(name = "set_vhost_limits")]
+    SetVhostLimits { definition: String },
+    /// Clears the vhost's limits (rabbitmqctl clear_vhost_limits).
+    #[command(name = "clear_vhost_limits")]
+    ClearVhostLimits,
+    /// Shows the vhost's limits, or every vhost's with --global (rabbitmqctl
+    /// list_vhost_limits).
+    #[command(name = "list_vhost_limits")]
+    ListVhostLimits {
+        #[arg(long)]
+        global: bool,
+    },
     /// Lists queues: type, message counts, leader and replicas.
     #[command(name = "list_queues")]
     ListQueues,
@@ -134,6 +167,29 @@ enum Cmd {
         #[arg(long = "errors-only")]
         errors_only: bool,
     },
+}
+
+/// `list_vhost_limits` output: as rabbitmqctl, the definition after a banner for one vhost,
+/// a vhost/limits table with `--global`; JSON: `[{"vhost": "/", "limits": {...}}]`.
+fn vhost_limits_text(f: Formatter, global: bool, vhost: &str, limits: &[VhostLimits]) -> String {
+    let rows: Vec<Row> = limits
+        .iter()
+        .map(|l| {
+            let def: Value = serde_json::from_str(&l.definition_json).unwrap_or(Value::Null);
+            Row(vec![("vhost", json!(l.vhost)), ("limits", def)])
+        })
+        .collect();
+    match (f, global) {
+        (Formatter::Json, _) | (Formatter::Table, true) => listing(f, &["vhost", "limits"], &rows),
+        (Formatter::Table, false) => {
+            let mut out = format!("Listing limits for vhost \"{vhost}\" ...\n");
+            for l in limits {
+                out.push_str(&l.definition_json);
+                out.push('\n');
+            }
+            out
+        }
+    }
 }
 
 /// Prints a progress line before a result table (not in JSON output,
@@ -280,6 +336,95 @@ async fn main() -> anyhow::Result<()> {
                 .await?;
             let rows: Vec<Row> = r.into_inner().policies.iter().map(policy_row).collect();
             emit(&listing(f, POLICY_COLUMNS, &rows));
+        }
+        Cmd::SetVhostLimits { .. } | Cmd::ClearVhostLimits => {
+            let definition = match &args.cmd {
+                Cmd::SetVhostLimits { definition } => {
+                    emit(&format!(
+                        "Setting vhost limits to \"{definition}\" for vhost \"{}\" ...\n",
+                        args.vhost
+                    ));
+                    definition.clone()
+                }
+                _ => {
+                    emit(&format!("Clearing vhost \"{}\" limits ...\n", args.vhost));
+                    let set = c
+                        .list_vhost_limits(ListVhostLimitsRequest {
+                            vhost: args.vhost.clone(),
+                            global: false,
+                        })
+                        .await?
+                        .into_inner()
+                        .limits;
+                    if set.is_empty() {
+                        // As rabbitmqctl 3.10.8 (exit status 69 there).
+                        bail!("Parameter does not exist");
+                    }
+                    "{}".to_string()
+                }
+            };
+            let r = c
+                .set_vhost_limits(SetVhostLimitsRequest {
+                    vhost: args.vhost.clone(),
+                    definition_json: definition,
+                })
+                .await?
+                .into_inner();
+            if !r.ok {
+                bail!("Validation failed\n\n{}", r.error);
+            }
+        }
+        Cmd::AddVhost {
+            name,
+            default_queue_type,
+        } => {
+            emit(&format!("Adding vhost \"{name}\" ...\n"));
+            let r = c
+                .add_vhost(AddVhostRequest {
+                    name,
+                    default_queue_type: default_queue_type.unwrap_or_default(),
+                })
+                .await?
+                .into_inner();
+            if !r.ok {
+                bail!("{}", r.error);
+            }
+        }
+        Cmd::DeleteVhost { name } => {
+            emit(&format!("Deleting vhost \"{name}\" ...\n"));
+            let r = c
+                .delete_vhost(DeleteVhostRequest { name })
+                .await?
+                .into_inner();
+            if !r.ok {
+                bail!("{}", r.error);
+            }
+        }
+        Cmd::ListVhosts => {
+            let r = c.list_vhosts(ListVhostsRequest {}).await?.into_inner();
+            let rows: Vec<Row> = r
+                .vhosts
+                .iter()
+                .map(|v| {
+                    Row(vec![
+                        ("name", json!(v.name)),
+                        ("default_queue_type", json!(v.default_queue_type)),
+                    ])
+                })
+                .collect();
+            banner(f, "Listing vhosts ...\n");
+            emit(&listing(f, &["name", "default_queue_type"], &rows));
+        }
+        Cmd::ListVhostLimits { global } => {
+            let limits = c
+                .list_vhost_limits(ListVhostLimitsRequest {
+                    vhost: args.vhost.clone(),
+                    global,
+                })
+                .await?
+                .into_inner()
+                .limits;
+            emit(&vhost_limits_text(f, global, &args.vhost, &limits));
         }
         Cmd::AddMember { ref target } | Cmd::DeleteMember { ref target } => {
             let add = matches!(args.cmd, Cmd::AddMember { .. });

@@ -49,6 +49,9 @@ pub struct Detector {
     started: Instant,
     /// Resource alarms: ours go out on every beat, peers' come in (cluster-wide alarms).
     alarms: Arc<crate::alarms::Alarms>,
+    /// Client connection counts: ours go out on every beat, peers' come in (vhost
+    /// connection limits are cluster-wide).
+    connections: Arc<crate::connections::Connections>,
     /// This node is draining (`quorumqctl drain`, SIGTERM): alive, but it
     /// leads nothing — it appends no more as a leader, answers forwarded
     /// proposals with "no leader here" and does not campaign
@@ -84,6 +87,7 @@ impl Detector {
         cluster_addr: String,
         peers: Arc<Peers>,
         alarms: Arc<crate::alarms::Alarms>,
+        connections: Arc<crate::connections::Connections>,
     ) -> Arc<Self> {
         Arc::new(Detector {
             me,
@@ -95,6 +99,7 @@ impl Detector {
             changes: watch::Sender::new(0),
             started: Instant::now(),
             alarms,
+            connections,
             draining: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -233,6 +238,7 @@ impl Detector {
             memory_alarm: alarm.memory,
             disk_alarm: alarm.disk,
             draining: self.is_draining(),
+            connections: self.connections.local(),
         }
     }
 
@@ -251,6 +257,8 @@ impl Detector {
                 disk: b.disk_alarm,
             },
         );
+        self.connections
+            .set_remote(b.node_id, b.connections.clone());
         let changed = {
             let Ok(mut s) = self.state.lock() else { return };
             let now = Instant::now();
@@ -287,6 +295,7 @@ impl Detector {
         // A node that is gone blocks nobody (RabbitMQ clears a down node's alarms).
         self.alarms
             .set_remote(node, crate::alarms::Alarm::default());
+        self.connections.forget(node);
         let changed = self
             .state
             .lock()
@@ -430,6 +439,7 @@ mod tests {
             "127.0.0.1:5680".into(),
             Arc::new(Peers::new(1, 0)),
             crate::alarms::Alarms::new(u64::MAX, 0),
+            crate::connections::Connections::new(),
         )
     }
 

@@ -6,6 +6,7 @@ use amq_protocol::types::FieldTable;
 use serde::{Deserialize, Serialize};
 
 use super::error::AmqpError;
+use super::limits::VhostLimits;
 use super::policy::Policy;
 use super::{QueueDeclare, QueueRecord};
 
@@ -83,6 +84,18 @@ pub enum MetaCommand {
         group_id: u64,
         members: Vec<u64>,
     },
+    /// quorumqctl set_vhost_limits / clear_vhost_limits (empty limits): replaces the
+    /// vhost's limits. Replies `Ok`, or 530 `vhost … not found`.
+    SetVhostLimits { vhost: String, limits: VhostLimits },
+    /// quorumqctl add_vhost: creates the vhost (predeclared exchanges); on an existing one
+    /// only sets a given default queue type. Replies `Ok`, or 406 for an unknown type.
+    AddVhost {
+        name: String,
+        default_queue_type: Option<String>,
+    },
+    /// quorumqctl delete_vhost: deletes the vhost and everything in it (each node's
+    /// reconciler stops the groups of its queues). Replies `Ok`, or 404.
+    DeleteVhost { name: String },
 }
 
 /// Result of a [`MetaCommand`].

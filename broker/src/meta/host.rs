@@ -140,6 +140,21 @@ impl MetaHost {
             } => t
                 .set_queue_members(&vhost, &name, group_id, members)
                 .map(|_| MetaReply::Ok),
+            MetaCommand::SetVhostLimits { vhost, limits } => {
+                t.set_vhost_limits(&vhost, limits).map(|_| MetaReply::Ok)
+            }
+            MetaCommand::AddVhost {
+                name,
+                default_queue_type,
+            } => t
+                .add_vhost_with(&name, default_queue_type)
+                .map(|_| MetaReply::Ok),
+            MetaCommand::DeleteVhost { name } => match t.delete_vhost(&name) {
+                Some(_) => Ok(MetaReply::Ok),
+                None => Err(super::AmqpError::not_found(format!(
+                    "vhost '{name}' does not exist"
+                ))),
+            },
         };
         self.notify();
         r.unwrap_or_else(MetaReply::Error)
@@ -159,7 +174,7 @@ impl raft_log::Machine<TypeConfig> for MetaHost {
     }
 
     fn restore(&mut self, data: &[u8]) -> Result<(), raft_log::StoreError> {
-        self.topology = raft_log::codec::decode(data)?;
+        self.topology = Topology::decode_snapshot(data)?;
         self.notify();
         Ok(())
     }

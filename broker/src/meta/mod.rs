@@ -9,6 +9,7 @@ pub mod effective;
 pub mod error;
 pub mod exchange;
 pub mod host;
+pub mod limits;
 pub mod policy;
 pub mod publish;
 pub mod queue;
@@ -22,6 +23,7 @@ mod topology_tests;
 
 pub use error::AmqpError;
 pub use exchange::{ExchangeKind, ExchangeRecord};
+pub use limits::VhostLimits;
 pub use policy::Policy;
 pub use publish::{cc_bcc_keys, parse_expiration, strip_bcc};
 pub use queue::{Binding, QueueDeclare, QueueDeclared, QueueKind, QueueRecord};

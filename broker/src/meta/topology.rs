@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::effective;
 use super::error::{rs, AmqpError};
 use super::exchange::{predeclared, ExchangeKind, ExchangeRecord};
+use super::limits::VhostLimits;
 use super::policy::{self, Policy, StoredPolicy, Target};
 use super::queue::{Binding, QueueDeclare, QueueDeclared, QueueKind, QueueRecord};
 use super::queue_args::{
@@ -84,6 +85,35 @@ pub struct Topology {
     last_group_id: u64,
     /// The cluster's id, fixed by the first meta leader (0 = not yet).
     cluster_id: u64,
+    /// Per-vhost settings (limits, default queue type), by vhost; vhosts with none are
+    /// absent. Last field: snapshots written before it existed decode through
+    /// [`Topology::decode_snapshot`].
+    settings: BTreeMap<String, VhostSettings>,
+}
+
+/// A vhost's settings (RabbitMQ's vhost metadata and `vhost-limits` parameter).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VhostSettings {
+    /// `set_vhost_limits`.
+    pub limits: VhostLimits,
+    /// `add_vhost --default-queue-type` (RabbitMQ 3.11+ vhost metadata): the type of a
+    /// durable queue declared without `x-queue-type` in this vhost (`quorum` or `classic`);
+    /// None = the node's `default_queue_type`.
+    pub default_queue_type: Option<String>,
+}
+
+impl VhostSettings {
+    fn is_empty(&self) -> bool {
+        *self == VhostSettings::default()
+    }
+}
+
+/// The snapshot layout before vhost limits (the same fields minus `limits`).
+#[derive(Deserialize)]
+struct TopologyBeforeLimits {
+    vhosts: BTreeMap<String, VHost>,
+    last_group_id: u64,
+    cluster_id: u64,
 }
 
 fn check_not_default_exchange(name: &str) -> Result<(), AmqpError> {
@@ -131,12 +161,92 @@ impl Topology {
             .or_insert_with(VHost::with_defaults);
     }
 
-    /// Deletes a vhost and everything in it; returns its queues (the caller
-    /// stops their groups). None if it did not exist.
+    /// Deletes a vhost and everything in it (its settings too); returns its queues (the
+    /// caller stops their groups). None if it did not exist.
     pub fn delete_vhost(&mut self, name: &str) -> Option<Vec<QueueRecord>> {
+        self.settings.remove(name);
         self.vhosts
             .remove(name)
             .map(|v| v.queues.into_values().collect())
+    }
+
+    /// Decodes a meta snapshot ([`raft_log::codec`] bincode), including one written before
+    /// vhost limits existed (it has none).
+    ///
+    /// Errors: bytes that are neither layout.
+    pub fn decode_snapshot(data: &[u8]) -> Result<Topology, raft_log::StoreError> {
+        raft_log::codec::decode::<Topology>(data).or_else(|e| {
+            raft_log::codec::decode::<TopologyBeforeLimits>(data)
+                .map(|t| Topology {
+                    vhosts: t.vhosts,
+                    last_group_id: t.last_group_id,
+                    cluster_id: t.cluster_id,
+                    settings: BTreeMap::new(),
+                })
+                .map_err(|_| e)
+        })
+    }
+
+    /// `rabbitmqctl set_vhost_limits`: replaces the vhost's limits (an empty definition
+    /// clears them, as `clear_vhost_limits`).
+    ///
+    /// Errors: 530 NOT_ALLOWED `vhost … not found` when the vhost does not exist.
+    pub fn set_vhost_limits(&mut self, vhost: &str, limits: VhostLimits) -> Result<(), AmqpError> {
+        self.vhost(vhost)?;
+        self.update_settings(vhost, |s| s.limits = limits);
+        Ok(())
+    }
+
+    /// The vhost's limits (empty when none are set or the vhost does not exist).
+    pub fn vhost_limits(&self, vhost: &str) -> VhostLimits {
+        self.settings
+            .get(vhost)
+            .map(|s| s.limits)
+            .unwrap_or_default()
+    }
+
+    /// The vhost's settings (default when none are set or the vhost does not exist).
+    pub fn vhost_settings(&self, vhost: &str) -> VhostSettings {
+        self.settings.get(vhost).cloned().unwrap_or_default()
+    }
+
+    /// `rabbitmqctl add_vhost NAME [--default-queue-type T]`: creates the vhost with the
+    /// predeclared exchanges; for an existing vhost only a given default queue type is
+    /// updated (RabbitMQ 3.10.8 answers an existing vhost with success).
+    ///
+    /// Errors: 406 for a default queue type other than `quorum` / `classic`.
+    pub fn add_vhost_with(
+        &mut self,
+        name: &str,
+        default_queue_type: Option<String>,
+    ) -> Result<(), AmqpError> {
+        if let Some(t) = &default_queue_type {
+            if !matches!(t.as_str(), "quorum" | "classic") {
+                return Err(AmqpError::precondition_failed(format!(
+                    "default queue type '{t}' is not one of quorum, classic"
+                )));
+            }
+        }
+        self.add_vhost(name);
+        if default_queue_type.is_some() {
+            self.update_settings(name, |s| s.default_queue_type = default_queue_type);
+        }
+        Ok(())
+    }
+
+    fn update_settings(&mut self, vhost: &str, f: impl FnOnce(&mut VhostSettings)) {
+        let mut s = self.vhost_settings(vhost);
+        f(&mut s);
+        if s.is_empty() {
+            self.settings.remove(vhost);
+        } else {
+            self.settings.insert(vhost.to_owned(), s);
+        }
+    }
+
+    /// True when the vhost exists.
+    pub fn has_vhost(&self, name: &str) -> bool {
+        self.vhosts.contains_key(name)
     }
 
     /// Names of all vhosts, sorted.
@@ -400,6 +510,16 @@ impl Topology {
             let qtype = QueueType::of_args(&q.arguments);
             assert_args_equivalence(&q.arguments, &args, &qrs, qtype.queue_arguments())?;
             return Ok(QueueDeclared::Existing(q.clone()));
+        }
+        // rabbit_channel: the vhost's queue limit holds for new queues only, before the
+        // DLX and argument checks (3.10.8 text observed).
+        if let Some(max) = self.vhost_limits(&d.vhost).queue_limit() {
+            if v.queues.len() as u64 >= max {
+                return Err(AmqpError::precondition_failed(format!(
+                    "cannot declare queue '{}': queue limit in vhost '{}' ({max}) is reached",
+                    d.name, d.vhost
+                )));
+            }
         }
         check_exchange_name_arg(&args, "x-dead-letter-exchange", &qrs)?;
         let qtype = check_declare_arguments(&args, &qrs)?;
@@ -793,4 +913,41 @@ impl Topology {
 /// 530 NOT_ALLOWED, as connection.open answers for an unknown vhost.
 fn vhost_missing(vhost: &str) -> AmqpError {
     AmqpError::not_allowed(format!("vhost {vhost} not found"))
+}
+
+#[cfg(test)]
+mod snapshot_tests {
+    use super::*;
+
+    #[test]
+    fn limits_survive_a_snapshot_and_old_snapshots_still_decode() {
+        let mut topo = Topology::new();
+        topo.add_vhost("v");
+        topo.set_vhost_limits(
+            "/",
+            VhostLimits::parse(r#"{"max-connections": 3}"#).unwrap(),
+        )
+        .unwrap();
+        let bytes = raft_log::codec::encode(&topo).unwrap();
+        let back = Topology::decode_snapshot(&bytes).unwrap();
+        assert_eq!(back.vhost_limits("/").connection_limit(), Some(3));
+        // The layout written before vhost limits: the same fields without the last one.
+        #[derive(serde::Serialize)]
+        struct Before<'a> {
+            vhosts: &'a BTreeMap<String, VHost>,
+            last_group_id: u64,
+            cluster_id: u64,
+        }
+        let old = raft_log::codec::encode(&Before {
+            vhosts: &topo.vhosts,
+            last_group_id: topo.last_group_id,
+            cluster_id: 9,
+        })
+        .unwrap();
+        let back = Topology::decode_snapshot(&old).unwrap();
+        assert_eq!(back.vhosts().collect::<Vec<_>>(), vec!["/", "v"]);
+        assert_eq!(back.cluster_id(), 9);
+        assert!(back.vhost_limits("/").is_empty());
+        assert!(Topology::decode_snapshot(&old[..old.len() - 1]).is_err());
+    }
 }

@@ -788,3 +788,59 @@ fn server_named_queue_may_use_the_amq_prefix() {
     create(&mut t, &d);
     assert!(t.queue("/", "amq.gen-abc").is_some());
 }
+
+#[test]
+fn vhost_queue_limit_refuses_new_queues_only() {
+    let mut topo = Topology::new();
+    topo.set_vhost_limits("/", VhostLimits::parse(r#"{"max-queues": 2}"#).unwrap())
+        .unwrap();
+    create(&mut topo, &decl("a", true, false, false, none()));
+    create(&mut topo, &decl("b", true, false, false, none()));
+    // 3.10.8 observed: a new queue (durable or exclusive) is refused with 406 ...
+    let e = topo
+        .check_queue_declare(&decl("c", true, false, false, none()))
+        .unwrap_err();
+    assert_eq!(e.code, 406);
+    assert_eq!(
+        e.text,
+        "PRECONDITION_FAILED - cannot declare queue 'c': queue limit in vhost '/' (2) is reached"
+    );
+    let mut server_named = decl("amq.gen-x", false, true, false, none());
+    server_named.server_named = true;
+    let e = topo.check_queue_declare(&server_named).unwrap_err();
+    assert!(
+        e.text.contains("queue limit in vhost '/' (2)"),
+        "{}",
+        e.text
+    );
+    // ... while redeclaring an existing one (even over the limit) and passive declares work.
+    assert!(matches!(
+        topo.check_queue_declare(&decl("a", true, false, false, none())),
+        Ok(QueueDeclared::Existing(_))
+    ));
+    // Other vhosts are not limited; a deleted queue frees a place; -1 lifts the limit.
+    topo.add_vhost("other");
+    let mut d = decl("c", true, false, false, none());
+    d.vhost = "other".into();
+    create(&mut topo, &d);
+    topo.delete_queue("/", "a");
+    create(&mut topo, &decl("c", true, false, false, none()));
+    topo.set_vhost_limits("/", VhostLimits::parse(r#"{"max-queues": -1}"#).unwrap())
+        .unwrap();
+    create(&mut topo, &decl("d", true, false, false, none()));
+    // 0 refuses every new queue; clearing (empty limits) removes the entry.
+    topo.set_vhost_limits("/", VhostLimits::parse(r#"{"max-queues": 0}"#).unwrap())
+        .unwrap();
+    assert!(topo
+        .check_queue_declare(&decl("e", true, false, false, none()))
+        .is_err());
+    topo.set_vhost_limits("/", VhostLimits::default()).unwrap();
+    assert!(topo.vhost_limits("/").is_empty());
+    create(&mut topo, &decl("e", true, false, false, none()));
+    assert_eq!(
+        topo.set_vhost_limits("nope", VhostLimits::default())
+            .unwrap_err()
+            .text,
+        "NOT_ALLOWED - vhost nope not found"
+    );
+}
