@@ -16,7 +16,7 @@ secs="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(frame_reader field_table x_death_rewrite wal_records)
+  targets=(frame_reader field_table x_death_rewrite wal_records connection)
 fi
 # libfuzzer-sys compiles libFuzzer (C++).
 if ! command -v c++ >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
@@ -30,7 +30,8 @@ for t in "${targets[@]}"; do
   mkdir -p "corpus/$t"
   if [ -d "seeds/$t" ]; then cp -n "seeds/$t"/* "corpus/$t/" 2>/dev/null || true; fi
   echo "== fuzzing $t for ${secs}s"
-  # wal_records writes segment files each run: keep them in memory (/dev/shm).
+  # wal_records writes segment files each run, connection runs a broker: keep their
+  # files in memory (/dev/shm).
   TMPDIR=/dev/shm cargo fuzz run --sanitizer none "$t" "corpus/$t" -- \
     -max_total_time="$secs" -rss_limit_mb=2048 2>&1 | tail -n 4
 done
