@@ -66,6 +66,10 @@ pub struct Config {
     /// Most consumers on one channel (RabbitMQ 3.12+ `consumer_max_per_channel`); one more
     /// basic.consume closes the connection with 530 NOT_ALLOWED. None (default) = no limit.
     pub consumer_max_per_channel: Option<u64>,
+    /// Users who may connect only from a loopback address (RabbitMQ `loopback_users`,
+    /// default `["guest"]`): the default guest/guest login is not reachable from the
+    /// network. Empty = every user from anywhere.
+    pub loopback_users: Vec<String>,
     /// `--wal-truncate-at` (command line only, never read from the file: a one-off repair):
     /// `(segment id, byte offset)` of a corrupt WAL record where recovery may cut the log
     /// (raft-log `StoreOptions::wal_truncate_at`).
@@ -99,6 +103,7 @@ impl Default for Config {
             connection_max: None,
             channel_max: crate::amqp::connection::CHANNEL_MAX,
             consumer_max_per_channel: None,
+            loopback_users: vec!["guest".into()],
         }
     }
 }

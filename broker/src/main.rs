@@ -80,6 +80,10 @@ struct Args {
     /// Most consumers per channel (default: no limit).
     #[arg(long, value_name = "N")]
     consumer_max_per_channel: Option<u64>,
+    /// Users who may connect only from loopback, comma-separated (default: guest; an
+    /// empty value lets every user connect from anywhere).
+    #[arg(long, value_name = "USERS", value_delimiter = ',')]
+    loopback_users: Option<Vec<String>>,
     /// Repair a corrupt write-ahead log: cut it at SEGMENT:OFFSET, exactly as the refusal to
     /// start named it, dropping every record from there on (for this start only).
     #[arg(long, value_name = "SEGMENT:OFFSET")]
@@ -159,6 +163,9 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(v) = args.consumer_max_per_channel {
         config.consumer_max_per_channel = Some(v);
+    }
+    if let Some(v) = args.loopback_users {
+        config.loopback_users = v.into_iter().filter(|u| !u.is_empty()).collect();
     }
     if let Some(v) = args.wal_truncate_at {
         config.wal_truncate_at = Some(

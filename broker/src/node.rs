@@ -339,6 +339,17 @@ impl Broker {
             .unwrap_or_default()
     }
 
+    /// True when `user` exists and `password` matches its hash (RabbitMQ's internal
+    /// authentication backend).
+    pub fn password_ok(&self, user: &str, password: &[u8]) -> bool {
+        self.with_topology(|t| {
+            t.access()
+                .user(user)
+                .is_some_and(|u| crate::meta::access::password_matches(&u.password_hash, password))
+        })
+        .unwrap_or(false)
+    }
+
     /// Reads the topology of the local replica.
     pub fn with_topology<R>(&self, f: impl FnOnce(&crate::meta::Topology) -> R) -> Option<R> {
         self.meta.lock().ok().map(|m| f(m.topology()))

@@ -361,6 +361,15 @@ impl Cluster {
                     .iter()
                     .flat_map(|a| ["--advertise", a.as_str()]),
             )
+            // Test clients log in as guest, which by default may only connect via loopback;
+            // a node in a network namespace is reached on its own address.
+            .args(
+                self.node(id)
+                    .place
+                    .netns
+                    .iter()
+                    .flat_map(|_| ["--loopback-users", ""]),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -71,6 +71,12 @@ async fn vhosts_are_separate_and_carry_their_default_queue_type() -> anyhow::Res
             &["add_vhost", "legacy", "--default-queue-type", "classic"],
         )
         .await?;
+        // As RabbitMQ: a new vhost grants nobody access.
+        ctl(
+            &broker,
+            &["set_permissions", "-p", "legacy", "guest", ".*", ".*", ".*"],
+        )
+        .await?;
         let listed = ctl(&broker, &["list_vhosts", "--formatter", "json"]).await?;
         let v: serde_json::Value = serde_json::from_str(&listed)?;
         assert_eq!(
@@ -142,6 +148,11 @@ async fn vhosts_are_separate_and_carry_their_default_queue_type() -> anyhow::Res
             .ok_or_else(|| anyhow::anyhow!("connected to a deleted vhost"))?;
         assert_eq!(amqp_error(&e).map(|e| e.0), Some(530));
         ctl(&broker, &["add_vhost", "legacy"]).await?;
+        ctl(
+            &broker,
+            &["set_permissions", "-p", "legacy", "guest", ".*", ".*", ".*"],
+        )
+        .await?;
         let again = connect(&vhost_uri(&broker, "legacy")).await?;
         let ch = again.create_channel().await?;
         let e = expect_amqp_error(

@@ -15,6 +15,10 @@ use quorumq_proto::v1::{
     SetPolicyRequest, SetVhostLimitsRequest, ShrinkRequest, StatusReply, StatusRequest, VhostInfo,
     VhostLimits as PbVhostLimits,
 };
+use quorumq_proto::v1::{
+    ListPermissionsReply, ListPermissionsRequest, ListUsersReply, ListUsersRequest,
+    PermissionRequest, UserInfo, UserRequest,
+};
 use tonic::{Request, Response, Status};
 
 use crate::cluster::drain;
@@ -72,6 +76,15 @@ impl AdminService {
         let vhost = vhost_or_default(&r.vhost);
         membership::change_member(&self.broker, &vhost, &r.queue, r.node, change, r.forwarded).await
     }
+}
+
+/// A RabbitMQ-layout password hash of `password` with a fresh random salt; empty (no
+/// password: every login refused) for an empty password, as `rabbitmqctl clear_password`.
+fn new_hash(password: &str) -> Vec<u8> {
+    if password.is_empty() {
+        return Vec::new();
+    }
+    crate::meta::access::hash_password(rand::random(), password.as_bytes())
 }
 
 fn vhost_or_default(v: &str) -> String {
@@ -423,6 +436,127 @@ impl Admin for AdminService {
             })
             .unwrap_or_default();
         Ok(Response::new(ListVhostsReply { vhosts }))
+    }
+
+    async fn add_user(&self, req: Request<UserRequest>) -> Result<Response<AdminReply>, Status> {
+        let r = req.into_inner();
+        let user = crate::meta::access::User {
+            name: r.name,
+            password_hash: new_hash(&r.password),
+            tags: r.tags,
+        };
+        Ok(Response::new(self.write(MetaCommand::AddUser(user)).await))
+    }
+
+    async fn delete_user(&self, req: Request<UserRequest>) -> Result<Response<AdminReply>, Status> {
+        let name = req.into_inner().name;
+        Ok(Response::new(
+            self.write(MetaCommand::DeleteUser { name }).await,
+        ))
+    }
+
+    async fn change_password(
+        &self,
+        req: Request<UserRequest>,
+    ) -> Result<Response<AdminReply>, Status> {
+        let r = req.into_inner();
+        Ok(Response::new(
+            self.write(MetaCommand::SetPasswordHash {
+                name: r.name,
+                hash: new_hash(&r.password),
+            })
+            .await,
+        ))
+    }
+
+    async fn set_user_tags(
+        &self,
+        req: Request<UserRequest>,
+    ) -> Result<Response<AdminReply>, Status> {
+        let r = req.into_inner();
+        Ok(Response::new(
+            self.write(MetaCommand::SetUserTags {
+                name: r.name,
+                tags: r.tags,
+            })
+            .await,
+        ))
+    }
+
+    async fn list_users(
+        &self,
+        _req: Request<ListUsersRequest>,
+    ) -> Result<Response<ListUsersReply>, Status> {
+        let users = self
+            .broker
+            .with_topology(|t| {
+                t.access()
+                    .users()
+                    .map(|u| UserInfo {
+                        name: u.name.clone(),
+                        tags: u.tags.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Response::new(ListUsersReply { users }))
+    }
+
+    async fn set_permissions(
+        &self,
+        req: Request<PermissionRequest>,
+    ) -> Result<Response<AdminReply>, Status> {
+        let r = req.into_inner();
+        Ok(Response::new(
+            self.write(MetaCommand::SetPermissions {
+                user: r.user,
+                vhost: vhost_or_default(&r.vhost),
+                permission: crate::meta::access::Permission {
+                    configure: r.configure,
+                    write: r.write,
+                    read: r.read,
+                },
+            })
+            .await,
+        ))
+    }
+
+    async fn clear_permissions(
+        &self,
+        req: Request<PermissionRequest>,
+    ) -> Result<Response<AdminReply>, Status> {
+        let r = req.into_inner();
+        Ok(Response::new(
+            self.write(MetaCommand::ClearPermissions {
+                user: r.user,
+                vhost: vhost_or_default(&r.vhost),
+            })
+            .await,
+        ))
+    }
+
+    async fn list_permissions(
+        &self,
+        req: Request<ListPermissionsRequest>,
+    ) -> Result<Response<ListPermissionsReply>, Status> {
+        let vhost = vhost_or_default(&req.into_inner().vhost);
+        let permissions = self
+            .broker
+            .with_topology(|t| {
+                t.access()
+                    .permissions()
+                    .filter(|(_, v, _)| *v == vhost)
+                    .map(|(u, v, p)| PermissionRequest {
+                        vhost: v.to_string(),
+                        user: u.to_string(),
+                        configure: p.configure.clone(),
+                        write: p.write.clone(),
+                        read: p.read.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Response::new(ListPermissionsReply { permissions }))
     }
 
     async fn list_queues(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use amq_protocol::protocol::basic::{self, AMQPProperties};
 use amq_protocol::protocol::{channel, confirm, exchange, queue, tx, AMQPClass};
-use amq_protocol::types::{AMQPValue, ShortString};
+use amq_protocol::types::{AMQPValue, FieldTable, ShortString};
 use bytes::{Bytes, BytesMut};
 
 use super::codec;
@@ -16,6 +16,7 @@ use super::connection::Conn;
 use super::error::ProtocolError;
 use crate::consumers::QueueDelivery;
 use crate::message::StoredMessage;
+use crate::meta::access::Perm;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::publish::{cc_bcc_keys, parse_expiration, strip_bcc};
 use crate::meta::{QueueDeclare, QueueRecord, Topology};
@@ -315,6 +316,40 @@ impl Conn {
         Some(queue.propose(cmd).await)
     }
 
+    /// `rabbit_access_control:check_resource_access` for this connection's user: `perm` on
+    /// the `kind` (`queue` / `exchange`) resource `name` in this vhost.
+    ///
+    /// Errors: 403 ACCESS_REFUSED (a channel error), RabbitMQ 3.10.8's text.
+    fn permit(&self, kind: &str, name: &str, perm: Perm) -> Result<()> {
+        match self.broker.with_topology(|t| {
+            t.access()
+                .check_resource(&self.user, &self.vhost, kind, name, perm)
+        }) {
+            Some(Err(e)) => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The dead-letter exchange a queue declared with `arguments` would have: its
+    /// `x-dead-letter-exchange` argument, else a matching policy's.
+    fn dead_letter_exchange(&self, queue: &str, arguments: &FieldTable) -> Option<String> {
+        if let Some(x) = crate::meta::value::lookup(arguments, "x-dead-letter-exchange")
+            .and_then(crate::meta::value::as_longstr)
+        {
+            return Some(x);
+        }
+        self.broker
+            .with_topology(|t| {
+                t.policy_for(&self.vhost, queue, arguments).and_then(|p| {
+                    p.definition
+                        .get("dead-letter-exchange")
+                        .and_then(|v| v.as_str())
+                        .map(str::to_string)
+                })
+            })
+            .flatten()
+    }
+
     async fn meta(&mut self, cmd: MetaCommand) -> Result<MetaReply> {
         match self.broker.meta_write(cmd).await? {
             MetaReply::Error(e) => Err(e.into()),
@@ -325,6 +360,9 @@ impl Conn {
     async fn on_exchange(&mut self, ch: u16, m: exchange::AMQPMethod) -> Result<()> {
         match m {
             exchange::AMQPMethod::Declare(d) => {
+                if !d.passive {
+                    self.permit("exchange", d.exchange.as_str(), Perm::Configure)?;
+                }
                 self.meta(MetaCommand::DeclareExchange {
                     vhost: self.vhost.clone(),
                     name: d.exchange.as_str().into(),
@@ -347,6 +385,7 @@ impl Conn {
                 }
             }
             exchange::AMQPMethod::Delete(d) => {
+                self.permit("exchange", d.exchange.as_str(), Perm::Configure)?;
                 self.meta(MetaCommand::DeleteExchange {
                     vhost: self.vhost.clone(),
                     name: d.exchange.as_str().into(),
@@ -361,6 +400,8 @@ impl Conn {
                 }
             }
             exchange::AMQPMethod::Bind(b) => {
+                self.permit("exchange", b.destination.as_str(), Perm::Write)?;
+                self.permit("exchange", b.source.as_str(), Perm::Read)?;
                 self.meta(MetaCommand::BindExchange {
                     vhost: self.vhost.clone(),
                     destination: b.destination.as_str().into(),
@@ -378,6 +419,8 @@ impl Conn {
                 }
             }
             exchange::AMQPMethod::Unbind(b) => {
+                self.permit("exchange", b.destination.as_str(), Perm::Write)?;
+                self.permit("exchange", b.source.as_str(), Perm::Read)?;
                 self.meta(MetaCommand::UnbindExchange {
                     vhost: self.vhost.clone(),
                     destination: b.destination.as_str().into(),
@@ -457,6 +500,14 @@ impl Conn {
                 let (_, handle) = if d.passive {
                     self.lookup_queue(&name)?
                 } else {
+                    // rabbit_channel: configure on the queue; with a dead-letter exchange
+                    // (argument or policy) also read on the queue and write on the DLX
+                    // (the seed's rule: no dead-lettering into what one could not publish to).
+                    self.permit("queue", &name, Perm::Configure)?;
+                    if let Some(dlx) = self.dead_letter_exchange(&name, &declare.arguments) {
+                        self.permit("queue", &name, Perm::Read)?;
+                        self.permit("exchange", &dlx, Perm::Write)?;
+                    }
                     let reply = self.meta(MetaCommand::DeclareQueue(declare)).await?;
                     let MetaReply::QueueDeclared { record, .. } = reply else {
                         return Err(ProtocolError::internal("unexpected reply to queue.declare"));
@@ -479,6 +530,8 @@ impl Conn {
             }
             queue::AMQPMethod::Bind(b) => {
                 let name = self.default_queue_name(ch, b.queue.as_str())?;
+                self.permit("queue", &name, Perm::Write)?;
+                self.permit("exchange", b.exchange.as_str(), Perm::Read)?;
                 if self.broker.queue(&self.vhost, &name).is_some() {
                     self.lookup_queue(&name)?;
                 }
@@ -500,6 +553,8 @@ impl Conn {
             }
             queue::AMQPMethod::Unbind(b) => {
                 let name = self.default_queue_name(ch, b.queue.as_str())?;
+                self.permit("queue", &name, Perm::Write)?;
+                self.permit("exchange", b.exchange.as_str(), Perm::Read)?;
                 self.meta(MetaCommand::Unbind {
                     vhost: self.vhost.clone(),
                     queue: name,
@@ -515,6 +570,7 @@ impl Conn {
             }
             queue::AMQPMethod::Purge(p) => {
                 let name = self.default_queue_name(ch, p.queue.as_str())?;
+                self.permit("queue", &name, Perm::Read)?;
                 let (_, handle) = self.lookup_queue(&name)?;
                 let reply = handle
                     .call(QueueCommand::Purge {
@@ -537,6 +593,7 @@ impl Conn {
             }
             queue::AMQPMethod::Delete(d) => {
                 let name = self.default_queue_name(ch, d.queue.as_str())?;
+                self.permit("queue", &name, Perm::Configure)?;
                 let mut count = 0;
                 if self.broker.queue(&self.vhost, &name).is_some() {
                     let (_, handle) = self.lookup_queue(&name)?;
@@ -674,6 +731,7 @@ impl Conn {
             }
         }
         let name = self.default_queue_name(ch, c.queue.as_str())?;
+        self.permit("queue", &name, Perm::Read)?;
         let (_, handle) = self.lookup_queue(&name)?;
         if handle.is_quorum() && self.chan(ch)?.global_prefetch {
             return Err(ProtocolError::not_implemented(format!(
@@ -775,6 +833,7 @@ impl Conn {
 
     async fn on_get(&mut self, ch: u16, g: basic::Get) -> Result<()> {
         let name = self.default_queue_name(ch, g.queue.as_str())?;
+        self.permit("queue", &name, Perm::Read)?;
         let (_, handle) = self.lookup_queue(&name)?;
         let sac = handle.is_quorum()
             && self
@@ -1046,11 +1105,13 @@ impl Conn {
         let seq = state.confirms.as_mut().map(|c| c.allocate());
         let exchange = publish.exchange.as_str().to_string();
         let routing_key = publish.routing_key.as_str().to_string();
+        self.permit("exchange", &exchange, Perm::Write)?;
         if let Some(user) = props.user_id() {
-            if user.as_str() != "guest" {
+            if user.as_str() != self.user {
                 return Err(ProtocolError::precondition(format!(
-                    "user_id property set to '{}' but authenticated user was 'guest'",
-                    user.as_str()
+                    "user_id property set to '{}' but authenticated user was '{}'",
+                    user.as_str(),
+                    self.user
                 )));
             }
         }

@@ -29,6 +29,8 @@ pub const FRAME_MAX: u32 = 131_072;
 pub const CHANNEL_MAX: u16 = 2047;
 /// Heartbeat we offer (seconds), as RabbitMQ's default.
 pub const HEARTBEAT: u16 = 60;
+/// How long a refused login waits before its answer (slows password guessing).
+const LOGIN_REFUSED_DELAY: Duration = Duration::from_secs(1);
 /// Time allowed for the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -57,6 +59,10 @@ pub struct Conn {
     blocked_capable: bool,
     /// This connection in the node's connection counts (connection limits), once open.
     counted: Option<crate::connections::Counted>,
+    /// The authenticated user (permission checks), once open.
+    pub(super) user: String,
+    /// The client's address (loopback-only users).
+    peer: Option<std::net::SocketAddr>,
 }
 
 /// How a resource alarm holds this connection back (rabbit_reader's running / blocking /
@@ -102,6 +108,8 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
         saw_publish: false,
         blocked_capable: false,
         counted: None,
+        user: String::new(),
+        peer,
     };
     let mut reader = FrameReader::new();
     let heartbeat = match tokio::time::timeout(
@@ -332,15 +340,36 @@ impl Conn {
         };
         self.blocked_capable = has_capability(&start_ok.client_properties, "connection.blocked");
         let mechanism = start_ok.mechanism.as_str().to_string();
-        let Some(user) = authenticate(&mechanism, start_ok.response.as_bytes()) else {
-            // Without the authentication_failure_close capability RabbitMQ
-            // just drops the socket.
-            if !has_capability(&start_ok.client_properties, "authentication_failure_close") {
+        let login = credentials(&mechanism, start_ok.response.as_bytes());
+        let user = match login {
+            Some((user, pass)) if self.broker.password_ok(&user, &pass) => user,
+            other => {
+                let user = other.map(|(u, _)| u).unwrap_or_default();
+                tracing::warn!(conn = self.id, peer = ?self.peer, %user, %mechanism, "login refused");
+                // Slows down password guessing: each refused login costs the client 1 s.
+                tokio::time::sleep(LOGIN_REFUSED_DELAY).await;
+                // Without the authentication_failure_close capability RabbitMQ
+                // just drops the socket.
+                if !has_capability(&start_ok.client_properties, "authentication_failure_close") {
+                    return Ok(None);
+                }
+                self.close_connection(403, format!("ACCESS_REFUSED - Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."), 0, 0);
                 return Ok(None);
             }
-            self.close_connection(403, format!("ACCESS_REFUSED - Login was refused using authentication mechanism {mechanism}. For details see the broker logfile."), 0, 0);
-            return Ok(None);
         };
+        // rabbit_reader: a loopback-only user (guest by default) from another address.
+        if self.broker.config().loopback_users.contains(&user)
+            && !self.peer.is_some_and(|p| p.ip().is_loopback())
+        {
+            tracing::warn!(conn = self.id, peer = ?self.peer, %user, "login refused: loopback-only user");
+            self.close_connection(
+                403,
+                format!("ACCESS_REFUSED - User '{user}' can only connect via localhost"),
+                0,
+                0,
+            );
+            return Ok(None);
+        }
         let offered_channel_max = self.broker.config().offered_channel_max();
         self.send(
             0,
@@ -386,7 +415,14 @@ impl Conn {
         {
             return Ok(self.refuse_open(format!("NOT_ALLOWED - vhost {vhost} not found")));
         }
+        if let Some(Err(e)) = self
+            .broker
+            .with_topology(|t| t.access().check_vhost_access(&user, &vhost))
+        {
+            return Ok(self.refuse_open(e.text));
+        }
         self.counted = Some(counted);
+        self.user = user;
         self.vhost = vhost;
         self.send(
             0,
@@ -617,10 +653,10 @@ async fn next_method(
     }
 }
 
-/// Checks a connection.start-ok response against guest/guest, RabbitMQ's default user
-/// (PLAIN: "\0user\0pass"; AMQPLAIN: a field table without its length prefix, LOGIN and
-/// PASSWORD); Some(user name) when it matches.
-fn authenticate(mechanism: &str, response: &[u8]) -> Option<String> {
+/// The (user, password) of a connection.start-ok response (PLAIN: "\0user\0pass";
+/// AMQPLAIN: a field table without its length prefix, LOGIN and PASSWORD); None for
+/// another mechanism or a malformed response.
+fn credentials(mechanism: &str, response: &[u8]) -> Option<(String, Vec<u8>)> {
     let (user, pass) = match mechanism {
         "PLAIN" => {
             let mut parts = response.split(|b| *b == 0);
@@ -633,7 +669,7 @@ fn authenticate(mechanism: &str, response: &[u8]) -> Option<String> {
         "AMQPLAIN" => parse_amqplain(response)?,
         _ => return None,
     };
-    (user == b"guest" && pass == b"guest").then(|| "guest".to_string())
+    Some((String::from_utf8(user).ok()?, pass))
 }
 
 fn parse_amqplain(response: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
@@ -702,18 +738,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plain_auth() {
+    fn plain_credentials() {
         assert_eq!(
-            authenticate("PLAIN", b"\0guest\0guest").as_deref(),
-            Some("guest")
+            credentials("PLAIN", b"\0guest\0guest"),
+            Some(("guest".into(), b"guest".to_vec()))
         );
-        assert_eq!(authenticate("PLAIN", b"\0guest\0nope"), None);
-        assert_eq!(authenticate("PLAIN", b"garbage"), None);
-        assert_eq!(authenticate("EXTERNAL", b""), None);
+        assert_eq!(
+            credentials("PLAIN", b"\0bob\0nope"),
+            Some(("bob".into(), b"nope".to_vec()))
+        );
+        assert_eq!(credentials("PLAIN", b"garbage"), None);
+        assert_eq!(credentials("EXTERNAL", b""), None);
     }
 
     #[test]
-    fn amqplain_auth() -> Result<(), String> {
+    fn amqplain_credentials() -> Result<(), String> {
         let mut t = FieldTable::default();
         t.insert("LOGIN".into(), AMQPValue::LongString("guest".into()));
         t.insert("PASSWORD".into(), AMQPValue::LongString("guest".into()));
@@ -723,10 +762,10 @@ mod tests {
         )
         .map_err(|e| format!("{e:?}"))?;
         assert_eq!(
-            authenticate("AMQPLAIN", &bytes[4..]).as_deref(),
-            Some("guest")
+            credentials("AMQPLAIN", &bytes[4..]),
+            Some(("guest".into(), b"guest".to_vec()))
         );
-        assert_eq!(authenticate("AMQPLAIN", &[1, 2, 3]), None);
+        assert_eq!(credentials("AMQPLAIN", &[1, 2, 3]), None);
         Ok(())
     }
 }

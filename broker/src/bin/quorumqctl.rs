@@ -2,6 +2,8 @@
 //! rabbitmqctl (`set_policy NAME PATTERN DEFINITION [--priority N]
 //! [--apply-to queues|exchanges|all]`, `clear_policy`, `list_policies`,
 //! `list_queues`, `cluster_status`, `status`, `forget_cluster_node`,
+//! `add_user`, `delete_user`, `change_password`, `set_user_tags`,
+//! `list_users`, `set_permissions`, `clear_permissions`, `list_permissions`,
 //! `add_vhost`, `delete_vhost`, `list_vhosts`, `set_vhost_limits`,
 //! `clear_vhost_limits`, `list_vhost_limits`), the
 //! queue membership verbs of rabbitmq-queues (`add_member`, `delete_member`,
@@ -26,6 +28,7 @@ use quorumq_proto::v1::{
     Policy, QueueInfo, RebalanceRequest, ReviveRequest, SetPolicyRequest, SetVhostLimitsRequest,
     ShrinkRequest, StatusReply, StatusRequest, VhostLimits,
 };
+use quorumq_proto::v1::{ListPermissionsRequest, ListUsersRequest, PermissionRequest, UserRequest};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -91,6 +94,36 @@ enum Cmd {
     /// Lists virtual hosts with their default queue type (rabbitmqctl list_vhosts).
     #[command(name = "list_vhosts")]
     ListVhosts,
+    /// Adds a user (rabbitmqctl add_user USER PASSWORD); no permissions, no tags.
+    #[command(name = "add_user")]
+    AddUser { name: String, password: String },
+    /// Deletes a user and its permissions (rabbitmqctl delete_user).
+    #[command(name = "delete_user")]
+    DeleteUser { name: String },
+    /// Changes a user's password (rabbitmqctl change_password USER PASSWORD).
+    #[command(name = "change_password")]
+    ChangePassword { name: String, password: String },
+    /// Replaces a user's tags (rabbitmqctl set_user_tags USER [TAG ...]).
+    #[command(name = "set_user_tags")]
+    SetUserTags { name: String, tags: Vec<String> },
+    /// Lists users and their tags (rabbitmqctl list_users).
+    #[command(name = "list_users")]
+    ListUsers,
+    /// Grants USER in the vhost: configure, write and read regexes (rabbitmqctl
+    /// set_permissions [-p VHOST] USER CONF WRITE READ).
+    #[command(name = "set_permissions")]
+    SetPermissions {
+        user: String,
+        configure: String,
+        write: String,
+        read: String,
+    },
+    /// Revokes USER's permissions in the vhost (rabbitmqctl clear_permissions).
+    #[command(name = "clear_permissions")]
+    ClearPermissions { user: String },
+    /// Lists the vhost's permissions (rabbitmqctl list_permissions [-p VHOST]).
+    #[command(name = "list_permissions")]
+    ListPermissions,
     /// Sets the vhost's limits (rabbitmqctl set_vhost_limits): a JSON object with
     /// `max-connections` and/or `max-queues` (negative = no limit), replacing earlier ones.
     #[command(name = "set_vhost_limits")]
@@ -190,6 +223,14 @@ fn vhost_limits_text(f: Formatter, global: bool, vhost: &str, limits: &[VhostLim
             out
         }
     }
+}
+
+/// Errors: the node's refusal of an admin request, as its text.
+fn ok_or_bail(r: quorumq_proto::v1::AdminReply) -> anyhow::Result<()> {
+    if !r.ok {
+        bail!("{}", r.error);
+    }
+    Ok(())
 }
 
 /// Prints a progress line before a result table (not in JSON output,
@@ -373,6 +414,120 @@ async fn main() -> anyhow::Result<()> {
             if !r.ok {
                 bail!("Validation failed\n\n{}", r.error);
             }
+        }
+        Cmd::AddUser { name, password } => {
+            emit(&format!("Adding user \"{name}\" ...\n"));
+            let req = UserRequest {
+                name,
+                password,
+                tags: vec![],
+            };
+            ok_or_bail(c.add_user(req).await?.into_inner())?;
+        }
+        Cmd::DeleteUser { name } => {
+            emit(&format!("Deleting user \"{name}\" ...\n"));
+            let req = UserRequest {
+                name,
+                ..Default::default()
+            };
+            ok_or_bail(c.delete_user(req).await?.into_inner())?;
+        }
+        Cmd::ChangePassword { name, password } => {
+            emit(&format!("Changing password for user \"{name}\" ...\n"));
+            let req = UserRequest {
+                name,
+                password,
+                tags: vec![],
+            };
+            ok_or_bail(c.change_password(req).await?.into_inner())?;
+        }
+        Cmd::SetUserTags { name, tags } => {
+            emit(&format!(
+                "Setting tags for user \"{name}\" to [{}] ...\n",
+                tags.join(", ")
+            ));
+            let req = UserRequest {
+                name,
+                password: String::new(),
+                tags,
+            };
+            ok_or_bail(c.set_user_tags(req).await?.into_inner())?;
+        }
+        Cmd::ListUsers => {
+            let r = c.list_users(ListUsersRequest {}).await?.into_inner();
+            let rows: Vec<Row> = r
+                .users
+                .iter()
+                .map(|u| Row(vec![("user", json!(u.name)), ("tags", json!(u.tags))]))
+                .collect();
+            banner(f, "Listing users ...\n");
+            emit(&listing(f, &["user", "tags"], &rows));
+        }
+        Cmd::SetPermissions {
+            user,
+            configure,
+            write,
+            read,
+        } => {
+            emit(&format!(
+                "Setting permissions for user \"{user}\" in vhost \"{}\" ...\n",
+                args.vhost
+            ));
+            let r = c
+                .set_permissions(PermissionRequest {
+                    vhost: args.vhost,
+                    user,
+                    configure,
+                    write,
+                    read,
+                })
+                .await?
+                .into_inner();
+            if !r.ok {
+                bail!("{}", r.error);
+            }
+        }
+        Cmd::ClearPermissions { user } => {
+            emit(&format!(
+                "Clearing permissions for user \"{user}\" in vhost \"{}\" ...\n",
+                args.vhost
+            ));
+            let r = c
+                .clear_permissions(PermissionRequest {
+                    vhost: args.vhost,
+                    user,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            if !r.ok {
+                bail!("{}", r.error);
+            }
+        }
+        Cmd::ListPermissions => {
+            let r = c
+                .list_permissions(ListPermissionsRequest {
+                    vhost: args.vhost.clone(),
+                })
+                .await?
+                .into_inner();
+            let rows: Vec<Row> = r
+                .permissions
+                .iter()
+                .map(|p| {
+                    Row(vec![
+                        ("user", json!(p.user)),
+                        ("configure", json!(p.configure)),
+                        ("write", json!(p.write)),
+                        ("read", json!(p.read)),
+                    ])
+                })
+                .collect();
+            banner(
+                f,
+                &format!("Listing permissions for vhost \"{}\" ...\n", args.vhost),
+            );
+            emit(&listing(f, &["user", "configure", "write", "read"], &rows));
         }
         Cmd::AddVhost {
             name,

@@ -96,6 +96,22 @@ pub enum MetaCommand {
     /// quorumqctl delete_vhost: deletes the vhost and everything in it (each node's
     /// reconciler stops the groups of its queues). Replies `Ok`, or 404.
     DeleteVhost { name: String },
+    /// quorumqctl add_user (the hash made by the proposer, random salt).
+    AddUser(super::access::User),
+    /// quorumqctl delete_user (with its permissions).
+    DeleteUser { name: String },
+    /// quorumqctl change_password / clear_password (empty hash).
+    SetPasswordHash { name: String, hash: Vec<u8> },
+    /// quorumqctl set_user_tags.
+    SetUserTags { name: String, tags: Vec<String> },
+    /// quorumqctl set_permissions.
+    SetPermissions {
+        user: String,
+        vhost: String,
+        permission: super::access::Permission,
+    },
+    /// quorumqctl clear_permissions.
+    ClearPermissions { user: String, vhost: String },
 }
 
 /// Result of a [`MetaCommand`].

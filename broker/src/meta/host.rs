@@ -149,6 +149,28 @@ impl MetaHost {
             } => t
                 .add_vhost_with(&name, default_queue_type)
                 .map(|_| MetaReply::Ok),
+            MetaCommand::AddUser(u) => t.access_mut().add_user(u).map(|_| MetaReply::Ok),
+            MetaCommand::DeleteUser { name } => {
+                t.access_mut().delete_user(&name).map(|_| MetaReply::Ok)
+            }
+            MetaCommand::SetPasswordHash { name, hash } => t
+                .access_mut()
+                .set_password_hash(&name, hash)
+                .map(|_| MetaReply::Ok),
+            MetaCommand::SetUserTags { name, tags } => {
+                t.access_mut().set_tags(&name, tags).map(|_| MetaReply::Ok)
+            }
+            MetaCommand::SetPermissions {
+                user,
+                vhost,
+                permission,
+            } => t
+                .set_permissions(&user, &vhost, permission)
+                .map(|_| MetaReply::Ok),
+            MetaCommand::ClearPermissions { user, vhost } => {
+                t.access_mut().clear_permissions(&user, &vhost);
+                Ok(MetaReply::Ok)
+            }
             MetaCommand::DeleteVhost { name } => match t.delete_vhost(&name) {
                 Some(_) => Ok(MetaReply::Ok),
                 None => Err(super::AmqpError::not_found(format!(

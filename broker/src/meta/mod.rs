@@ -4,6 +4,7 @@
 //! `rabbitmq-quorum-queues-and-dlx.md` §1, §3.1-3.2, §5.1, §10), error texts
 //! checked against a running 3.10.8 where the docstrings say "observed".
 
+pub mod access;
 pub mod command;
 pub mod effective;
 pub mod error;

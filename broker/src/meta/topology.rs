@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use amq_protocol::types::FieldTable;
 use serde::{Deserialize, Serialize};
 
+use super::access::Access;
 use super::effective;
 use super::error::{rs, AmqpError};
 use super::exchange::{predeclared, ExchangeKind, ExchangeRecord};
@@ -89,6 +90,9 @@ pub struct Topology {
     /// absent. Last field: snapshots written before it existed decode through
     /// [`Topology::decode_snapshot`].
     settings: BTreeMap<String, VhostSettings>,
+    /// Users and permissions. Snapshots written before it existed (and before
+    /// `settings`) decode with the default `guest` (all permissions on `/`).
+    access: Access,
 }
 
 /// A vhost's settings (RabbitMQ's vhost metadata and `vhost-limits` parameter).
@@ -108,7 +112,7 @@ impl VhostSettings {
     }
 }
 
-/// The snapshot layout before vhost limits (the same fields minus `limits`).
+/// The snapshot layout before vhost settings and users (the first three fields).
 #[derive(Deserialize)]
 struct TopologyBeforeLimits {
     vhosts: BTreeMap<String, VHost>,
@@ -151,7 +155,18 @@ impl Topology {
     pub fn new() -> Self {
         let mut t = Topology::default();
         t.add_vhost("/");
+        t.access = Access::with_guest();
         t
+    }
+
+    /// Users and permissions.
+    pub fn access(&self) -> &Access {
+        &self.access
+    }
+
+    /// Users and permissions, to change (meta commands only).
+    pub fn access_mut(&mut self) -> &mut Access {
+        &mut self.access
     }
 
     /// Creates a vhost with the predeclared exchanges; no-op if it exists.
@@ -165,6 +180,7 @@ impl Topology {
     /// caller stops their groups). None if it did not exist.
     pub fn delete_vhost(&mut self, name: &str) -> Option<Vec<QueueRecord>> {
         self.settings.remove(name);
+        self.access.forget_vhost(name);
         self.vhosts
             .remove(name)
             .map(|v| v.queues.into_values().collect())
@@ -182,6 +198,7 @@ impl Topology {
                     last_group_id: t.last_group_id,
                     cluster_id: t.cluster_id,
                     settings: BTreeMap::new(),
+                    access: Access::with_guest(),
                 })
                 .map_err(|_| e)
         })
@@ -247,6 +264,19 @@ impl Topology {
     /// True when the vhost exists.
     pub fn has_vhost(&self, name: &str) -> bool {
         self.vhosts.contains_key(name)
+    }
+
+    /// `set_permissions`: as [`Access::set_permissions`], for an existing vhost.
+    ///
+    /// Errors: 530 `vhost … not found`; those of `Access::set_permissions`.
+    pub fn set_permissions(
+        &mut self,
+        user: &str,
+        vhost: &str,
+        p: super::access::Permission,
+    ) -> Result<(), AmqpError> {
+        self.vhost(vhost)?;
+        self.access.set_permissions(user, vhost, p)
     }
 
     /// Names of all vhosts, sorted.
@@ -880,6 +910,21 @@ impl Topology {
             .unwrap_or_default()
     }
 
+    /// The policy that applies to a queue named `queue` with declare `arguments`, whether
+    /// or not it exists yet (a declare's permission checks need it before creation).
+    pub fn policy_for(&self, vhost: &str, queue: &str, arguments: &FieldTable) -> Option<&Policy> {
+        let v = self.vhosts.get(vhost)?;
+        let args = match v.queues.get(queue) {
+            Some(q) => &q.arguments,
+            None => arguments,
+        };
+        policy::select(
+            v.policies.values(),
+            Target::Queue(QueueType::of_args(args)),
+            queue,
+        )
+    }
+
     /// The policy in effect for a queue (highest priority among those whose
     /// apply-to, pattern and keys fit the queue's declared type; see
     /// `policy::select`).
@@ -948,6 +993,10 @@ mod snapshot_tests {
         assert_eq!(back.vhosts().collect::<Vec<_>>(), vec!["/", "v"]);
         assert_eq!(back.cluster_id(), 9);
         assert!(back.vhost_limits("/").is_empty());
+        assert!(
+            back.access().check_vhost_access("guest", "/").is_ok(),
+            "guest as before"
+        );
         assert!(Topology::decode_snapshot(&old[..old.len() - 1]).is_err());
     }
 }

@@ -1,0 +1,264 @@
+//! Users and permissions (issue 13 item 1), as RabbitMQ's internal backend:
+//! logins against stored hashes, vhost access at connection.open, configure /
+//! write / read regexes where RabbitMQ checks them (403 ACCESS_REFUSED with its
+//! texts), and the seed's dead-letter rule: declaring a queue with a DLX needs
+//! write on the DLX. Runs against RabbitMQ 3.10.8 too (`QUORUMQ_TEST_URI`, with
+//! `rabbitmqctl` on the PATH): the same answers come back.
+
+use cluster_tests::{dlx, *};
+use lapin::{
+    options::{BasicConsumeOptions, BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions},
+    types::FieldTable,
+    BasicProperties, Connection,
+};
+use std::time::Duration;
+
+const T: Duration = TEST_TIMEOUT;
+const CTL: Duration = Duration::from_secs(30);
+
+async fn ctl(broker: &Broker, args: &[&str]) -> anyhow::Result<String> {
+    dlx::run(dlx::ctl(broker, args)?, CTL).await
+}
+
+/// The broker's URI with other credentials.
+fn as_user(broker: &Broker, user: &str, password: &str) -> String {
+    broker
+        .uri()
+        .replacen("guest:guest@", &format!("{user}:{password}@"), 1)
+}
+
+async fn refusal(uri: &str) -> anyhow::Result<(u16, String)> {
+    match tokio::time::timeout(
+        Duration::from_secs(15),
+        Connection::connect(uri, Default::default()),
+    )
+    .await
+    {
+        Err(_) => anyhow::bail!("connect neither succeeded nor was refused in 15 s"),
+        Ok(Ok(_)) => anyhow::bail!("connection accepted; expected a refusal"),
+        Ok(Err(e)) => amqp_error(&e).ok_or_else(|| anyhow::anyhow!("not an AMQP refusal: {e:?}")),
+    }
+}
+
+async fn declare(conn: &Connection, q: &str, args: FieldTable) -> Result<(), lapin::Error> {
+    let ch = conn.create_channel().await?;
+    ch.queue_declare(q.into(), durable(), args)
+        .await
+        .map(|_| ())
+}
+
+fn refused(kind: &str, name: &str, user: &str) -> (u16, String) {
+    (
+        403,
+        format!(
+            "ACCESS_REFUSED - access to {kind} '{name}' in vhost '/' refused for user '{user}'"
+        ),
+    )
+}
+
+#[tokio::test]
+async fn users_and_permissions_as_rabbitmq() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let user = unique("bob").replace('.', "-");
+        ctl(&broker, &["add_user", &user, "s3cret"]).await?;
+        let result = async {
+            let uri = as_user(&broker, &user, "s3cret");
+            // A user without permissions is refused at connection.open.
+            assert_eq!(
+                refusal(&uri).await?,
+                (
+                    530,
+                    format!("NOT_ALLOWED - access to vhost '/' refused for user '{user}'")
+                )
+            );
+            // A wrong password is a refused login.
+            assert_eq!(refusal(&as_user(&broker, &user, "nope")).await?.0, 403);
+
+            let mine = format!("^{user}\\.");
+            ctl(
+                &broker,
+                &[
+                    "set_permissions",
+                    "-p",
+                    "/",
+                    &user,
+                    &mine,
+                    &format!("{mine}|^amq\\.default$"),
+                    &mine,
+                ],
+            )
+            .await?;
+            let listed = ctl(&broker, &["list_permissions", "-p", "/"]).await?;
+            assert!(listed.contains(&user), "{listed}");
+            let conn = connect(&uri).await?;
+
+            // configure: own names only.
+            let q = format!("{user}.q");
+            declare(&conn, &q, quorum_args(&[])).await?;
+            let other = unique("other.q");
+            assert_eq!(
+                expect_amqp_error(declare(&conn, &other, quorum_args(&[])).await),
+                refused("queue", &other, &user)
+            );
+            // The seed's rule: a DLX the user may not write to refuses the declare ...
+            let dl = format!("{user}.dl");
+            assert_eq!(
+                expect_amqp_error(
+                    declare(
+                        &conn,
+                        &dl,
+                        quorum_args(&[("x-dead-letter-exchange", s("amq.direct"))])
+                    )
+                    .await
+                ),
+                refused("exchange", "amq.direct", &user)
+            );
+            // ... one it may write to does not.
+            let own_dlx = format!("{user}.dlx");
+            declare(
+                &conn,
+                &dl,
+                quorum_args(&[("x-dead-letter-exchange", s(&own_dlx))]),
+            )
+            .await?;
+
+            // write: the default exchange (amq.default) yes, amq.fanout no.
+            let ch = confirm_channel(&conn).await?;
+            publish_confirmed(&ch, "", &q, b"m", BasicProperties::default()).await?;
+            let pc = ch
+                .basic_publish(
+                    "amq.fanout".into(),
+                    "".into(),
+                    Default::default(),
+                    b"x",
+                    BasicProperties::default(),
+                )
+                .await?;
+            assert_eq!(
+                expect_amqp_error(pc.await),
+                refused("exchange", "amq.fanout", &user)
+            );
+
+            // read: own queue yes; another user's no (get and consume).
+            let ch = conn.create_channel().await?;
+            let got = ch
+                .basic_get(q.as_str().into(), BasicGetOptions { no_ack: true })
+                .await?;
+            assert!(got.is_some(), "the published message");
+            let guest = connect(broker.uri()).await?;
+            let gq = unique("guest.q");
+            declare(&guest, &gq, quorum_args(&[])).await?;
+            let ch = conn.create_channel().await?;
+            assert_eq!(
+                expect_amqp_error(
+                    ch.basic_get(gq.as_str().into(), BasicGetOptions::default())
+                        .await
+                ),
+                refused("queue", &gq, &user)
+            );
+            let ch = conn.create_channel().await?;
+            assert_eq!(
+                expect_amqp_error(
+                    ch.basic_consume(
+                        gq.as_str().into(),
+                        "".into(),
+                        BasicConsumeOptions::default(),
+                        FieldTable::default()
+                    )
+                    .await
+                ),
+                refused("queue", &gq, &user)
+            );
+            // configure is needed to delete.
+            let ch = conn.create_channel().await?;
+            assert_eq!(
+                expect_amqp_error(
+                    ch.queue_delete(gq.as_str().into(), QueueDeleteOptions::default())
+                        .await
+                ),
+                refused("queue", &gq, &user)
+            );
+            let ch = conn.create_channel().await?;
+            for name in [&q, &dl] {
+                ch.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                    .await?;
+            }
+            let gch = guest.create_channel().await?;
+            gch.queue_delete(gq.as_str().into(), QueueDeleteOptions::default())
+                .await?;
+            drop(conn);
+
+            // Passwords change, tags are listed, cleared permissions close the vhost again.
+            ctl(&broker, &["change_password", &user, "n3w"]).await?;
+            assert_eq!(
+                refusal(&uri).await?.0,
+                403,
+                "the old password no longer works"
+            );
+            let uri = as_user(&broker, &user, "n3w");
+            connect(&uri).await?;
+            ctl(&broker, &["set_user_tags", &user, "monitoring"]).await?;
+            let users = ctl(&broker, &["list_users"]).await?;
+            let line = users
+                .lines()
+                .find(|l| l.starts_with(&user))
+                .unwrap_or_default()
+                .to_string();
+            assert!(line.contains("monitoring"), "{users}");
+            ctl(&broker, &["clear_permissions", "-p", "/", &user]).await?;
+            assert_eq!(refusal(&uri).await?.0, 530);
+            close_connection(&guest).await
+        }
+        .await;
+        let deleted = ctl(&broker, &["delete_user", &user]).await;
+        result?;
+        deleted?;
+        // A deleted user cannot log in.
+        assert_eq!(refusal(&as_user(&broker, &user, "n3w")).await?.0, 403);
+        Ok(())
+    })
+    .await
+}
+
+/// quorumq's default user is RabbitMQ's: guest/guest, administrator, all
+/// permissions on `/` (and none on vhosts added later).
+#[tokio::test]
+async fn guest_is_the_default_administrator_of_slash_only() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::spawn().await?;
+        let users = ctl(&broker, &["list_users", "--formatter", "json"]).await?;
+        let v: serde_json::Value = serde_json::from_str(&users)?;
+        assert_eq!(
+            v,
+            serde_json::json!([{"user": "guest", "tags": ["administrator"]}])
+        );
+        ctl(&broker, &["add_vhost", "fresh"]).await?;
+        let uri = broker.uri().replace("/%2f", "/fresh");
+        assert_eq!(
+            refusal(&uri).await?,
+            (
+                530,
+                "NOT_ALLOWED - access to vhost 'fresh' refused for user 'guest'".to_string()
+            )
+        );
+        ctl(
+            &broker,
+            &["set_permissions", "-p", "fresh", "guest", ".*", ".*", ".*"],
+        )
+        .await?;
+        let conn = connect(&uri).await?;
+        let ch = conn.create_channel().await?;
+        ch.queue_declare(
+            "in.fresh".into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+        close_connection(&conn).await
+    })
+    .await
+}
