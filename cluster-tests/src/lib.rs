@@ -429,6 +429,24 @@ pub async fn connect(uri: &str) -> anyhow::Result<Connection> {
     .with_context(|| format!("connect to {uri}"))
 }
 
+/// Connects to `uri` expecting a refusal (login or connection.open answered with
+/// connection.close); returns its (reply code, text).
+///
+/// Errors: the connection was accepted, the refusal was not an AMQP close, or no answer
+/// within 15 s (a refused login is answered after quorumq's 1 s delay).
+pub async fn connect_refusal(uri: &str) -> anyhow::Result<(u16, String)> {
+    match tokio::time::timeout(
+        Duration::from_secs(15),
+        Connection::connect(uri, ConnectionProperties::default()),
+    )
+    .await
+    {
+        Err(_) => bail!("connect to {uri} neither succeeded nor was refused in 15 s"),
+        Ok(Ok(_)) => bail!("connection to {uri} accepted; expected a refusal"),
+        Ok(Err(e)) => amqp_error(&e).ok_or_else(|| anyhow!("not an AMQP refusal: {e:?}")),
+    }
+}
+
 /// Opens a channel in publisher-confirm mode.
 pub async fn confirm_channel(conn: &Connection) -> anyhow::Result<Channel> {
     let ch = conn.create_channel().await?;

@@ -21,22 +21,6 @@ use std::time::Duration;
 const T: Duration = TEST_TIMEOUT;
 const CTL: Duration = Duration::from_secs(30);
 
-/// Connects, expecting a refusal; returns its (reply code, text).
-async fn refused(uri: &str) -> anyhow::Result<(u16, String)> {
-    match tokio::time::timeout(
-        Duration::from_secs(10),
-        Connection::connect(uri, lapin::ConnectionProperties::default()),
-    )
-    .await
-    {
-        Err(_) => anyhow::bail!("connect neither succeeded nor was refused within 10 s"),
-        Ok(Ok(_)) => anyhow::bail!("connection was accepted; expected a refusal"),
-        Ok(Err(e)) => {
-            amqp_error(&e).ok_or_else(|| anyhow::anyhow!("refused without an AMQP close: {e:?}"))
-        }
-    }
-}
-
 async fn ctl(broker: &Broker, args: &[&str]) -> anyhow::Result<String> {
     dlx::run(dlx::ctl(broker, args)?, CTL).await
 }
@@ -68,7 +52,7 @@ async fn vhost_limits_refuse_connections_and_queues_as_rabbitmq() -> anyhow::Res
             let c1 = connect(&uri).await?;
             let c2 = connect(&uri).await?;
             assert_eq!(
-                refused(&uri).await?,
+                connect_refusal(&uri).await?,
                 (
                     530,
                     "NOT_ALLOWED - access to vhost '/' refused for user 'guest': connection limit (2) is reached"
@@ -112,7 +96,7 @@ async fn vhost_limits_refuse_connections_and_queues_as_rabbitmq() -> anyhow::Res
                 String::from_utf8_lossy(&out.stderr)
             );
             assert!(text.contains("max-foo") && text.contains("in limits"), "{text}");
-            assert!(refused(&uri).await.is_ok(), "the limit of 2 still holds");
+            assert!(connect_refusal(&uri).await.is_ok(), "the limit of 2 still holds");
 
             // Cleared: connections and queues are unlimited again; clearing twice is an
             // error, as rabbitmqctl's "Parameter does not exist".
@@ -164,7 +148,7 @@ async fn node_connection_consumer_and_channel_limits() -> anyhow::Result<()> {
 
         let c1 = retry(Duration::from_secs(5), "first connection", || connect(&uri)).await?;
         assert_eq!(
-            refused(&uri).await?,
+            connect_refusal(&uri).await?,
             (
                 530,
                 "NOT_ALLOWED - connection refused: node connection limit (1) is reached"
@@ -253,7 +237,7 @@ async fn vhost_connection_limit_is_cluster_wide() -> anyhow::Result<()> {
                 .to_string(),
         );
         let got = retry(Duration::from_secs(5), "node 3 sees two connections", || async {
-            let r = refused(&cluster.uri(3)).await?;
+            let r = connect_refusal(&cluster.uri(3)).await?;
             anyhow::ensure!(r == want, "{r:?}");
             Ok(r)
         })

@@ -27,19 +27,6 @@ fn as_user(broker: &Broker, user: &str, password: &str) -> String {
         .replacen("guest:guest@", &format!("{user}:{password}@"), 1)
 }
 
-async fn refusal(uri: &str) -> anyhow::Result<(u16, String)> {
-    match tokio::time::timeout(
-        Duration::from_secs(15),
-        Connection::connect(uri, Default::default()),
-    )
-    .await
-    {
-        Err(_) => anyhow::bail!("connect neither succeeded nor was refused in 15 s"),
-        Ok(Ok(_)) => anyhow::bail!("connection accepted; expected a refusal"),
-        Ok(Err(e)) => amqp_error(&e).ok_or_else(|| anyhow::anyhow!("not an AMQP refusal: {e:?}")),
-    }
-}
-
 async fn declare(conn: &Connection, q: &str, args: FieldTable) -> Result<(), lapin::Error> {
     let ch = conn.create_channel().await?;
     ch.queue_declare(q.into(), durable(), args)
@@ -66,14 +53,17 @@ async fn users_and_permissions_as_rabbitmq() -> anyhow::Result<()> {
             let uri = as_user(&broker, &user, "s3cret");
             // A user without permissions is refused at connection.open.
             assert_eq!(
-                refusal(&uri).await?,
+                connect_refusal(&uri).await?,
                 (
                     530,
                     format!("NOT_ALLOWED - access to vhost '/' refused for user '{user}'")
                 )
             );
             // A wrong password is a refused login.
-            assert_eq!(refusal(&as_user(&broker, &user, "nope")).await?.0, 403);
+            assert_eq!(
+                connect_refusal(&as_user(&broker, &user, "nope")).await?.0,
+                403
+            );
 
             let mine = format!("^{user}\\.");
             ctl(
@@ -192,7 +182,7 @@ async fn users_and_permissions_as_rabbitmq() -> anyhow::Result<()> {
             // Passwords change, tags are listed, cleared permissions close the vhost again.
             ctl(&broker, &["change_password", &user, "n3w"]).await?;
             assert_eq!(
-                refusal(&uri).await?.0,
+                connect_refusal(&uri).await?.0,
                 403,
                 "the old password no longer works"
             );
@@ -207,7 +197,7 @@ async fn users_and_permissions_as_rabbitmq() -> anyhow::Result<()> {
                 .to_string();
             assert!(line.contains("monitoring"), "{users}");
             ctl(&broker, &["clear_permissions", "-p", "/", &user]).await?;
-            assert_eq!(refusal(&uri).await?.0, 530);
+            assert_eq!(connect_refusal(&uri).await?.0, 530);
             close_connection(&guest).await
         }
         .await;
@@ -215,7 +205,10 @@ async fn users_and_permissions_as_rabbitmq() -> anyhow::Result<()> {
         result?;
         deleted?;
         // A deleted user cannot log in.
-        assert_eq!(refusal(&as_user(&broker, &user, "n3w")).await?.0, 403);
+        assert_eq!(
+            connect_refusal(&as_user(&broker, &user, "n3w")).await?.0,
+            403
+        );
         Ok(())
     })
     .await
@@ -236,7 +229,7 @@ async fn guest_is_the_default_administrator_of_slash_only() -> anyhow::Result<()
         ctl(&broker, &["add_vhost", "fresh"]).await?;
         let uri = broker.uri().replace("/%2f", "/fresh");
         assert_eq!(
-            refusal(&uri).await?,
+            connect_refusal(&uri).await?,
             (
                 530,
                 "NOT_ALLOWED - access to vhost 'fresh' refused for user 'guest'".to_string()
