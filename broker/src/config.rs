@@ -66,6 +66,10 @@ pub struct Config {
     /// Most consumers on one channel (RabbitMQ 3.12+ `consumer_max_per_channel`); one more
     /// basic.consume closes the connection with 530 NOT_ALLOWED. None (default) = no limit.
     pub consumer_max_per_channel: Option<u64>,
+    /// File holding the cluster secret every cluster/admin call must carry (Erlang's
+    /// cookie; `cluster::secret`). Default: `$QUORUMQ_CLUSTER_SECRET_FILE`, else
+    /// `$HOME/.quorumq.cookie`; created on the first start when missing.
+    pub cluster_secret_file: Option<PathBuf>,
     /// Users who may connect only from a loopback address (RabbitMQ `loopback_users`,
     /// default `["guest"]`): the default guest/guest login is not reachable from the
     /// network. Empty = every user from anywhere.
@@ -104,6 +108,7 @@ impl Default for Config {
             channel_max: crate::amqp::connection::CHANNEL_MAX,
             consumer_max_per_channel: None,
             loopback_users: vec!["guest".into()],
+            cluster_secret_file: None,
         }
     }
 }

@@ -84,6 +84,10 @@ struct Args {
     /// empty value lets every user connect from anywhere).
     #[arg(long, value_name = "USERS", value_delimiter = ',')]
     loopback_users: Option<Vec<String>>,
+    /// File of the cluster secret (default: $QUORUMQ_CLUSTER_SECRET_FILE, else
+    /// ~/.quorumq.cookie; created when missing). Every node and quorumqctl need the same.
+    #[arg(long, value_name = "FILE")]
+    cluster_secret_file: Option<PathBuf>,
     /// Repair a corrupt write-ahead log: cut it at SEGMENT:OFFSET, exactly as the refusal to
     /// start named it, dropping every record from there on (for this start only).
     #[arg(long, value_name = "SEGMENT:OFFSET")]
@@ -167,6 +171,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(v) = args.loopback_users {
         config.loopback_users = v.into_iter().filter(|u| !u.is_empty()).collect();
     }
+    if let Some(v) = args.cluster_secret_file {
+        config.cluster_secret_file = Some(v);
+    }
     if let Some(v) = args.wal_truncate_at {
         config.wal_truncate_at = Some(
             raft_log::parse_truncate_at(&v)
@@ -217,6 +224,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let (raft, cluster_svc) = services.servers();
     let grpc = tokio::spawn(
         tonic::transport::Server::builder()
+            .layer(tonic::service::InterceptorLayer::new(
+                broker.peers().secret().server_check(),
+            ))
             .add_service(admin)
             .add_service(raft)
             .add_service(cluster_svc)

@@ -21,6 +21,7 @@ use crate::cluster::forward::{Forwarded, Forwarder};
 use crate::cluster::groups::GroupTable;
 use crate::cluster::join;
 use crate::cluster::peers::Peers;
+use crate::cluster::secret::ClusterSecret;
 use crate::cluster::server::ClusterServices;
 use crate::cluster::status::{ClusterStatus, NodeStatus, QueueStatus};
 use crate::cluster::transport::Network;
@@ -128,7 +129,14 @@ impl Broker {
             .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
             .map(u64::from_be_bytes)
             .unwrap_or(0);
-        let peers = Arc::new(Peers::new(me, cluster_id).bind_outgoing_to(&config.cluster_listen));
+        let secret_file = ClusterSecret::path(config.cluster_secret_file.as_deref());
+        let secret = ClusterSecret::load_or_create(&secret_file)
+            .map_err(|e| NodeError::Config(e.to_string()))?;
+        let peers = Arc::new(
+            Peers::new(me, cluster_id)
+                .bind_outgoing_to(&config.cluster_listen)
+                .with_secret(secret),
+        );
         peers.set_addr(me, &config.advertised());
         // Addresses learned when this node joined or from the meta membership;
         // the static list below wins where both name a node.
@@ -997,7 +1005,7 @@ impl Broker {
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         loop {
-            let last = match join::ask(&via, req.clone()).await {
+            let last = match join::ask(&via, self.peers.secret(), req.clone()).await {
                 Ok(r) if r.accepted => {
                     for p in &r.peers {
                         if p.node_id != me {

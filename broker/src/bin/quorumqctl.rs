@@ -10,6 +10,10 @@
 //! `grow`, `shrink`, `rebalance`), and rabbitmq-upgrade's `drain` / `revive`
 //! (maintenance mode of the node asked with `--node`).
 //!
+//! Every call carries the cluster secret (`--cluster-secret-file`, else
+//! `$QUORUMQ_CLUSTER_SECRET_FILE`, else `~/.quorumq.cookie`: the node's own file, as
+//! rabbitmqctl reads the Erlang cookie); a node refuses calls without it.
+//!
 //! `--formatter table|json` (anywhere on the line, default `table`) picks the
 //! output of the listing commands: `table` is tab-separated with a header
 //! line; `json` is what rabbitmqctl's json formatter prints — one JSON array
@@ -20,6 +24,7 @@ use std::io::Write;
 
 use anyhow::bail;
 use clap::{Parser, Subcommand, ValueEnum};
+use quorumq::cluster::secret::ClusterSecret;
 use quorumq_proto::v1::admin_client::AdminClient;
 use quorumq_proto::v1::{
     AddVhostRequest, ClearPolicyRequest, ClusterStatusReply, ClusterStatusRequest,
@@ -38,6 +43,10 @@ struct Args {
     /// Node's cluster/admin address.
     #[arg(long, default_value = "http://127.0.0.1:5680", env = "QUORUMQ_ADMIN")]
     node: String,
+    /// File of the cluster secret the node checks (default: $QUORUMQ_CLUSTER_SECRET_FILE,
+    /// else ~/.quorumq.cookie, as the node finds it).
+    #[arg(long, value_name = "FILE", global = true)]
+    cluster_secret_file: Option<std::path::PathBuf>,
     /// Virtual host.
     #[arg(short = 'p', long, default_value = "/", global = true)]
     vhost: String,
@@ -287,7 +296,14 @@ async fn main() -> anyhow::Result<()> {
     } else {
         format!("http://{}", args.node)
     };
-    let mut c = AdminClient::connect(node).await?;
+    let secret_file = ClusterSecret::path(args.cluster_secret_file.as_deref());
+    let secret = ClusterSecret::read(&secret_file).map_err(|e| {
+        anyhow::anyhow!("{e} (a node writes it on its first start; use the same file as the node, or --cluster-secret-file)")
+    })?;
+    let channel = tonic::transport::Endpoint::from_shared(node)?
+        .connect()
+        .await?;
+    let mut c = AdminClient::new(secret.attach(channel));
     let f = args.formatter;
     match args.cmd {
         Cmd::Status => {

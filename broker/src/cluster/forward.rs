@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::secret::PeerChannel;
 use bytes::Bytes;
 use quorumq_proto::v1::cluster_client::ClusterClient;
 use quorumq_proto::v1::{ProposeRequest, QueryRequest};
-use tonic::transport::Channel;
 
 use super::detector::Detector;
 use super::peers::{Peers, MAX_MESSAGE_BYTES};
@@ -53,7 +53,7 @@ impl Forwarder {
         self.peers.me()
     }
 
-    fn client(&self, node: u64) -> Option<ClusterClient<Channel>> {
+    fn client(&self, node: u64) -> Option<ClusterClient<PeerChannel>> {
         Some(
             ClusterClient::new(self.peers.channel(node)?)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)

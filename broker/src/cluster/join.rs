@@ -142,7 +142,11 @@ async fn forward(peers: &Peers, leader: u64, req: JoinRequest) -> JoinReply {
 /// Joiner side: one Join call to `addr` (`host:port`), ≤ 35 s.
 ///
 /// Errors: the address is invalid or the call failed (a refusal is a reply).
-pub async fn ask(addr: &str, req: JoinRequest) -> Result<JoinReply, String> {
+pub async fn ask(
+    addr: &str,
+    secret: &super::secret::ClusterSecret,
+    req: JoinRequest,
+) -> Result<JoinReply, String> {
     let ch = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| format!("--join {addr}: {e}"))?
         .connect_timeout(Duration::from_secs(2))
@@ -150,7 +154,7 @@ pub async fn ask(addr: &str, req: JoinRequest) -> Result<JoinReply, String> {
         .connect()
         .await
         .map_err(|e| format!("connecting to {addr}: {e}"))?;
-    ClusterClient::new(ch)
+    ClusterClient::new(secret.attach(ch))
         .join(req)
         .await
         .map(|r| r.into_inner())

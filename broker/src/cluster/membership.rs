@@ -191,7 +191,7 @@ async fn remove(
 pub(crate) fn admin_client(
     broker: &Broker,
     node: u64,
-) -> Result<AdminClient<tonic::transport::Channel>, String> {
+) -> Result<AdminClient<super::secret::PeerChannel>, String> {
     broker
         .peers()
         .channel(node)

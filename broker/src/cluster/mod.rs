@@ -13,6 +13,7 @@ pub mod groups;
 pub mod join;
 pub mod membership;
 pub mod peers;
+pub mod secret;
 pub mod server;
 pub mod status;
 pub mod transport;

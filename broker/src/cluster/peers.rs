@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
+
+use super::secret::{ClusterSecret, PeerChannel};
 
 /// Largest gRPC message either side accepts (bytes): Raft batches carry
 /// message bodies (tonic's default is 4 MiB).
@@ -20,7 +22,9 @@ pub struct Peers {
     local_ip: Option<std::net::IpAddr>,
     cluster_id: AtomicU64,
     addrs: RwLock<BTreeMap<u64, String>>,
-    channels: RwLock<HashMap<u64, (String, Channel)>>,
+    channels: RwLock<HashMap<u64, (String, PeerChannel)>>,
+    /// Sent on every call (cluster authentication, `cluster::secret`).
+    secret: ClusterSecret,
 }
 
 impl Peers {
@@ -32,7 +36,19 @@ impl Peers {
             cluster_id: AtomicU64::new(cluster_id),
             addrs: RwLock::new(BTreeMap::new()),
             channels: RwLock::new(HashMap::new()),
+            secret: ClusterSecret::unset(),
         }
+    }
+
+    /// Calls to peers carry `secret`.
+    pub fn with_secret(mut self, secret: ClusterSecret) -> Self {
+        self.secret = secret;
+        self
+    }
+
+    /// The cluster secret calls carry.
+    pub fn secret(&self) -> &ClusterSecret {
+        &self.secret
     }
 
     /// Outgoing peer connections leave from the IP of `cluster_listen`
@@ -102,7 +118,7 @@ impl Peers {
 
     /// The channel to node `id` (connected on first use, reconnected by
     /// tonic after failures); None when its address is unknown or invalid.
-    pub fn channel(&self, id: u64) -> Option<Channel> {
+    pub fn channel(&self, id: u64) -> Option<PeerChannel> {
         let addr = self.addr(id)?;
         if let Some((a, ch)) = self.channels.read().ok()?.get(&id) {
             if *a == addr {
@@ -118,6 +134,7 @@ impl Peers {
             .keep_alive_while_idle(true)
             .local_address(self.local_ip)
             .connect_lazy();
+        let ch = self.secret.attach(ch);
         if let Ok(mut c) = self.channels.write() {
             c.insert(id, (addr, ch.clone()));
         }

@@ -11,6 +11,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::secret::PeerChannel;
 use bytes::Bytes;
 use openraft::error::{
     Fatal, InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
@@ -24,7 +25,6 @@ use openraft::raft::{
 use openraft::{BasicNode, LogId, Snapshot, Vote};
 use quorumq_proto::v1::raft_transport_client::RaftTransportClient;
 use quorumq_proto::v1::{RaftRequest, SnapshotChunk};
-use tonic::transport::Channel;
 
 use super::commit_updates::CommitUpdates;
 use super::detector::Detector;
@@ -153,7 +153,7 @@ impl PeerClient {
         })
     }
 
-    fn client(&self) -> Result<RaftTransportClient<Channel>, TransportError> {
+    fn client(&self) -> Result<RaftTransportClient<PeerChannel>, TransportError> {
         let ch = self
             .net
             .peers
@@ -185,7 +185,7 @@ impl PeerClient {
         Req: serde::Serialize,
         Resp: serde::de::DeserializeOwned,
         E: std::error::Error + serde::de::DeserializeOwned,
-        F: FnOnce(RaftTransportClient<Channel>, RaftRequest) -> Fut,
+        F: FnOnce(RaftTransportClient<PeerChannel>, RaftRequest) -> Fut,
         Fut: Future<Output = Result<tonic::Response<quorumq_proto::v1::RaftReply>, tonic::Status>>,
     {
         let req = self
@@ -204,7 +204,7 @@ impl PeerClient {
     where
         Resp: serde::de::DeserializeOwned,
         E: std::error::Error + serde::de::DeserializeOwned,
-        F: FnOnce(RaftTransportClient<Channel>, RaftRequest) -> Fut,
+        F: FnOnce(RaftTransportClient<PeerChannel>, RaftRequest) -> Fut,
         Fut: Future<Output = Result<tonic::Response<quorumq_proto::v1::RaftReply>, tonic::Status>>,
     {
         let client = self
