@@ -104,6 +104,19 @@ async fn users_and_permissions_as_rabbitmq() -> anyhow::Result<()> {
                 ),
                 refused("exchange", "amq.direct", &user)
             );
+            // ... a policy's DLX is not checked (RabbitMQ 3.10.8: the declare succeeds) ...
+            let by_policy = format!("{user}.bypolicy");
+            let policy = unique("dlx-pol").replace('.', "-");
+            dlx::set_policy(
+                &broker,
+                &policy,
+                &format!("^{by_policy}$"),
+                r#"{"dead-letter-exchange":"amq.direct"}"#,
+            )
+            .await?;
+            let declared = declare(&conn, &by_policy, quorum_args(&[])).await;
+            dlx::clear_policy(&broker, &policy).await?;
+            declared?;
             // ... one it may write to does not.
             let own_dlx = format!("{user}.dlx");
             declare(
@@ -170,7 +183,7 @@ async fn users_and_permissions_as_rabbitmq() -> anyhow::Result<()> {
                 refused("queue", &gq, &user)
             );
             let ch = conn.create_channel().await?;
-            for name in [&q, &dl] {
+            for name in [&q, &dl, &by_policy] {
                 ch.queue_delete(name.as_str().into(), QueueDeleteOptions::default())
                     .await?;
             }

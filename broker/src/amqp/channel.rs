@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use amq_protocol::protocol::basic::{self, AMQPProperties};
 use amq_protocol::protocol::{channel, confirm, exchange, queue, tx, AMQPClass};
-use amq_protocol::types::{AMQPValue, FieldTable, ShortString};
+use amq_protocol::types::{AMQPValue, ShortString};
 use bytes::{Bytes, BytesMut};
 
 use super::codec;
@@ -330,26 +330,6 @@ impl Conn {
         }
     }
 
-    /// The dead-letter exchange a queue declared with `arguments` would have: its
-    /// `x-dead-letter-exchange` argument, else a matching policy's.
-    fn dead_letter_exchange(&self, queue: &str, arguments: &FieldTable) -> Option<String> {
-        if let Some(x) = crate::meta::value::lookup(arguments, "x-dead-letter-exchange")
-            .and_then(crate::meta::value::as_longstr)
-        {
-            return Some(x);
-        }
-        self.broker
-            .with_topology(|t| {
-                t.policy_for(&self.vhost, queue, arguments).and_then(|p| {
-                    p.definition
-                        .get("dead-letter-exchange")
-                        .and_then(|v| v.as_str())
-                        .map(str::to_string)
-                })
-            })
-            .flatten()
-    }
-
     async fn meta(&mut self, cmd: MetaCommand) -> Result<MetaReply> {
         match self.broker.meta_write(cmd).await? {
             MetaReply::Error(e) => Err(e.into()),
@@ -500,11 +480,15 @@ impl Conn {
                 let (_, handle) = if d.passive {
                     self.lookup_queue(&name)?
                 } else {
-                    // rabbit_channel: configure on the queue; with a dead-letter exchange
-                    // (argument or policy) also read on the queue and write on the DLX
-                    // (the seed's rule: no dead-lettering into what one could not publish to).
+                    // rabbit_channel: configure on the queue; with an x-dead-letter-exchange
+                    // argument also read on the queue and write on the DLX (the seed's rule:
+                    // no dead-lettering into what one could not publish to). A DLX set by a
+                    // policy is not checked, as RabbitMQ 3.10.8 (policies are the operator's).
                     self.permit("queue", &name, Perm::Configure)?;
-                    if let Some(dlx) = self.dead_letter_exchange(&name, &declare.arguments) {
+                    if let Some(dlx) =
+                        crate::meta::value::lookup(&declare.arguments, "x-dead-letter-exchange")
+                            .and_then(crate::meta::value::as_longstr)
+                    {
                         self.permit("queue", &name, Perm::Read)?;
                         self.permit("exchange", &dlx, Perm::Write)?;
                     }

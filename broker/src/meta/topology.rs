@@ -910,21 +910,6 @@ impl Topology {
             .unwrap_or_default()
     }
 
-    /// The policy that applies to a queue named `queue` with declare `arguments`, whether
-    /// or not it exists yet (a declare's permission checks need it before creation).
-    pub fn policy_for(&self, vhost: &str, queue: &str, arguments: &FieldTable) -> Option<&Policy> {
-        let v = self.vhosts.get(vhost)?;
-        let args = match v.queues.get(queue) {
-            Some(q) => &q.arguments,
-            None => arguments,
-        };
-        policy::select(
-            v.policies.values(),
-            Target::Queue(QueueType::of_args(args)),
-            queue,
-        )
-    }
-
     /// The policy in effect for a queue (highest priority among those whose
     /// apply-to, pattern and keys fit the queue's declared type; see
     /// `policy::select`).
