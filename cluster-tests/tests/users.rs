@@ -5,7 +5,7 @@
 //! write on the DLX. Runs against RabbitMQ 3.10.8 too (`QUORUMQ_TEST_URI`, with
 //! `rabbitmqctl` on the PATH): the same answers come back.
 
-use cluster_tests::{dlx, *};
+use cluster_tests::{cluster::retry, dlx, *};
 use lapin::{
     options::{BasicConsumeOptions, BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions},
     types::FieldTable,
@@ -265,6 +265,109 @@ async fn guest_is_the_default_administrator_of_slash_only() -> anyhow::Result<()
         )
         .await?;
         close_connection(&conn).await
+    })
+    .await
+}
+
+/// A local address that is not loopback: one end of a veth pair made for the test
+/// (needs root, as CI runs; removed on drop).
+struct NonLoopbackAddr {
+    link: String,
+    ip: String,
+}
+
+impl NonLoopbackAddr {
+    fn make(link: &str, ip: &str) -> anyhow::Result<NonLoopbackAddr> {
+        let run = |args: &[&str]| -> anyhow::Result<()> {
+            let out = std::process::Command::new("ip").args(args).output()?;
+            anyhow::ensure!(
+                out.status.success(),
+                "ip {}: {} (this test needs root and iproute2)",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(())
+        };
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", link])
+            .output();
+        let addr = NonLoopbackAddr {
+            link: link.into(),
+            ip: ip.into(),
+        };
+        run(&[
+            "link",
+            "add",
+            link,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &format!("{link}p"),
+        ])?;
+        run(&["addr", "add", &format!("{ip}/24"), "dev", link])?;
+        run(&["link", "set", link, "up"])?;
+        Ok(addr)
+    }
+}
+
+impl Drop for NonLoopbackAddr {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.link])
+            .output();
+    }
+}
+
+/// As RabbitMQ's default `loopback_users`: guest logs in only from a loopback address; from
+/// another one the login is refused with RabbitMQ's text, while a user of one's own works
+/// from there.
+#[tokio::test]
+async fn guest_is_refused_from_a_non_loopback_address() -> anyhow::Result<()> {
+    bounded(T, async {
+        let addr = NonLoopbackAddr::make("qqguest", "10.214.77.1")?;
+        let data = tempfile::tempdir()?;
+        let (amqp, cluster) = (free_port()?, free_port()?);
+        let log = std::fs::File::create(data.path().join("log"))?;
+        let mut node = std::process::Command::new(quorumq_bin())
+            .arg("--amqp-listen")
+            .arg(format!("{}:{amqp}", addr.ip))
+            .arg("--cluster-listen")
+            .arg(format!("127.0.0.1:{cluster}"))
+            .arg("--data-dir")
+            .arg(data.path().join("data"))
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        let result = async {
+            let admin = format!("http://127.0.0.1:{cluster}");
+            let guest = format!("amqp://guest:guest@{}:{amqp}/%2f", addr.ip);
+            let refused = retry(Duration::from_secs(20), "node up and refusing guest", || async {
+                connect_refusal(&guest).await
+            })
+            .await?;
+            assert_eq!(
+                refused,
+                (
+                    403,
+                    "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. For details see the broker logfile."
+                        .to_string()
+                )
+            );
+            let ctl = |args: &[&str]| dlx::run(dlx::quorumqctl(&admin, args), CTL);
+            ctl(&["add_user", "remote", "pw"]).await?;
+            ctl(&["set_permissions", "remote", ".*", ".*", ".*"]).await?;
+            let conn = connect(&format!("amqp://remote:pw@{}:{amqp}/%2f", addr.ip)).await?;
+            close_connection(&conn).await
+        }
+        .await;
+        let _ = node.kill();
+        let _ = node.wait();
+        if result.is_err() {
+            eprintln!("{}", std::fs::read_to_string(data.path().join("log")).unwrap_or_default());
+        }
+        result
     })
     .await
 }

@@ -340,12 +340,25 @@ impl Conn {
         };
         self.blocked_capable = has_capability(&start_ok.client_properties, "connection.blocked");
         let mechanism = start_ok.mechanism.as_str().to_string();
-        let login = credentials(&mechanism, start_ok.response.as_bytes());
+        // rabbit_reader auth_phase: the password, then loopback-only users (guest by
+        // default) from another address; both refusals look the same to the client.
+        let login = match credentials(&mechanism, start_ok.response.as_bytes()) {
+            None => Err((String::new(), "malformed response or unknown mechanism")),
+            Some((user, pass)) if !self.broker.password_ok(&user, &pass) => {
+                Err((user, "unknown user or wrong password"))
+            }
+            Some((user, _))
+                if self.broker.config().loopback_users.contains(&user)
+                    && !self.peer.is_some_and(|p| p.ip().is_loopback()) =>
+            {
+                Err((user, "user can only connect via localhost"))
+            }
+            Some((user, _)) => Ok(user),
+        };
         let user = match login {
-            Some((user, pass)) if self.broker.password_ok(&user, &pass) => user,
-            other => {
-                let user = other.map(|(u, _)| u).unwrap_or_default();
-                tracing::warn!(conn = self.id, peer = ?self.peer, %user, %mechanism, "login refused");
+            Ok(user) => user,
+            Err((user, why)) => {
+                tracing::warn!(conn = self.id, peer = ?self.peer, %user, %mechanism, why, "login refused");
                 // Slows down password guessing: each refused login costs the client 1 s.
                 tokio::time::sleep(LOGIN_REFUSED_DELAY).await;
                 // Without the authentication_failure_close capability RabbitMQ
@@ -357,19 +370,6 @@ impl Conn {
                 return Ok(None);
             }
         };
-        // rabbit_reader: a loopback-only user (guest by default) from another address.
-        if self.broker.config().loopback_users.contains(&user)
-            && !self.peer.is_some_and(|p| p.ip().is_loopback())
-        {
-            tracing::warn!(conn = self.id, peer = ?self.peer, %user, "login refused: loopback-only user");
-            self.close_connection(
-                403,
-                format!("ACCESS_REFUSED - User '{user}' can only connect via localhost"),
-                0,
-                0,
-            );
-            return Ok(None);
-        }
         let offered_channel_max = self.broker.config().offered_channel_max();
         self.send(
             0,
