@@ -9,7 +9,8 @@
 //! Input: repeated `[kind][channel][len lo][len hi][payload: len bytes]`; `kind % 4`
 //! picks method (1), content header (2), body (3) or heartbeat (8); `channel % 4`
 //! the channel; `len % 1024` the payload size (cut at the input's end). Seeds are
-//! real pika sessions re-encoded this way (`broker/fuzz/seeds/connection/`).
+//! real pika sessions re-encoded this way (`broker/fuzz/seeds/connection/`). Every 500
+//! runs the queues and exchanges the inputs declared are deleted.
 #![no_main]
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +33,13 @@ struct Harness {
 fn harness() -> &'static Harness {
     static H: OnceLock<Harness> = OnceLock::new();
     H.get_or_init(|| {
+        // QUORUMQ_FUZZ_LOG=quorumq=trace shows the broker's side of a hang.
+        if let Ok(filter) = std::env::var("QUORUMQ_FUZZ_LOG") {
+            tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(std::io::stderr)
+                .init();
+        }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -122,25 +130,38 @@ fn closed(buf: &[u8]) -> bool {
             .any(|w| w[0] == 1 && w[1..3] == [0, 0] && w[3..7] == [0, 10, 0, 51])
 }
 
-/// Deletes every queue the inputs declared (they are durable Raft groups: left alone,
-/// they would pile up over millions of runs).
-async fn delete_all_queues(h: &Harness) {
-    let names: Vec<String> = h
+/// Deletes every queue and exchange the inputs declared (queues are durable Raft groups,
+/// and every exchange and binding is in each meta snapshot: left alone, they would pile
+/// up over millions of runs and slow every run down).
+async fn delete_all(h: &Harness) {
+    let (queues, exchanges): (Vec<String>, Vec<String>) = h
         .broker
         .with_topology(|t| {
-            t.queues()
-                .filter(|q| q.vhost == "/")
-                .map(|q| q.name.clone())
-                .collect()
+            (
+                t.queues()
+                    .filter(|q| q.vhost == "/")
+                    .map(|q| q.name.clone())
+                    .collect(),
+                t.exchanges("/")
+                    .map(|x| x.name.clone())
+                    .filter(|n| !n.is_empty() && !n.starts_with("amq."))
+                    .collect(),
+            )
         })
         .unwrap_or_default();
-    if names.is_empty() {
+    if queues.is_empty() && exchanges.is_empty() {
         return;
     }
     let mut bytes = handshake();
     frame(&mut bytes, 1, 1, &[0, 20, 0, 10, 0]);
-    for n in &names {
+    for n in &queues {
         let mut p = vec![0, 50, 0, 40, 0, 0];
+        shortstr(&mut p, n.as_bytes());
+        p.push(0);
+        frame(&mut bytes, 1, 1, &p);
+    }
+    for n in &exchanges {
+        let mut p = vec![0, 40, 0, 20, 0, 0];
         shortstr(&mut p, n.as_bytes());
         p.push(0);
         frame(&mut bytes, 1, 1, &p);
@@ -189,8 +210,12 @@ fuzz_target!(|data: &[u8]| {
             Ok(_) => {}
             Err(_) => panic!("the broker did not answer connection.close within 10 s"),
         }
-        if h.runs.fetch_add(1, Ordering::Relaxed) % 500 == 499 {
-            delete_all_queues(h).await;
+        if h.runs.fetch_add(1, Ordering::Relaxed) % 500 == 499
+            && tokio::time::timeout(Duration::from_secs(30), delete_all(h))
+                .await
+                .is_err()
+        {
+            panic!("the broker did not answer the cleanup connection (queue.delete / exchange.delete, then connection.close) within 30 s");
         }
     });
 });
