@@ -121,13 +121,12 @@ fn frames(data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// True once `buf` holds a connection.close or close-ok from the server.
+/// True once `buf` holds a connection.close or close-ok from the server: a method frame
+/// on channel 0 (type, channel, 4 size bytes) whose class is 10 and method 50 or 51.
 fn closed(buf: &[u8]) -> bool {
-    buf.windows(7)
-        .any(|w| w[0] == 1 && w[1..3] == [0, 0] && w[3..7] == [0, 10, 0, 50])
-        || buf
-            .windows(7)
-            .any(|w| w[0] == 1 && w[1..3] == [0, 0] && w[3..7] == [0, 10, 0, 51])
+    buf.windows(11).any(|w| {
+        w[0] == 1 && w[1..3] == [0, 0] && w[7..10] == [0, 10, 0] && matches!(w[10], 50 | 51)
+    })
 }
 
 /// Deletes every queue and exchange the inputs declared (queues are durable Raft groups,
