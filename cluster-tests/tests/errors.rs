@@ -534,3 +534,46 @@ async fn malformed_input_gets_rabbitmqs_reply_code() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// A method on a closing channel (the server sent channel.close, the client has not
+/// answered close-ok yet) is discarded, as RabbitMQ 3.10.8 does (AMQP 0-9-1 §4.2.5:
+/// after channel.close, only close-ok counts): no connection error, and once close-ok
+/// is sent the channel number opens again.
+#[tokio::test]
+async fn method_on_a_closing_channel_is_discarded() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let t = Duration::from_secs(10);
+        let mut c = RawConn::handshake(broker.uri()).await?;
+        c.send_method(1, raw::Args::method(20, 10).shortstr(""))
+            .await?;
+        let ok = c.read_method(t).await?.expect("channel.open-ok");
+        assert_eq!(ok.method(), Some((20, 11)));
+        // queue.declare passive of a missing queue: the server closes channel 1 (404).
+        let missing = unique("q.missing");
+        let passive = || {
+            raw::Args::method(50, 10)
+                .u16(0)
+                .shortstr(&missing)
+                .u8(0b0000_0001)
+                .empty_table()
+        };
+        c.send_method(1, passive()).await?;
+        let close = c.read_method(t).await?.expect("channel.close");
+        assert_eq!(close.method(), Some((20, 40)), "{close:?}");
+        // Before close-ok: another method on the closing channel must be ignored.
+        c.send_method(1, passive()).await?;
+        c.send_method(1, raw::Args::method(20, 41)).await?;
+        c.send_method(1, raw::Args::method(20, 10).shortstr(""))
+            .await?;
+        let reopened = c.read_method(t).await?.expect("a reply");
+        assert_eq!(
+            reopened.method(),
+            Some((20, 11)),
+            "expected channel.open-ok, got {reopened:?} {:?}",
+            reopened.close_reason()
+        );
+        Ok(())
+    })
+    .await
+}
