@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 # The cluster tests must exercise quorumq here, not an external broker.
-unset QUORUMQ_TEST_URI QUORUMQ_BIN
+unset QUORUMQ_TEST_URI QUORUMQ_TEST_HTTP QUORUMQ_BIN
 # The pika tests need pika and pytest; install them on a fresh machine.
 if ! python3 -c 'import pika, pytest' 2>/dev/null; then
   if ! python3 -m pip --version >/dev/null 2>&1; then
@@ -15,6 +15,11 @@ if ! python3 -c 'import pika, pytest' 2>/dev/null; then
   fi
   python3 -m pip install --quiet pika pytest \
     || python3 -m pip install --quiet --break-system-packages pika pytest
+fi
+# The management API tests drive the HTTP API with curl.
+if ! command -v curl >/dev/null; then
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y curl
 fi
 # The partition test and the fault suite need ip (iproute2) and iptables.
 if [ "$(id -u)" = 0 ] && { ! command -v iptables >/dev/null || ! command -v ip >/dev/null || ! command -v tc >/dev/null; }; then

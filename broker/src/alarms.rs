@@ -112,6 +112,11 @@ impl Alarms {
         self.local.lock().map(|a| *a).unwrap_or_default()
     }
 
+    /// Live peers' own alarms, by node id, as their beats last said.
+    pub fn remote(&self) -> std::collections::HashMap<u64, Alarm> {
+        self.remote.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
     /// A peer's own alarms, from its beat; `Alarm::default()` when it went down.
     pub fn set_remote(&self, node: u64, alarm: Alarm) {
         let changed = self

@@ -17,8 +17,11 @@ pub struct Config {
     pub amqp_listen: String,
     /// Cluster gRPC listener (Raft transport and admin API).
     pub cluster_listen: String,
-    /// HTTP listener of the health probes (`/health/live`, `/health/ready`,
-    /// see `crate::http`); None (default) = no HTTP endpoint.
+    /// HTTP listener of the management API, `/metrics` and the health probes
+    /// (`crate::http`). None (default) = [`crate::http::DEFAULT_LISTEN`], 127.0.0.1:15672,
+    /// where a port already taken only logs a warning (a second node on one machine, or
+    /// RabbitMQ's management plugin); an empty string = no HTTP listener; an address given
+    /// explicitly must bind.
     pub http_listen: Option<String>,
     /// Cluster address other nodes use to reach this one (`host:port`);
     /// default: `cluster_listen`.

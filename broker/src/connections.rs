@@ -99,6 +99,13 @@ impl Connections {
             .clone()
     }
 
+    /// Open connections in the cluster: this node's and those its peers' beats reported.
+    pub fn total(&self) -> u64 {
+        let c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let sum = |m: &HashMap<String, u32>| m.values().map(|&n| u64::from(n)).sum::<u64>();
+        sum(&c.local) + c.remote.values().map(sum).sum::<u64>()
+    }
+
     /// A beat from `node` reported its counts.
     pub fn set_remote(&self, node: u64, counts: HashMap<String, u32>) {
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());

@@ -14,6 +14,7 @@ pub mod http;
 pub mod liveness;
 pub mod message;
 pub mod meta;
+pub mod metrics;
 pub mod node;
 pub mod queue;
 

@@ -43,7 +43,9 @@ struct Args {
     /// Node id.
     #[arg(long)]
     node_id: Option<u64>,
-    /// HTTP health probes /health/live and /health/ready (off unless given).
+    /// HTTP management API (/api), Prometheus /metrics and health probes
+    /// (/health/live, /health/ready); default 127.0.0.1:15672 (skipped with a warning when
+    /// taken), "" = off.
     #[arg(long, value_name = "HOST:PORT")]
     http_listen: Option<String>,
     /// Cluster address peers dial to reach this node (default: --cluster-listen).
@@ -206,16 +208,27 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding cluster listener {cluster_addr}"))?;
     let started: quorumq::http::Started = Default::default();
-    if let Some(addr) = &config.http_listen {
-        let http = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding HTTP listener {addr}"))?;
-        let started = started.clone();
-        tokio::spawn(async move {
-            if let Err(e) = quorumq::http::serve(http, started).await {
-                tracing::error!(error = %e, "HTTP endpoint failed");
+    let http_addr = config
+        .http_listen
+        .clone()
+        .unwrap_or_else(|| quorumq::http::DEFAULT_LISTEN.to_owned());
+    if !http_addr.is_empty() {
+        match tokio::net::TcpListener::bind(&http_addr).await {
+            Ok(http) => {
+                let started = started.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = quorumq::http::serve(http, started).await {
+                        tracing::error!(error = %e, "HTTP endpoint failed");
+                    }
+                });
             }
-        });
+            Err(e) if config.http_listen.is_none() => {
+                tracing::warn!(addr = %http_addr, error = %e, "default HTTP listener (management API, /metrics) not started; set --http-listen");
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("binding HTTP listener {http_addr}"));
+            }
+        }
     }
     let (broker, services) = Broker::open(config.clone())
         .await

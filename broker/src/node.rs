@@ -31,7 +31,7 @@ use crate::config::Config;
 use crate::consumers::ConsumerRegistry;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::host::MetaHost;
-use crate::meta::{QueueKind, QueueRecord, QueueType};
+use crate::meta::{QueueDeclare, QueueKind, QueueRecord, QueueType};
 use crate::queue::bodies::{MemBodies, SegmentBodies, MEMORY_BUDGET};
 use crate::queue::handle::{QueueHandle, Route};
 use crate::queue::host::{QueueContext, QueueHost};
@@ -118,6 +118,7 @@ impl Broker {
                 sled_cache_bytes: CACHE_BYTES,
                 min_sync_interval: std::time::Duration::from_micros(config.sync_interval_us),
                 wal_truncate_at: config.wal_truncate_at,
+                on_wal_sync: |d| crate::metrics::COUNTERS.wal_synced(d),
                 ..StoreOptions::default()
             },
         )?;
@@ -288,6 +289,51 @@ impl Broker {
         {
             Some(t) => t == "classic",
             None => self.config.classic_by_default().unwrap_or(false),
+        }
+    }
+
+    /// A queue.declare through this node (AMQP or the management API): replica placement
+    /// for a new quorum queue ([`Broker::place`]), and the vhost's default queue type
+    /// written into the arguments when they name none (so every replica applies the same
+    /// type). The caller sets `server_named` and checks permissions.
+    #[allow(clippy::too_many_arguments)]
+    pub fn queue_declare(
+        &self,
+        vhost: &str,
+        name: &str,
+        passive: bool,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        mut arguments: FieldTable,
+        connection: u64,
+    ) -> QueueDeclare {
+        let members = if durable && !exclusive && !auto_delete && !passive {
+            self.place(&arguments)
+        } else {
+            Vec::new()
+        };
+        if !passive
+            && self.classic_by_default(vhost)
+            && crate::meta::value::lookup(&arguments, "x-queue-type").is_none()
+        {
+            arguments.insert(
+                "x-queue-type".into(),
+                amq_protocol::types::AMQPValue::LongString("classic".into()),
+            );
+        }
+        QueueDeclare {
+            vhost: vhost.to_owned(),
+            name: name.to_owned(),
+            passive,
+            durable,
+            exclusive,
+            auto_delete,
+            arguments,
+            node: self.node_id(),
+            connection,
+            server_named: false,
+            members,
         }
     }
 
@@ -570,14 +616,16 @@ impl Broker {
 
     fn context(
         &self,
-        group: u64,
+        rec: &QueueRecord,
     ) -> (
         Arc<QueueContext>,
         tokio::sync::mpsc::UnboundedReceiver<crate::queue::host::LeaderEffect>,
     ) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let ctx = Arc::new(QueueContext {
-            group,
+            group: rec.group_id,
+            vhost: rec.vhost.clone(),
+            name: rec.name.clone(),
             node: self.config.node_id,
             consumers: self.consumers.clone(),
             effects: tx,
@@ -651,7 +699,7 @@ impl Broker {
         rec: &QueueRecord,
     ) -> Result<Arc<QueueHandle>, NodeError> {
         let me = self.config.node_id;
-        let (ctx, rx) = self.context(rec.group_id);
+        let (ctx, rx) = self.context(rec);
         let config = self.effective_config(&rec.vhost, &rec.name);
         // Declared classic, or local (untyped non-durable/exclusive/auto-delete).
         let classic = QueueType::of_args(&rec.arguments) != QueueType::Quorum;
@@ -1063,6 +1111,21 @@ impl Broker {
             let _ = db.flush();
         }
         tracing::info!(cluster_id = format!("{in_meta:016x}"), "joined cluster");
+    }
+
+    /// An operator's topology change (quorumqctl, the management API): [`Broker::meta_write`],
+    /// then the policies' effect on this node's queues ([`Broker::refresh_configs`]).
+    ///
+    /// Errors: the change's AMQP error (its code and RabbitMQ's text), or 541 when no meta
+    /// leader answered.
+    pub async fn operator_write(&self, cmd: MetaCommand) -> Result<MetaReply, ProtocolError> {
+        match self.meta_write(cmd).await? {
+            MetaReply::Error(e) => Err(e.into()),
+            reply => {
+                self.refresh_configs().await;
+                Ok(reply)
+            }
+        }
     }
 
     /// Applies changed policies: every queue whose effective configuration

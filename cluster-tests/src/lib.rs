@@ -42,6 +42,7 @@ use std::{
 pub mod cluster;
 pub mod dlx;
 pub mod faults;
+pub mod http;
 pub mod lean;
 pub mod raw;
 

@@ -35,6 +35,9 @@ pub struct StoreOptions {
     /// recovery cuts the log there, dropping every later record. Default none: a corrupt
     /// record that later synced records follow fails the open.
     pub wal_truncate_at: Option<(u64, u64)>,
+    /// Called after every WAL sync round with its duration (write + `fdatasync`; for a
+    /// latency histogram). Default: nothing.
+    pub on_wal_sync: fn(std::time::Duration),
 }
 
 /// The default [`StoreOptions::on_sync_failure`]: logs the error and exits the process with
@@ -64,6 +67,7 @@ impl Default for StoreOptions {
             max_entry_bytes: wal.max_record_bytes,
             on_sync_failure: fail_stop,
             wal_truncate_at: None,
+            on_wal_sync: |_| {},
         }
     }
 }
@@ -133,6 +137,7 @@ impl NodeStore {
                 max_record_bytes: opts.max_entry_bytes.min(crate::MAX_ENTRY_BYTES),
                 on_failure: opts.on_sync_failure,
                 truncate_at: opts.wal_truncate_at,
+                on_synced: opts.on_wal_sync,
             },
         )?);
         let sync_wal = wal.clone();

@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status};
 
 use crate::cluster::drain;
 use crate::cluster::membership::{self, Change};
-use crate::meta::command::{MetaCommand, MetaReply};
+use crate::meta::command::MetaCommand;
 use crate::meta::policy::Policy;
 use crate::meta::QueueKind;
 use crate::node::Broker;
@@ -50,21 +50,17 @@ impl AdminService {
     }
 
     async fn write(&self, cmd: MetaCommand) -> AdminReply {
-        match self.broker.meta_write(cmd).await {
-            Ok(MetaReply::Error(e)) => AdminReply {
-                ok: false,
-                error: e.text,
+        match self.broker.operator_write(cmd).await {
+            Ok(_) => AdminReply {
+                ok: true,
+                error: String::new(),
             },
-            Ok(_) => {
-                self.broker.refresh_configs().await;
-                AdminReply {
-                    ok: true,
-                    error: String::new(),
-                }
-            }
-            Err(e) => AdminReply {
+            Err(
+                crate::amqp::error::ProtocolError::Channel { text, .. }
+                | crate::amqp::error::ProtocolError::Connection { text, .. },
+            ) => AdminReply {
                 ok: false,
-                error: format!("{e:?}"),
+                error: text,
             },
         }
     }

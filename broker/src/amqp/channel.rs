@@ -19,7 +19,7 @@ use crate::message::StoredMessage;
 use crate::meta::access::Perm;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::publish::{cc_bcc_keys, parse_expiration, strip_bcc};
-use crate::meta::{QueueDeclare, QueueRecord, Topology};
+use crate::meta::{QueueRecord, Topology};
 use crate::queue::handle::{PendingReply, QueueHandle};
 use crate::queue::types::{
     ConsumerId, EnqueueMsg, EnqueueOutcome, MsgId, QueueCommand, QueueReply,
@@ -116,6 +116,8 @@ pub struct ChannelState {
     /// Cancelled consumers: their unacked messages stay checked out to
     /// them until acked or until the channel closes (spec §2.3).
     cancelled: Vec<(ConsumerId, Arc<QueueHandle>)>,
+    /// Counts the channel in `rabbitmq_channels` while it exists.
+    _open: crate::metrics::OpenChannel,
 }
 
 impl Conn {
@@ -439,36 +441,16 @@ impl Conn {
         match m {
             queue::AMQPMethod::Declare(d) => {
                 let mut name = d.queue.as_str().to_string();
-                let members = if d.durable && !d.exclusive && !d.auto_delete && !d.passive {
-                    self.broker.place(&d.arguments)
-                } else {
-                    Vec::new()
-                };
-                let mut arguments = d.arguments;
-                if !d.passive
-                    && self.broker.classic_by_default(&self.vhost)
-                    && crate::meta::value::lookup(&arguments, "x-queue-type").is_none()
-                {
-                    // The vhost's (else the node's) default queue type: written into the
-                    // declare, so every replica applies the same type.
-                    arguments.insert(
-                        "x-queue-type".into(),
-                        amq_protocol::types::AMQPValue::LongString("classic".into()),
-                    );
-                }
-                let mut declare = QueueDeclare {
-                    vhost: self.vhost.clone(),
-                    name: name.clone(),
-                    passive: d.passive,
-                    durable: d.durable,
-                    exclusive: d.exclusive,
-                    auto_delete: d.auto_delete,
-                    arguments,
-                    node: self.broker.node_id(),
-                    connection: self.id,
-                    server_named: false,
-                    members,
-                };
+                let mut declare = self.broker.queue_declare(
+                    &self.vhost,
+                    &name,
+                    d.passive,
+                    d.durable,
+                    d.exclusive,
+                    d.auto_delete,
+                    d.arguments,
+                    self.id,
+                );
                 if name.is_empty() && !d.passive {
                     Topology::check_server_named(&declare)?;
                     name = server_name("amq.gen-");
@@ -892,6 +874,7 @@ impl Conn {
                 message_count: left as u32,
             })),
         );
+        crate::metrics::COUNTERS.delivered(delivery.delivery_count > 0);
         // RabbitMQ 3.10 adds x-delivery-count to every basic.get from a quorum
         // queue (spec §2.7), never on a classic queue.
         let props = if counts {
@@ -939,6 +922,10 @@ impl Conn {
             }
         }
         let now_ms = crate::now_ms();
+        if how == Settlement::Ack {
+            let n: usize = groups.iter().map(|g| g.2.len()).sum();
+            crate::metrics::COUNTERS.acknowledged(n as u64);
+        }
         for (queue, consumer, ids) in groups {
             let cmd = match how {
                 Settlement::Ack => QueueCommand::Settle {
@@ -1119,6 +1106,7 @@ impl Conn {
             }
         }
         let body = body.freeze();
+        crate::metrics::COUNTERS.published(!targets.is_empty());
         if targets.is_empty() {
             tracing::debug!(target: "proposals", exchange = %exchange, routing_key = %routing_key, "unroutable publish");
             if publish.mandatory {
@@ -1136,6 +1124,7 @@ impl Conn {
             if let Some(seq) = seq {
                 if let Some(c) = self.chan(ch)?.confirms.as_mut() {
                     c.complete(seq, true);
+                    crate::metrics::COUNTERS.confirmed(1);
                 }
                 self.send_confirms(ch);
             }
@@ -1227,6 +1216,9 @@ impl Conn {
                 .and_then(|s| s.confirms.as_mut())
             {
                 t.complete(seq, ok);
+                if ok {
+                    crate::metrics::COUNTERS.confirmed(1);
+                }
             }
             if !touched.contains(&channel) {
                 touched.push(channel);
@@ -1345,6 +1337,7 @@ impl Conn {
                 routing_key: msg.routing_key.as_str().into(),
             })),
         );
+        crate::metrics::COUNTERS.delivered(d.delivery.delivery_count > 0);
         if d.delivery.delivery_count > 0 && counts {
             let props = with_delivery_count(&msg.properties, d.delivery.delivery_count);
             codec::write_content(&mut self.out, ch, &props, &msg.body, self.frame_max);
@@ -1360,7 +1353,7 @@ impl Conn {
     }
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Settlement {
     Ack,
     Requeue,

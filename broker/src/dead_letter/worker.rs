@@ -199,6 +199,7 @@ async fn forward_round(
     for id in &done {
         settled_targets.remove(id);
     }
+    let n = done.len() as u64;
     match queue
         .call(QueueCommand::DeadLetterSettled {
             now_ms: crate::now_ms(),
@@ -206,7 +207,10 @@ async fn forward_round(
         })
         .await
     {
-        Ok(_) => true,
+        Ok(_) => {
+            crate::metrics::COUNTERS.dead_letters_confirmed(n);
+            true
+        }
         Err(e) => {
             tracing::warn!(queue = %queue.name, error = %e, "dead-letter settle failed; will resend");
             false

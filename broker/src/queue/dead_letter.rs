@@ -131,7 +131,16 @@ impl QueueMachine {
         reason: DeadLetterReason,
         effects: &mut Vec<Effect>,
     ) {
-        match Handler::of(&self.config) {
+        let handler = Handler::of(&self.config);
+        effects.push(Effect::DeadLettered {
+            reason,
+            strategy: match handler {
+                Handler::Disabled => None,
+                Handler::AtMostOnce(_) => Some(DeadLetterStrategy::AtMostOnce),
+                Handler::AtLeastOnce => Some(DeadLetterStrategy::AtLeastOnce),
+            },
+        });
+        match handler {
             Handler::Disabled => effects.push(Effect::DropBody { id: msg.id }),
             Handler::AtMostOnce(target) => {
                 effects.push(Effect::DeadLetter {

@@ -38,6 +38,10 @@ pub enum LeaderEffect {
 pub struct QueueContext {
     /// Group id of the queue.
     pub group: u64,
+    /// The queue's vhost and name (metrics labels).
+    pub vhost: String,
+    /// See `vhost`.
+    pub name: String,
     /// This node's id.
     pub node: u64,
     /// Where deliveries go.
@@ -117,6 +121,9 @@ impl QueueHost {
     /// current leadership, so effects are carried out here.
     pub fn apply(&mut self, cmd: QueueCommand, lead: bool) -> QueueReply {
         let (mut reply, effects) = self.machine.apply(cmd);
+        if lead {
+            self.count(&effects);
+        }
         let drops = self.carry_out(effects, lead);
         self.fill_payloads(&mut reply);
         for id in drops {
@@ -138,6 +145,21 @@ impl QueueHost {
         );
         let drops = self.carry_out(effects, true);
         debug_assert!(drops.is_empty());
+    }
+
+    /// Counts the dead-lettering among a newly applied entry's `effects` (on the leader
+    /// only, so each message is counted once in the cluster).
+    fn count(&self, effects: &[Effect]) {
+        for e in effects {
+            if let Effect::DeadLettered { reason, strategy } = e {
+                crate::metrics::COUNTERS.dead_lettered(
+                    &self.ctx.vhost,
+                    &self.ctx.name,
+                    *reason,
+                    *strategy,
+                );
+            }
+        }
     }
 
     /// Carries out `effects` (leader-only ones only when `lead`); returns
@@ -402,6 +424,8 @@ mod tests {
         let (effects, _effects_rx) = mpsc::unbounded_channel();
         let ctx = Arc::new(QueueContext {
             group: 7,
+            vhost: "/".into(),
+            name: "q".into(),
             node: 1,
             consumers: registry,
             effects,

@@ -300,6 +300,13 @@ pub enum Effect {
         reason: DeadLetterReason,
         target: DeadLetterTarget,
     },
+    /// A message was dead-lettered for `reason`; `strategy` is how (None: the queue has no
+    /// dead-letter exchange, so it was dropped). Only counted (metrics); the effects that
+    /// move or drop it follow.
+    DeadLettered {
+        reason: DeadLetterReason,
+        strategy: Option<DeadLetterStrategy>,
+    },
     /// At-least-once: the message was moved into the dead-letter area; the
     /// leader's worker must forward it and then propose `DeadLetterSettled`.
     DeadLetterHeld { id: MsgId, reason: DeadLetterReason },

@@ -202,6 +202,12 @@ fn removing_the_dead_letter_exchange_drops_later_dead_letters() {
     update(&mut q, 3, QueueConfig::default());
     assert_eq!(
         discard(&mut q, 4, cid(1), &[1]),
-        vec![Effect::DropBody { id: 1 }]
+        vec![
+            Effect::DeadLettered {
+                reason: DeadLetterReason::Rejected,
+                strategy: None
+            },
+            Effect::DropBody { id: 1 }
+        ]
     );
 }

@@ -13,9 +13,17 @@ fn at_least_once_holds_the_message_instead_of_dropping_it() {
     assert_eq!(
         e,
         vec![
+            Effect::DeadLettered {
+                reason: DeadLetterReason::Rejected,
+                strategy: Some(DeadLetterStrategy::AtLeastOnce)
+            },
             Effect::DeadLetterHeld {
                 id: 1,
                 reason: DeadLetterReason::Rejected
+            },
+            Effect::DeadLettered {
+                reason: DeadLetterReason::Rejected,
+                strategy: Some(DeadLetterStrategy::AtLeastOnce)
             },
             Effect::DeadLetterHeld {
                 id: 0,
@@ -124,7 +132,13 @@ fn at_least_once_without_target_is_disabled() {
     get(&mut q, 1, cid(1), false);
     assert_eq!(
         discard(&mut q, 2, cid(1), &[0]),
-        vec![Effect::DropBody { id: 0 }]
+        vec![
+            Effect::DeadLettered {
+                reason: DeadLetterReason::Rejected,
+                strategy: None
+            },
+            Effect::DropBody { id: 0 }
+        ]
     );
 }
 

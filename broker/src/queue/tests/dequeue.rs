@@ -107,7 +107,16 @@ fn dequeue_answers_empty_when_everything_ready_expired() {
     enqueue(&mut q, 0, vec![msg_ttl("a", 10)]);
     let (d, e) = get(&mut q, 10, cid(1), false);
     assert_eq!(d, None);
-    assert_eq!(e, vec![Effect::DropBody { id: 0 }]);
+    assert_eq!(
+        e,
+        vec![
+            Effect::DeadLettered {
+                reason: DeadLetterReason::Expired,
+                strategy: None
+            },
+            Effect::DropBody { id: 0 }
+        ]
+    );
 }
 
 #[test]

@@ -117,7 +117,16 @@ impl Model {
     }
 
     fn dead_letter(&mut self, m: MMsg, reason: DeadLetterReason, fx: &mut Vec<Effect>) {
-        match self.dl_mode() {
+        let mode = self.dl_mode();
+        fx.push(Effect::DeadLettered {
+            reason,
+            strategy: match mode {
+                Dl::Drop => None,
+                Dl::Publish(_) => Some(DeadLetterStrategy::AtMostOnce),
+                Dl::Hold => Some(DeadLetterStrategy::AtLeastOnce),
+            },
+        });
+        match mode {
             Dl::Drop => fx.push(Effect::DropBody { id: m.id }),
             Dl::Publish(target) => {
                 fx.push(Effect::DeadLetter {

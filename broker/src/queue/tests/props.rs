@@ -559,6 +559,9 @@ fn generators_cover_every_effect() {
                     }
                     Effect::DeadLetter { reason, .. } => format!("DeadLetter {}", reason.as_str()),
                     Effect::DeadLetterHeld { reason, .. } => format!("Held {}", reason.as_str()),
+                    Effect::DeadLettered { reason, strategy } => {
+                        format!("DeadLettered {} {strategy:?}", reason.as_str())
+                    }
                     Effect::PublishersBlocked(b) => format!("Blocked {b}"),
                     Effect::QueueExpired => "QueueExpired".to_string(),
                     Effect::ExpiryTimer { .. } => "ExpiryTimer".to_string(),
@@ -585,6 +588,9 @@ fn generators_cover_every_effect() {
     .collect();
     for r in ["rejected", "expired", "maxlen", "delivery_limit"] {
         want.push(format!("DeadLetter {r}"));
+        // Every dead-lettering is counted, with its strategy (None: no DLX, dropped).
+        want.push(format!("DeadLettered {r} None"));
+        want.push(format!("DeadLettered {r} Some(AtMostOnce)"));
         // maxlen is never held: at-least-once requires reject-publish.
         if r != "maxlen" {
             want.push(format!("Held {r}"));

@@ -55,6 +55,10 @@ fn delivery_limit_zero_dead_letters_on_the_first_return() {
     assert_eq!(
         e,
         vec![
+            Effect::DeadLettered {
+                reason: DeadLetterReason::DeliveryLimit,
+                strategy: Some(DeadLetterStrategy::AtMostOnce)
+            },
             Effect::DeadLetter {
                 id: 0,
                 reason: DeadLetterReason::DeliveryLimit,
@@ -99,7 +103,13 @@ fn delivery_limit_without_dead_letter_exchange_drops() {
     checkout(&mut q, 1, cid(1), 0);
     assert_eq!(
         ret(&mut q, 2, cid(1), &[0]),
-        vec![Effect::DropBody { id: 0 }]
+        vec![
+            Effect::DeadLettered {
+                reason: DeadLetterReason::DeliveryLimit,
+                strategy: None
+            },
+            Effect::DropBody { id: 0 }
+        ]
     );
 }
 

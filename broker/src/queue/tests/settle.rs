@@ -56,7 +56,18 @@ fn discard_without_dead_letter_exchange_drops() {
     let e = discard(&mut q, 2, cid(1), &[0, 1]);
     assert_eq!(
         e,
-        vec![Effect::DropBody { id: 0 }, Effect::DropBody { id: 1 }]
+        vec![
+            Effect::DeadLettered {
+                reason: DeadLetterReason::Rejected,
+                strategy: None
+            },
+            Effect::DropBody { id: 0 },
+            Effect::DeadLettered {
+                reason: DeadLetterReason::Rejected,
+                strategy: None
+            },
+            Effect::DropBody { id: 1 }
+        ]
     );
     assert_eq!(q.unacked_count(), 0);
 }
@@ -70,6 +81,10 @@ fn discard_at_most_once_dead_letters_rejected_then_drops() {
     assert_eq!(
         e,
         vec![
+            Effect::DeadLettered {
+                reason: DeadLetterReason::Rejected,
+                strategy: Some(DeadLetterStrategy::AtMostOnce)
+            },
             Effect::DeadLetter {
                 id: 0,
                 reason: DeadLetterReason::Rejected,

@@ -1,0 +1,449 @@
+//! Prometheus metrics of the node (`GET /metrics` on the HTTP listener, no auth), in the
+//! OpenMetrics text format via `prometheus-client`. Names follow RabbitMQ 3.10.8's
+//! `rabbitmq_prometheus` where it has one (checked against the installed 3.10.8's
+//! `/metrics` and `/metrics/per-object`); quorumq's own are `quorumq_…`:
+//!
+//! - node-wide counters (`rabbitmq_global_messages_received_total`, `…_routed_total`,
+//!   `…_confirmed_total`, `…_delivered_total`, `…_redelivered_total`,
+//!   `…_acknowledged_total`), dead-lettering by reason
+//!   (`rabbitmq_global_messages_dead_lettered_{rejected,expired,maxlen,delivery_limit}_total`
+//!   with `queue_type` and `dead_letter_strategy` labels, and
+//!   `rabbitmq_global_messages_dead_lettered_confirmed_total`), counted where the queue
+//!   leader carries the dead-lettering out, and the same by queue
+//!   (`quorumq_queue_messages_dead_lettered_total{vhost,queue,reason,dead_letter_strategy}`);
+//! - gauges at scrape time: `rabbitmq_connections`, `rabbitmq_channels`,
+//!   `rabbitmq_consumers`, `rabbitmq_queues`, `rabbitmq_process_resident_memory_bytes`,
+//!   `rabbitmq_process_open_fds`; per queue this node leads `rabbitmq_queue_messages_ready`,
+//!   `…_unacked`, `rabbitmq_queue_messages`, `rabbitmq_queue_consumers`,
+//!   `quorumq_queue_messages_dlx` (at-least-once dead letters held); per Raft group with a
+//!   replica here `rabbitmq_raft_term_total`, `rabbitmq_raft_log_last_written_index`,
+//!   `rabbitmq_raft_log_last_applied_index` (openraft 0.9's metrics carry no commit index;
+//!   on a leader the applied index trails it only by the apply queue), `rabbitmq_raft_log_snapshot_index`,
+//!   `quorumq_raft_leader` (1 on the leader);
+//! - `quorumq_wal_fsync_seconds`: histogram of the write-ahead log's write + `fdatasync`
+//!   rounds.
+//!
+//! The counters are process-wide, as RabbitMQ's `rabbit_global_counters` are node-wide.
+
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::LazyLock;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::node::Broker;
+use crate::queue::types::{DeadLetterReason, DeadLetterStrategy};
+
+/// Label pairs of one series.
+type Labels = Vec<(&'static str, String)>;
+
+/// The `dead_letter_strategy` label (RabbitMQ's atoms); None = no dead-letter exchange.
+fn strategy_label(s: Option<DeadLetterStrategy>) -> &'static str {
+    match s {
+        None => "disabled",
+        Some(DeadLetterStrategy::AtMostOnce) => "at_most_once",
+        Some(DeadLetterStrategy::AtLeastOnce) => "at_least_once",
+    }
+}
+
+const AMQP: &str = "amqp091";
+const QUORUM: &str = "rabbit_quorum_queue";
+
+/// The node's counters (process-wide).
+pub struct Counters {
+    received: Family<Labels, Counter>,
+    routed: Family<Labels, Counter>,
+    confirmed: Family<Labels, Counter>,
+    delivered: Family<Labels, Counter>,
+    redelivered: Family<Labels, Counter>,
+    acknowledged: Family<Labels, Counter>,
+    /// One family per reason, labels queue_type + dead_letter_strategy.
+    dead_lettered: [Family<Labels, Counter>; 4],
+    dead_lettered_confirmed: Family<Labels, Counter>,
+    dead_lettered_by_queue: Family<Labels, Counter>,
+    wal_fsync: Histogram,
+    channels: Gauge<i64, AtomicI64>,
+}
+
+/// One open AMQP channel, counted in `rabbitmq_channels` from creation to drop.
+pub struct OpenChannel(());
+
+impl Default for OpenChannel {
+    fn default() -> Self {
+        COUNTERS.channels.inc();
+        OpenChannel(())
+    }
+}
+
+impl Drop for OpenChannel {
+    fn drop(&mut self) {
+        COUNTERS.channels.dec();
+    }
+}
+
+/// The node's counters.
+pub static COUNTERS: LazyLock<Counters> = LazyLock::new(|| Counters {
+    received: Family::default(),
+    routed: Family::default(),
+    confirmed: Family::default(),
+    delivered: Family::default(),
+    redelivered: Family::default(),
+    acknowledged: Family::default(),
+    dead_lettered: Default::default(),
+    dead_lettered_confirmed: Family::default(),
+    dead_lettered_by_queue: Family::default(),
+    // 50 µs .. ~0.8 s.
+    wal_fsync: Histogram::new(exponential_buckets(0.00005, 2.0, 15)),
+    channels: Gauge::default(),
+});
+
+fn amqp() -> Labels {
+    vec![("protocol", AMQP.into())]
+}
+
+fn reason_index(r: DeadLetterReason) -> usize {
+    match r {
+        DeadLetterReason::Rejected => 0,
+        DeadLetterReason::Expired => 1,
+        DeadLetterReason::Maxlen => 2,
+        DeadLetterReason::DeliveryLimit => 3,
+    }
+}
+
+const REASONS: [DeadLetterReason; 4] = [
+    DeadLetterReason::Rejected,
+    DeadLetterReason::Expired,
+    DeadLetterReason::Maxlen,
+    DeadLetterReason::DeliveryLimit,
+];
+
+impl Counters {
+    /// A basic.publish arrived complete (RabbitMQ `messages_received`), `routed` when it
+    /// reached at least one queue.
+    pub fn published(&self, routed: bool) {
+        self.received.get_or_create(&amqp()).inc();
+        if routed {
+            self.routed.get_or_create(&amqp()).inc();
+        }
+    }
+
+    /// `n` publishes confirmed (basic.ack to the publisher).
+    pub fn confirmed(&self, n: u64) {
+        self.confirmed.get_or_create(&amqp()).inc_by(n);
+    }
+
+    /// A message went to a client (basic.deliver or basic.get-ok), `redelivered` flag set.
+    pub fn delivered(&self, redelivered: bool) {
+        self.delivered.get_or_create(&amqp()).inc();
+        if redelivered {
+            self.redelivered.get_or_create(&amqp()).inc();
+        }
+    }
+
+    /// `n` deliveries acknowledged by a client.
+    pub fn acknowledged(&self, n: u64) {
+        self.acknowledged.get_or_create(&amqp()).inc_by(n);
+    }
+
+    /// The queue `vhost`/`queue`'s leader dead-lettered one message for `reason`.
+    pub fn dead_lettered(
+        &self,
+        vhost: &str,
+        queue: &str,
+        reason: DeadLetterReason,
+        strategy: Option<DeadLetterStrategy>,
+    ) {
+        self.dead_lettered[reason_index(reason)]
+            .get_or_create(&vec![
+                ("queue_type", QUORUM.into()),
+                ("dead_letter_strategy", strategy_label(strategy).into()),
+            ])
+            .inc();
+        self.dead_lettered_by_queue
+            .get_or_create(&vec![
+                ("vhost", vhost.into()),
+                ("queue", queue.into()),
+                ("reason", reason.as_str().into()),
+                ("dead_letter_strategy", strategy_label(strategy).into()),
+            ])
+            .inc();
+    }
+
+    /// `n` at-least-once dead letters were confirmed by their targets and settled.
+    pub fn dead_letters_confirmed(&self, n: u64) {
+        self.dead_lettered_confirmed
+            .get_or_create(&vec![
+                ("queue_type", QUORUM.into()),
+                ("dead_letter_strategy", "at_least_once".into()),
+            ])
+            .inc_by(n);
+    }
+
+    /// One WAL write + `fdatasync` round took `d`.
+    pub fn wal_synced(&self, d: std::time::Duration) {
+        self.wal_fsync.observe(d.as_secs_f64());
+    }
+
+    fn register(&self, reg: &mut Registry) {
+        // Every strategy/reason series exists from the start (RabbitMQ lists zeros too).
+        for reason in REASONS {
+            for strategy in [
+                None,
+                Some(DeadLetterStrategy::AtMostOnce),
+                Some(DeadLetterStrategy::AtLeastOnce),
+            ] {
+                let _ = self.dead_lettered[reason_index(reason)].get_or_create(&vec![
+                    ("queue_type", QUORUM.into()),
+                    ("dead_letter_strategy", strategy_label(strategy).into()),
+                ]);
+            }
+        }
+        self.dead_letters_confirmed(0);
+        for f in [
+            &self.received,
+            &self.routed,
+            &self.confirmed,
+            &self.delivered,
+            &self.redelivered,
+            &self.acknowledged,
+        ] {
+            let _ = f.get_or_create(&amqp());
+        }
+        let global = [
+            (
+                "rabbitmq_global_messages_received",
+                "Total number of messages received from publishers",
+                &self.received,
+            ),
+            (
+                "rabbitmq_global_messages_routed",
+                "Total number of messages routed to queues",
+                &self.routed,
+            ),
+            (
+                "rabbitmq_global_messages_confirmed",
+                "Total number of messages confirmed to publishers",
+                &self.confirmed,
+            ),
+            (
+                "rabbitmq_global_messages_delivered",
+                "Total number of messages delivered to consumers",
+                &self.delivered,
+            ),
+            (
+                "rabbitmq_global_messages_redelivered",
+                "Total number of messages redelivered to consumers",
+                &self.redelivered,
+            ),
+            (
+                "rabbitmq_global_messages_acknowledged",
+                "Total number of messages acknowledged by consumers",
+                &self.acknowledged,
+            ),
+        ];
+        for (name, help, f) in global {
+            reg.register(name, help, f.clone());
+        }
+        for reason in REASONS {
+            reg.register(
+                format!("rabbitmq_global_messages_dead_lettered_{}", reason.as_str()),
+                format!(
+                    "Total number of messages dead-lettered with reason {}",
+                    reason.as_str()
+                ),
+                self.dead_lettered[reason_index(reason)].clone(),
+            );
+        }
+        reg.register(
+            "rabbitmq_global_messages_dead_lettered_confirmed",
+            "Total number of messages dead-lettered and confirmed by target queues",
+            self.dead_lettered_confirmed.clone(),
+        );
+        reg.register(
+            "quorumq_queue_messages_dead_lettered",
+            "Messages dead-lettered by this node's queue leaders, by queue, reason and strategy",
+            self.dead_lettered_by_queue.clone(),
+        );
+        reg.register(
+            "quorumq_wal_fsync_seconds",
+            "Write-ahead log write + fdatasync rounds",
+            self.wal_fsync.clone(),
+        );
+    }
+}
+
+fn gauge(reg: &mut Registry, name: &str, help: &str, v: u64) {
+    let g: Gauge<i64, AtomicI64> = Gauge::default();
+    g.set(i64::try_from(v).unwrap_or(i64::MAX));
+    reg.register(name, help, g);
+}
+
+/// Per-queue or per-group gauges: one family, set at scrape time.
+struct PerObject {
+    family: Family<Labels, Gauge<i64, AtomicI64>>,
+}
+
+impl PerObject {
+    fn new() -> Self {
+        PerObject {
+            family: Family::default(),
+        }
+    }
+
+    fn set(&self, labels: &Labels, v: u64) {
+        self.family
+            .get_or_create(labels)
+            .set(i64::try_from(v).unwrap_or(i64::MAX));
+    }
+}
+
+/// Open file descriptors of this process (entries of `/proc/self/fd`).
+fn open_fds() -> Option<u64> {
+    std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|d| d.count() as u64)
+}
+
+/// The node's metrics now, in the OpenMetrics text format.
+pub async fn scrape(broker: &Broker) -> String {
+    let mut reg = Registry::default();
+    COUNTERS.register(&mut reg);
+    gauge(
+        &mut reg,
+        "rabbitmq_connections",
+        "Connections currently open on this node",
+        broker
+            .connections()
+            .local()
+            .values()
+            .map(|&n| u64::from(n))
+            .sum(),
+    );
+    gauge(
+        &mut reg,
+        "rabbitmq_channels",
+        "Channels currently open on this node",
+        u64::try_from(COUNTERS.channels.get()).unwrap_or(0),
+    );
+    gauge(
+        &mut reg,
+        "rabbitmq_queues",
+        "Queues in the cluster",
+        broker
+            .with_topology(|t| t.queues().count() as u64)
+            .unwrap_or(0),
+    );
+    if let Some(rss) = crate::alarms::rss_bytes() {
+        gauge(
+            &mut reg,
+            "rabbitmq_process_resident_memory_bytes",
+            "Memory used in bytes",
+            rss,
+        );
+    }
+    if let Some(fds) = open_fds() {
+        gauge(
+            &mut reg,
+            "rabbitmq_process_open_fds",
+            "Open file descriptors",
+            fds,
+        );
+    }
+    let ready = PerObject::new();
+    let unacked = PerObject::new();
+    let total = PerObject::new();
+    let consumers = PerObject::new();
+    let dlx = PerObject::new();
+    let term = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    let written = PerObject::new();
+    let applied = PerObject::new();
+    let snapshot = PerObject::new();
+    let leader = PerObject::new();
+    let me = broker.node_id();
+    let mut all_consumers = 0;
+    for h in broker.queue_handles() {
+        let labels: Labels = vec![("vhost", h.vhost.clone()), ("queue", h.name.clone())];
+        if let Some(raft) = h.route().and_then(|r| r.raft()) {
+            let m = raft.metrics().borrow().clone();
+            term.get_or_create(&labels).inc_by(m.current_term);
+            written.set(&labels, m.last_log_index.unwrap_or(0));
+            applied.set(&labels, m.last_applied.map_or(0, |l| l.index));
+            snapshot.set(&labels, m.snapshot.map_or(0, |l| l.index));
+            leader.set(&labels, u64::from(m.current_leader == Some(me)));
+        }
+        let leads_here = h.is_local_leader() || (h.route().is_none() && h.has_replica());
+        if let Some(st) = h.local_status().filter(|_| leads_here || !h.is_quorum()) {
+            ready.set(&labels, st.messages_ready);
+            unacked.set(&labels, st.messages_unacknowledged);
+            total.set(&labels, st.messages_ready + st.messages_unacknowledged);
+            consumers.set(&labels, st.consumers);
+            dlx.set(&labels, st.dead_letter_held);
+            all_consumers += st.consumers;
+        }
+    }
+    gauge(
+        &mut reg,
+        "rabbitmq_consumers",
+        "Consumers on the queues this node leads",
+        all_consumers,
+    );
+    for (name, help, f) in [
+        (
+            "rabbitmq_queue_messages_ready",
+            "Messages ready to be delivered to consumers",
+            ready,
+        ),
+        (
+            "rabbitmq_queue_messages_unacked",
+            "Messages delivered to consumers but not yet acknowledged",
+            unacked,
+        ),
+        (
+            "rabbitmq_queue_messages",
+            "Sum of ready and unacknowledged messages - total queue depth",
+            total,
+        ),
+        (
+            "rabbitmq_queue_consumers",
+            "Consumers on a queue",
+            consumers,
+        ),
+        (
+            "quorumq_queue_messages_dlx",
+            "At-least-once dead letters held by the queue until their targets confirm",
+            dlx,
+        ),
+        (
+            "rabbitmq_raft_log_last_written_index",
+            "Raft log last written index",
+            written,
+        ),
+        (
+            "rabbitmq_raft_log_last_applied_index",
+            "Raft log last applied index",
+            applied,
+        ),
+        (
+            "rabbitmq_raft_log_snapshot_index",
+            "Raft log snapshot index",
+            snapshot,
+        ),
+        (
+            "quorumq_raft_leader",
+            "1 when this node leads the queue's Raft group",
+            leader,
+        ),
+    ] {
+        reg.register(name, help, f.family);
+    }
+    reg.register("rabbitmq_raft_term", "Current Raft term number", term);
+    let mut out = String::new();
+    if let Err(e) = encode(&mut out, &reg) {
+        tracing::warn!(error = %e, "encoding metrics failed");
+    }
+    out
+}
