@@ -198,7 +198,12 @@ async fn dead_letter_counters_move_by_reason_and_queue_gauges_follow() -> anyhow
                 && after.dead_lettered("expired", "disabled")
                     > before.dead_lettered("expired", "disabled")
                 && after.dead_lettered("maxlen", "disabled")
-                    > before.dead_lettered("maxlen", "disabled");
+                    > before.dead_lettered("maxlen", "disabled")
+                // The at-most-once publish to the DLX follows the count.
+                && after.get(
+                    "rabbitmq_queue_messages_ready",
+                    &[("vhost", "/"), ("queue", &sink)],
+                ) == Some(1.0);
             if moved {
                 break;
             }
