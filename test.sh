@@ -16,10 +16,11 @@ if ! python3 -c 'import pika, pytest' 2>/dev/null; then
   python3 -m pip install --quiet pika pytest \
     || python3 -m pip install --quiet --break-system-packages pika pytest
 fi
-# The management API tests drive the HTTP API with curl.
-if ! command -v curl >/dev/null; then
+# The management API tests drive the HTTP API with curl; the TLS tests make
+# certificates with deploy/gen-certs.sh (openssl).
+if ! command -v curl >/dev/null || ! command -v openssl >/dev/null; then
   apt-get update
-  DEBIAN_FRONTEND=noninteractive apt-get install -y curl
+  DEBIAN_FRONTEND=noninteractive apt-get install -y curl openssl
 fi
 # The partition test and the fault suite need ip (iproute2) and iptables.
 if [ "$(id -u)" = 0 ] && { ! command -v iptables >/dev/null || ! command -v ip >/dev/null || ! command -v tc >/dev/null; }; then

@@ -77,6 +77,30 @@ pub struct Config {
     /// default `["guest"]`): the default guest/guest login is not reachable from the
     /// network. Empty = every user from anywhere.
     pub loopback_users: Vec<String>,
+    /// The node's TLS certificate chain (PEM). With `tls_key_file` it turns on AMQPS on
+    /// `amqps_listen` (RabbitMQ `ssl_options.certfile`) and is the node's identity on the
+    /// cluster port when `cluster_tls` is on.
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of `tls_cert_file` (PEM; RabbitMQ `ssl_options.keyfile`).
+    pub tls_key_file: Option<PathBuf>,
+    /// CA certificates (PEM) that sign client certificates and other nodes' certificates
+    /// (RabbitMQ `ssl_options.cacertfile`).
+    pub tls_ca_file: Option<PathBuf>,
+    /// AMQPS listener (RabbitMQ `listeners.ssl.default`), used when `tls_cert_file` and
+    /// `tls_key_file` are set; default 127.0.0.1:5671.
+    pub amqps_listen: Option<String>,
+    /// Ask AMQPS clients for a certificate and check it against `tls_ca_file` (RabbitMQ
+    /// `ssl_options.verify = verify_peer`); a verified certificate's common name may log in
+    /// with the EXTERNAL mechanism. Default false.
+    pub tls_verify_peer: bool,
+    /// With `tls_verify_peer`: refuse AMQPS clients without a certificate (RabbitMQ
+    /// `ssl_options.fail_if_no_peer_cert`). Default false.
+    pub tls_fail_if_no_peer_cert: bool,
+    /// Mutual TLS on the cluster port: the node serves and calls with `tls_cert_file`,
+    /// and accepts only peers and quorumqctl clients whose certificate `tls_ca_file`
+    /// signed. Every node of a cluster must agree. Default false (the cluster secret still
+    /// guards the port).
+    pub cluster_tls: bool,
     /// `--wal-truncate-at` (command line only, never read from the file: a one-off repair):
     /// `(segment id, byte offset)` of a corrupt WAL record where recovery may cut the log
     /// (raft-log `StoreOptions::wal_truncate_at`).
@@ -112,7 +136,53 @@ impl Default for Config {
             consumer_max_per_channel: None,
             loopback_users: vec!["guest".into()],
             cluster_secret_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_file: None,
+            amqps_listen: None,
+            tls_verify_peer: false,
+            tls_fail_if_no_peer_cert: false,
+            cluster_tls: false,
         }
+    }
+}
+
+/// Default of [`Config::amqps_listen`] (RabbitMQ's AMQPS port, loopback only).
+pub const DEFAULT_AMQPS_LISTEN: &str = "127.0.0.1:5671";
+
+impl Config {
+    /// The node's TLS files, loaded, when `tls_cert_file` and `tls_key_file` are set.
+    ///
+    /// Errors: only one of the two set; a file unreadable or without PEM content.
+    pub fn tls_files(&self) -> Result<Option<crate::tls::TlsFiles>, crate::tls::TlsError> {
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(cert), Some(key)) => Ok(Some(crate::tls::TlsFiles::load(
+                cert,
+                key,
+                self.tls_ca_file.as_deref(),
+            )?)),
+            (None, None) => Ok(None),
+            _ => Err(crate::tls::TlsError::Config(
+                "tls_cert_file and tls_key_file go together".into(),
+            )),
+        }
+    }
+
+    /// The client TLS toward peers' cluster ports when `cluster_tls` is on.
+    ///
+    /// Errors: `cluster_tls` without certificate, key and CA files.
+    pub fn cluster_client_tls(
+        &self,
+    ) -> Result<Option<tonic::transport::ClientTlsConfig>, crate::tls::TlsError> {
+        if !self.cluster_tls {
+            return Ok(None);
+        }
+        let files = self.tls_files()?.ok_or_else(|| {
+            crate::tls::TlsError::Config(
+                "cluster_tls needs tls_cert_file, tls_key_file and tls_ca_file".into(),
+            )
+        })?;
+        files.cluster_client().map(Some)
     }
 }
 

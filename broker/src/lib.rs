@@ -17,6 +17,7 @@ pub mod meta;
 pub mod metrics;
 pub mod node;
 pub mod queue;
+pub mod tls;
 
 /// Milliseconds since the Unix epoch: the timestamp the proposer stamps
 /// into commands (the state machine never reads a clock).

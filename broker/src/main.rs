@@ -90,6 +90,28 @@ struct Args {
     /// ~/.quorumq.cookie; created when missing). Every node and quorumqctl need the same.
     #[arg(long, value_name = "FILE")]
     cluster_secret_file: Option<PathBuf>,
+    /// TLS certificate chain (PEM): with --tls-key-file turns on AMQPS (--amqps-listen).
+    #[arg(long, value_name = "FILE")]
+    tls_cert_file: Option<PathBuf>,
+    /// TLS private key (PEM) of --tls-cert-file.
+    #[arg(long, value_name = "FILE")]
+    tls_key_file: Option<PathBuf>,
+    /// CA certificates (PEM) of client and node certificates.
+    #[arg(long, value_name = "FILE")]
+    tls_ca_file: Option<PathBuf>,
+    /// AMQPS listen address (default 127.0.0.1:5671 when TLS files are given).
+    #[arg(long, value_name = "HOST:PORT")]
+    amqps_listen: Option<String>,
+    /// Ask AMQPS clients for a certificate signed by --tls-ca-file (EXTERNAL login).
+    #[arg(long)]
+    tls_verify_peer: bool,
+    /// With --tls-verify-peer, refuse AMQPS clients without a certificate.
+    #[arg(long)]
+    tls_fail_if_no_peer_cert: bool,
+    /// Mutual TLS on the cluster port (every node, and quorumqctl, with a certificate
+    /// signed by --tls-ca-file).
+    #[arg(long)]
+    cluster_tls: bool,
     /// Repair a corrupt write-ahead log: cut it at SEGMENT:OFFSET, exactly as the refusal to
     /// start named it, dropping every record from there on (for this start only).
     #[arg(long, value_name = "SEGMENT:OFFSET")]
@@ -176,6 +198,21 @@ fn main() -> anyhow::Result<()> {
     if let Some(v) = args.cluster_secret_file {
         config.cluster_secret_file = Some(v);
     }
+    if let Some(v) = args.tls_cert_file {
+        config.tls_cert_file = Some(v);
+    }
+    if let Some(v) = args.tls_key_file {
+        config.tls_key_file = Some(v);
+    }
+    if let Some(v) = args.tls_ca_file {
+        config.tls_ca_file = Some(v);
+    }
+    if let Some(v) = args.amqps_listen {
+        config.amqps_listen = Some(v);
+    }
+    config.tls_verify_peer |= args.tls_verify_peer;
+    config.tls_fail_if_no_peer_cert |= args.tls_fail_if_no_peer_cert;
+    config.cluster_tls |= args.cluster_tls;
     if let Some(v) = args.wal_truncate_at {
         config.wal_truncate_at = Some(
             raft_log::parse_truncate_at(&v)
@@ -207,6 +244,30 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let cluster = tokio::net::TcpListener::bind(cluster_addr)
         .await
         .with_context(|| format!("binding cluster listener {cluster_addr}"))?;
+    let tls = config.tls_files().context("TLS files")?;
+    let amqps = match &tls {
+        Some(files) => {
+            let addr = config
+                .amqps_listen
+                .clone()
+                .unwrap_or_else(|| quorumq::config::DEFAULT_AMQPS_LISTEN.to_owned());
+            let server = files
+                .amqps_config(config.tls_verify_peer, config.tls_fail_if_no_peer_cert)
+                .context("AMQPS")?;
+            let listener = tokio::net::TcpListener::bind(&addr)
+                .await
+                .with_context(|| format!("binding AMQPS listener {addr}"))?;
+            Some((listener, tokio_rustls::TlsAcceptor::from(server), addr))
+        }
+        None => None,
+    };
+    let cluster_tls = match (&tls, config.cluster_tls) {
+        (Some(files), true) => Some(files.cluster_server().context("cluster TLS")?),
+        (None, true) => {
+            anyhow::bail!("--cluster-tls needs --tls-cert-file, --tls-key-file and --tls-ca-file")
+        }
+        _ => None,
+    };
     let started: quorumq::http::Started = Default::default();
     let http_addr = config
         .http_listen
@@ -235,8 +296,12 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .context("starting node")?;
     let admin = quorumq::admin::AdminService::server(broker.clone());
     let (raft, cluster_svc) = services.servers();
+    let mut grpc_server = tonic::transport::Server::builder();
+    if let Some(tls) = cluster_tls {
+        grpc_server = grpc_server.tls_config(tls).context("cluster TLS")?;
+    }
     let grpc = tokio::spawn(
-        tonic::transport::Server::builder()
+        grpc_server
             .layer(tonic::service::InterceptorLayer::new(
                 broker.peers().secret().server_check(),
             ))
@@ -248,6 +313,14 @@ async fn run(config: Config) -> anyhow::Result<()> {
     broker.start().await.context("starting node")?;
     tracing::info!(amqp = %config.amqp_listen, cluster = %cluster_addr, data = %config.data_dir.display(), node = config.node_id, "quorumq ready");
     let server = tokio::spawn(quorumq::amqp::server::run(amqp, broker.clone()));
+    let amqps_server = amqps.map(|(listener, acceptor, addr)| {
+        tracing::info!(amqps = %addr, "AMQPS listener");
+        tokio::spawn(quorumq::amqp::server::run_tls(
+            listener,
+            acceptor,
+            broker.clone(),
+        ))
+    });
     let _ = started.set(broker.clone());
     shutdown_signal().await;
     // Hand queue leaderships to other members first (a rolling restart then
@@ -256,6 +329,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
     quorumq::cluster::drain::drain(&broker, DRAIN_FOR).await;
     tracing::info!("shutting down");
     server.abort();
+    if let Some(s) = amqps_server {
+        s.abort();
+    }
     grpc.abort();
     broker.shutdown().await;
     Ok(())

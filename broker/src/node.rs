@@ -133,10 +133,14 @@ impl Broker {
         let secret_file = ClusterSecret::path(config.cluster_secret_file.as_deref());
         let secret = ClusterSecret::load_or_create(&secret_file)
             .map_err(|e| NodeError::Config(e.to_string()))?;
+        let cluster_tls = config
+            .cluster_client_tls()
+            .map_err(|e| NodeError::Config(e.to_string()))?;
         let peers = Arc::new(
             Peers::new(me, cluster_id)
                 .bind_outgoing_to(&config.cluster_listen)
-                .with_secret(secret),
+                .with_secret(secret)
+                .with_tls(cluster_tls),
         );
         peers.set_addr(me, &config.advertised());
         // Addresses learned when this node joined or from the meta membership;
@@ -391,6 +395,13 @@ impl Broker {
     pub fn vhost_limits(&self, vhost: &str) -> crate::meta::VhostLimits {
         self.with_topology(|t| t.vhost_limits(vhost))
             .unwrap_or_default()
+    }
+
+    /// True when `user` exists (EXTERNAL logins: the TLS certificate stands for the
+    /// password).
+    pub fn user_exists(&self, user: &str) -> bool {
+        self.with_topology(|t| t.access().user(user).is_some())
+            .unwrap_or(false)
     }
 
     /// True when `user` exists and `password` matches its hash (RabbitMQ's internal
@@ -1053,7 +1064,7 @@ impl Broker {
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         loop {
-            let last = match join::ask(&via, self.peers.secret(), req.clone()).await {
+            let last = match join::ask(&via, &self.peers, req.clone()).await {
                 Ok(r) if r.accepted => {
                     for p in &r.peers {
                         if p.node_id != me {

@@ -12,8 +12,7 @@ use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
 use bytes::BytesMut;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
@@ -63,6 +62,9 @@ pub struct Conn {
     pub(super) user: String,
     /// The client's address (loopback-only users).
     peer: Option<std::net::SocketAddr>,
+    /// The user named by the client's verified TLS certificate (AMQPS with
+    /// `tls_verify_peer`): the EXTERNAL mechanism logs in as it.
+    cert_user: Option<String>,
 }
 
 /// How a resource alarm holds this connection back (rabbit_reader's running / blocking /
@@ -88,7 +90,53 @@ enum Step {
 pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
     let _ = socket.set_nodelay(true);
     let peer = socket.peer_addr().ok();
-    let (mut rd, wr) = socket.into_split();
+    let (rd, wr) = socket.into_split();
+    serve_io(rd, wr, peer, None, broker, id).await;
+}
+
+/// Serves one accepted AMQPS socket: the TLS handshake (≤ 10 s; a client certificate the
+/// CA did not sign fails it), then AMQP as [`serve`]. A verified client certificate's
+/// common name is offered the EXTERNAL mechanism.
+pub async fn serve_tls(
+    socket: TcpStream,
+    acceptor: tokio_rustls::TlsAcceptor,
+    broker: Arc<Broker>,
+    id: u64,
+) {
+    let _ = socket.set_nodelay(true);
+    let peer = socket.peer_addr().ok();
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::info!(?peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::info!(?peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let cert_user = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(crate::tls::certificate_user);
+    let (rd, wr) = tokio::io::split(tls);
+    serve_io(rd, wr, peer, cert_user, broker, id).await;
+}
+
+async fn serve_io<R, W>(
+    mut rd: R,
+    wr: W,
+    peer: Option<std::net::SocketAddr>,
+    cert_user: Option<String>,
+    broker: Arc<Broker>,
+    id: u64,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let (wtx, wrx) = mpsc::channel::<BytesMut>(256);
     let writer = tokio::spawn(run_writer(wr, wrx));
     let (mtx, mut mrx) = mpsc::unbounded_channel();
@@ -110,6 +158,7 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
         counted: None,
         user: String::new(),
         peer,
+        cert_user,
     };
     let mut reader = FrameReader::new();
     let heartbeat = match tokio::time::timeout(
@@ -226,7 +275,7 @@ pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
     tracing::debug!(?peer, id, "connection closed");
 }
 
-async fn run_writer(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<BytesMut>) {
+async fn run_writer<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<BytesMut>) {
     while let Some(mut buf) = rx.recv().await {
         while let Ok(more) = rx.try_recv() {
             buf.extend_from_slice(&more);
@@ -302,9 +351,9 @@ impl Conn {
     }
 
     /// Runs the handshake; Some(heartbeat seconds) when the connection is open.
-    async fn handshake(
+    async fn handshake<R: AsyncRead + Unpin>(
         &mut self,
-        rd: &mut tokio::net::tcp::OwnedReadHalf,
+        rd: &mut R,
         reader: &mut FrameReader,
         wtx: &mpsc::Sender<BytesMut>,
     ) -> Result<Option<u16>, std::io::Error> {
@@ -329,7 +378,11 @@ impl Conn {
                 version_major: 0,
                 version_minor: 9,
                 server_properties: server_properties(),
-                mechanisms: LongString::from("PLAIN AMQPLAIN"),
+                mechanisms: LongString::from(if self.cert_user.is_some() {
+                    "PLAIN AMQPLAIN EXTERNAL"
+                } else {
+                    "PLAIN AMQPLAIN"
+                }),
                 locales: LongString::from("en_US"),
             })),
         );
@@ -342,9 +395,12 @@ impl Conn {
         let mechanism = start_ok.mechanism.as_str().to_string();
         // rabbit_reader auth_phase: the password, then loopback-only users (guest by
         // default) from another address; both refusals look the same to the client.
-        let login = match credentials(&mechanism, start_ok.response.as_bytes()) {
+        let login = match self.login_credentials(&mechanism, start_ok.response.as_bytes()) {
             None => Err((String::new(), "malformed response or unknown mechanism")),
-            Some((user, pass)) if !self.broker.password_ok(&user, &pass) => {
+            Some((user, None)) if !self.broker.user_exists(&user) => {
+                Err((user, "EXTERNAL: the certificate's user does not exist"))
+            }
+            Some((user, Some(pass))) if !self.broker.password_ok(&user, &pass) => {
                 Err((user, "unknown user or wrong password"))
             }
             Some((user, _))
@@ -635,8 +691,8 @@ pub(super) fn truncate(mut s: String) -> String {
     s
 }
 
-async fn next_method(
-    rd: &mut tokio::net::tcp::OwnedReadHalf,
+async fn next_method<R: AsyncRead + Unpin>(
+    rd: &mut R,
     reader: &mut FrameReader,
 ) -> Result<Option<AMQPClass>, std::io::Error> {
     loop {
@@ -650,6 +706,23 @@ async fn next_method(
                 }
             }
         }
+    }
+}
+
+impl Conn {
+    /// The (user, password) a connection.start-ok logs in with: [`credentials`], or for
+    /// EXTERNAL (offered on AMQPS with a verified client certificate) the certificate's
+    /// user and no password (RabbitMQ's rabbitmq_auth_mechanism_ssl with
+    /// `ssl_cert_login_from = common_name`).
+    fn login_credentials(
+        &self,
+        mechanism: &str,
+        response: &[u8],
+    ) -> Option<(String, Option<Vec<u8>>)> {
+        if mechanism == "EXTERNAL" {
+            return self.cert_user.clone().map(|u| (u, None));
+        }
+        credentials(mechanism, response).map(|(u, p)| (u, Some(p)))
     }
 }
 

@@ -47,6 +47,21 @@ struct Args {
     /// else ~/.quorumq.cookie, as the node finds it).
     #[arg(long, value_name = "FILE", global = true)]
     cluster_secret_file: Option<std::path::PathBuf>,
+    /// CA certificate (PEM) of a node whose cluster port runs TLS (`cluster_tls`); with it
+    /// the node address defaults to https.
+    #[arg(long, value_name = "FILE", env = "QUORUMQ_TLS_CA_FILE", global = true)]
+    tls_ca_file: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) for a TLS cluster port (signed by the cluster's CA).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "QUORUMQ_TLS_CERT_FILE",
+        global = true
+    )]
+    tls_cert_file: Option<std::path::PathBuf>,
+    /// Key (PEM) of --tls-cert-file.
+    #[arg(long, value_name = "FILE", env = "QUORUMQ_TLS_KEY_FILE", global = true)]
+    tls_key_file: Option<std::path::PathBuf>,
     /// Virtual host.
     #[arg(short = 'p', long, default_value = "/", global = true)]
     vhost: String,
@@ -291,18 +306,38 @@ fn member_row(r: &MemberResult) -> Row {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let tls = args.tls_ca_file.is_some();
     let node = if args.node.starts_with("http") {
         args.node.clone()
+    } else if tls {
+        format!("https://{}", args.node)
     } else {
         format!("http://{}", args.node)
+    };
+    let node = match node.strip_prefix("http://") {
+        Some(rest) if tls => format!("https://{rest}"),
+        _ => node,
     };
     let secret_file = ClusterSecret::path(args.cluster_secret_file.as_deref());
     let secret = ClusterSecret::read(&secret_file).map_err(|e| {
         anyhow::anyhow!("{e} (a node writes it on its first start; use the same file as the node, or --cluster-secret-file)")
     })?;
-    let channel = tonic::transport::Endpoint::from_shared(node)?
-        .connect()
-        .await?;
+    let mut endpoint = tonic::transport::Endpoint::from_shared(node)?;
+    if let Some(ca) = &args.tls_ca_file {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+        };
+        let identity = match (&args.tls_cert_file, &args.tls_key_file) {
+            (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
+            (None, None) => None,
+            _ => anyhow::bail!("--tls-cert-file and --tls-key-file go together"),
+        };
+        endpoint = endpoint.tls_config(quorumq::tls::cluster_client_config(
+            Some(read(ca)?),
+            identity,
+        )?)?;
+    }
+    let channel = endpoint.connect().await?;
     let mut c = AdminClient::new(secret.attach(channel));
     let f = args.formatter;
     match args.cmd {

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use openraft::{BasicNode, ChangeMembers};
 use quorumq_proto::v1::{cluster_client::ClusterClient, JoinPeer, JoinReply, JoinRequest};
-use tonic::transport::Endpoint;
 
 use super::peers::Peers;
 use super::types::Raft;
@@ -144,17 +143,18 @@ async fn forward(peers: &Peers, leader: u64, req: JoinRequest) -> JoinReply {
 /// Errors: the address is invalid or the call failed (a refusal is a reply).
 pub async fn ask(
     addr: &str,
-    secret: &super::secret::ClusterSecret,
+    peers: &super::peers::Peers,
     req: JoinRequest,
 ) -> Result<JoinReply, String> {
-    let ch = Endpoint::from_shared(format!("http://{addr}"))
+    let ch = peers
+        .endpoint(addr)
         .map_err(|e| format!("--join {addr}: {e}"))?
         .connect_timeout(Duration::from_secs(2))
         .timeout(ADMIT_TIMEOUT + Duration::from_secs(5))
         .connect()
         .await
         .map_err(|e| format!("connecting to {addr}: {e}"))?;
-    ClusterClient::new(secret.attach(ch))
+    ClusterClient::new(peers.secret().attach(ch))
         .join(req)
         .await
         .map(|r| r.into_inner())

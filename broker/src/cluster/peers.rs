@@ -25,6 +25,8 @@ pub struct Peers {
     channels: RwLock<HashMap<u64, (String, PeerChannel)>>,
     /// Sent on every call (cluster authentication, `cluster::secret`).
     secret: ClusterSecret,
+    /// Mutual TLS toward peers' cluster ports (`cluster_tls`); None = plain HTTP/2.
+    tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 impl Peers {
@@ -37,6 +39,25 @@ impl Peers {
             addrs: RwLock::new(BTreeMap::new()),
             channels: RwLock::new(HashMap::new()),
             secret: ClusterSecret::unset(),
+            tls: None,
+        }
+    }
+
+    /// Calls to peers use TLS with `tls` (the node's certificate, peers' checked against
+    /// the CA).
+    pub fn with_tls(mut self, tls: Option<tonic::transport::ClientTlsConfig>) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// An endpoint for the cluster port at `addr` (`host:port`): `https` with the cluster
+    /// TLS configuration when it is on, else `http`.
+    ///
+    /// Errors: an invalid address or TLS configuration.
+    pub fn endpoint(&self, addr: &str) -> Result<Endpoint, tonic::transport::Error> {
+        match &self.tls {
+            Some(tls) => Endpoint::from_shared(format!("https://{addr}"))?.tls_config(tls.clone()),
+            None => Endpoint::from_shared(format!("http://{addr}")),
         }
     }
 
@@ -125,7 +146,8 @@ impl Peers {
                 return Some(ch.clone());
             }
         }
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
+        let ch = self
+            .endpoint(&addr)
             .ok()?
             .connect_timeout(Duration::from_millis(500))
             .tcp_nodelay(true)
