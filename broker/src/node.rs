@@ -487,6 +487,12 @@ impl Broker {
         self.events.send_modify(|g| *g = g.wrapping_add(1));
     }
 
+    /// Subscribes to the meta group's changes: the value moves each time this node's
+    /// replica applies a topology, user or permission change.
+    pub fn subscribe_meta(&self) -> watch::Receiver<u64> {
+        self.meta_changed.subscribe()
+    }
+
     /// Subscribes to [`Broker::topology_changed`] signals.
     pub fn subscribe_events(&self) -> watch::Receiver<u64> {
         self.events.subscribe()

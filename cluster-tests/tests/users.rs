@@ -229,6 +229,85 @@ async fn users_and_permissions_as_rabbitmq() -> anyhow::Result<()> {
 
 /// quorumq's default user is RabbitMQ's: guest/guest, administrator, all
 /// permissions on `/` (and none on vhosts added later).
+/// The (code, text) of the next connection error lapin reports on `events` within 10 s.
+async fn next_connection_error(
+    events: &mut (impl futures::Stream<Item = lapin::Event> + Unpin),
+) -> anyhow::Result<(u16, String)> {
+    use futures::StreamExt;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match tokio::time::timeout_at(deadline, events.next()).await {
+            Err(_) => anyhow::bail!("the connection was not closed within 10 s"),
+            Ok(None) => anyhow::bail!("the event stream ended without an error"),
+            Ok(Some(lapin::Event::Error(e))) => {
+                return amqp_error(&e).ok_or_else(|| anyhow::anyhow!("not an AMQP error: {e:?}"))
+            }
+            Ok(Some(_)) => continue,
+        }
+    }
+}
+
+/// RabbitMQ closes the connections of a deleted vhost or user at once (320
+/// CONNECTION_FORCED, `rabbit_connection_tracking_handler`); others stay open.
+#[tokio::test]
+async fn deleting_a_vhost_or_a_user_closes_their_connections() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let vhost = unique("gone").replace('.', "-");
+        let user = unique("leaving").replace('.', "-");
+        ctl(&broker, &["add_vhost", &vhost]).await?;
+        ctl(&broker, &["add_user", &user, "pw"]).await?;
+        for v in [vhost.as_str(), "/"] {
+            ctl(
+                &broker,
+                &["set_permissions", "-p", v, &user, ".*", ".*", ".*"],
+            )
+            .await?;
+        }
+        let in_vhost =
+            connect(&as_user(&broker, &user, "pw").replace("/%2f", &format!("/{vhost}"))).await?;
+        let mut in_vhost_events = Box::pin(in_vhost.events_listener());
+        let as_leaving = connect(&as_user(&broker, &user, "pw")).await?;
+        let mut as_leaving_events = Box::pin(as_leaving.events_listener());
+        let bystander = connect(broker.uri()).await?;
+
+        ctl(&broker, &["delete_vhost", &vhost]).await?;
+        assert_eq!(
+            next_connection_error(&mut in_vhost_events).await?,
+            (
+                320,
+                format!("CONNECTION_FORCED - vhost '{vhost}' is deleted")
+            )
+        );
+        // The user's connection to another vhost stays open.
+        as_leaving
+            .create_channel()
+            .await?
+            .close(200, "ok".into())
+            .await?;
+
+        ctl(&broker, &["delete_user", &user]).await?;
+        assert_eq!(
+            next_connection_error(&mut as_leaving_events).await?,
+            (320, format!("CONNECTION_FORCED - user '{user}' is deleted"))
+        );
+        assert!(!in_vhost.status().connected() && !as_leaving.status().connected());
+        // Other users' connections are untouched.
+        let ch = bystander.create_channel().await?;
+        ch.queue_declare(
+            unique("bystander").as_str().into(),
+            QueueDeclareOptions {
+                exclusive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+        close_connection(&bystander).await
+    })
+    .await
+}
+
 #[tokio::test]
 async fn guest_is_the_default_administrator_of_slash_only() -> anyhow::Result<()> {
     bounded(T, async {

@@ -185,6 +185,7 @@ async fn serve_io<R, W>(
     tracing::debug!(?peer, id, "connection open");
     let mut alarms = conn.broker.alarms().subscribe();
     let alarm = *alarms.borrow_and_update();
+    let mut meta = conn.broker.subscribe_meta();
     conn.on_alarm(alarm);
     let hb = if heartbeat == 0 {
         None
@@ -246,6 +247,14 @@ async fn serve_io<R, W>(
                 if conn.on_alarm(alarm) {
                     // Not read while blocked: heartbeats count from now.
                     last_read = Instant::now();
+                }
+                Step::Continue
+            }
+            Ok(()) = meta.changed(), if closing_since.is_none() => {
+                if let Some(text) = conn.forced_close() {
+                    tracing::info!(conn = conn.id, %text, "closing connection");
+                    conn.close_connection(320, text, 0, 0);
+                    closing_since = Some(Instant::now());
                 }
                 Step::Continue
             }
@@ -500,6 +509,29 @@ impl Conn {
             ConnEvent::Delivery(d) => self.on_delivery(d).await,
             ConnEvent::Cancelled(id) => self.on_consumer_cancelled(id),
         }
+    }
+
+    /// Why the broker must close this open connection: its vhost or its user was deleted
+    /// (checked after every meta change; RabbitMQ `rabbit_connection_tracking_handler`
+    /// closes them with 320 CONNECTION_FORCED and these texts, observed on 3.10.8).
+    fn forced_close(&self) -> Option<String> {
+        self.broker
+            .with_topology(|t| {
+                if !t.has_vhost(&self.vhost) {
+                    Some(format!(
+                        "CONNECTION_FORCED - vhost '{}' is deleted",
+                        self.vhost
+                    ))
+                } else if t.access().user(&self.user).is_none() {
+                    Some(format!(
+                        "CONNECTION_FORCED - user '{}' is deleted",
+                        self.user
+                    ))
+                } else {
+                    None
+                }
+            })
+            .flatten()
     }
 
     /// Sends connection.close; the caller stops reading soon after.
