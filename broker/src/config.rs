@@ -101,6 +101,10 @@ pub struct Config {
     /// signed. Every node of a cluster must agree. Default false (the cluster secret still
     /// guards the port).
     pub cluster_tls: bool,
+    /// A queue group takes a snapshot every this many Raft log entries (default 4096, Ra's
+    /// default); the log before it is then purged. Lower values shorten the log (and
+    /// recovery) at the cost of more snapshot writes. Minimum 1.
+    pub snapshot_interval: u64,
     /// `--wal-truncate-at` (command line only, never read from the file: a one-off repair):
     /// `(segment id, byte offset)` of a corrupt WAL record where recovery may cut the log
     /// (raft-log `StoreOptions::wal_truncate_at`).
@@ -127,6 +131,7 @@ impl Default for Config {
             join: None,
             sync_interval_us: DEFAULT_SYNC_INTERVAL_US,
             wal_truncate_at: None,
+            snapshot_interval: crate::cluster::DEFAULT_SNAPSHOT_INTERVAL,
             default_queue_type: "quorum".into(),
             vm_memory_high_watermark: crate::alarms::DEFAULT_MEMORY_HIGH_WATERMARK,
             vm_memory_high_watermark_bytes: None,

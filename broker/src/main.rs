@@ -79,6 +79,9 @@ struct Args {
     /// Channels per connection offered to clients (default 2047; 0 = 65535).
     #[arg(long, value_name = "N")]
     channel_max: Option<u16>,
+    /// Snapshot a queue every N Raft log entries (default 4096).
+    #[arg(long, value_name = "N")]
+    snapshot_interval: Option<u64>,
     /// Most consumers per channel (default: no limit).
     #[arg(long, value_name = "N")]
     consumer_max_per_channel: Option<u64>,
@@ -188,6 +191,9 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(v) = args.channel_max {
         config.channel_max = v;
+    }
+    if let Some(v) = args.snapshot_interval {
+        config.snapshot_interval = v.max(1);
     }
     if let Some(v) = args.consumer_max_per_channel {
         config.consumer_max_per_channel = Some(v);

@@ -685,7 +685,10 @@ impl Broker {
         if let Ok(mut h) = host.lock() {
             h.finish_open();
         }
-        let cfg = Arc::new(raft_config(group).map_err(|e| NodeError::Raft(e.to_string()))?);
+        let cfg = Arc::new(
+            raft_config(group, self.config.snapshot_interval)
+                .map_err(|e| NodeError::Raft(e.to_string()))?,
+        );
         let raft = Raft::new(
             me,
             cfg,

@@ -28,6 +28,10 @@ use openraft::{Config, SnapshotPolicy};
 /// above `heartbeat_interval` (which is also the append-entries timeout).
 pub const LEADER_LEASE_MS: u64 = 110;
 
+/// Default of the node setting `snapshot_interval`: a queue group snapshots every 4096 log
+/// entries (Ra's default `snapshot_interval`).
+pub const DEFAULT_SNAPSHOT_INTERVAL: u64 = 4096;
+
 /// Raft settings of a queue group (`cluster_name` = group id, so openraft's
 /// spans name the group). Queue groups are quiescent: no heartbeats and no
 /// election timer (a node-level failure detector starts elections, see
@@ -37,7 +41,7 @@ pub const LEADER_LEASE_MS: u64 = 110;
 /// `election_timeout_max` is the leader lease ([`LEADER_LEASE_MS`]).
 // openraft's own error type; called once per group start, so its size does not matter.
 #[allow(clippy::result_large_err)]
-pub fn raft_config(group: u64) -> Result<Config, openraft::ConfigError> {
+pub fn raft_config(group: u64, snapshot_interval: u64) -> Result<Config, openraft::ConfigError> {
     Config {
         cluster_name: format!("group-{group}"),
         heartbeat_interval: 100,
@@ -47,8 +51,8 @@ pub fn raft_config(group: u64) -> Result<Config, openraft::ConfigError> {
         enable_heartbeat: false,
         enable_elect: false,
         // A snapshot holds only the queue's compact index, so taking one
-        // every 4096 entries keeps the log (which carries bodies) short.
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(4096),
+        // every few thousand entries keeps the log (which carries bodies) short.
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_interval.max(1)),
         max_in_snapshot_log_to_keep: 256,
         purge_batch_size: 256,
         max_payload_entries: 64,
