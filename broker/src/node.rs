@@ -122,7 +122,7 @@ impl Broker {
                 ..StoreOptions::default()
             },
         )?;
-        let epoch = next_epoch(store.db())?;
+        let epoch = next_epoch(&store)?;
         let origin = Origin { node: me, epoch };
         let cluster_id = store
             .db()
@@ -1081,7 +1081,7 @@ impl Broker {
                             join::remember(self.store.db(), p.node_id, &p.cluster_addr)?;
                         }
                     }
-                    self.store.db().flush_async().await?;
+                    self.store.sync_sled_async().await?;
                     self.adopt_cluster_id(r.cluster_id).await;
                     tracing::info!(via = %via, peers = r.peers.len(), "admitted to the cluster");
                     return Ok(());
@@ -1128,7 +1128,9 @@ impl Broker {
         self.peers.set_cluster_id(in_meta);
         let db = self.store.db();
         if db.insert("node/cluster_id", &in_meta.to_be_bytes()).is_ok() {
-            let _ = db.flush();
+            if let Err(e) = self.store.sync_sled_async().await {
+                tracing::warn!(error = %e, "could not sync the cluster id");
+            }
         }
         tracing::info!(cluster_id = format!("{in_meta:016x}"), "joined cluster");
     }
@@ -1321,7 +1323,9 @@ async fn membership_watch(broker: std::sync::Weak<Broker>) {
                     }
                 }
             }
-            let _ = db.flush_async().await;
+            if let Err(e) = b.store.sync_sled_async().await {
+                tracing::warn!(error = %e, "could not sync peer addresses");
+            }
         }
         drop(b);
         if metrics.changed().await.is_err() {
@@ -1353,8 +1357,11 @@ async fn initialize(raft: &Raft, voters: &[u64]) -> Result<(), NodeError> {
     }
 }
 
-/// Increments and persists the node's boot epoch.
-fn next_epoch(db: &sled::Db) -> Result<u32, NodeError> {
+/// Increments and persists the node's boot epoch, durably (power loss included) before any
+/// proposal of this boot: proposals are deduplicated by (node, epoch, sequence), so a boot
+/// that reused an epoch would see its first commands taken for the earlier boot's.
+fn next_epoch(store: &NodeStore) -> Result<u32, NodeError> {
+    let db = store.db();
     let prev = db
         .get("node/epoch")?
         .and_then(|v| <[u8; 4]>::try_from(v.as_ref()).ok())
@@ -1362,7 +1369,7 @@ fn next_epoch(db: &sled::Db) -> Result<u32, NodeError> {
         .unwrap_or(0);
     let epoch = prev.wrapping_add(1);
     db.insert("node/epoch", &epoch.to_be_bytes())?;
-    db.flush()?;
+    store.sync_sled()?;
     Ok(epoch)
 }
 

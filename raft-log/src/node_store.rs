@@ -129,6 +129,15 @@ impl NodeStore {
             .path(dir.join("sled"))
             .cache_capacity(opts.sled_cache_bytes)
             .open()?;
+        // sled creates its files without syncing them or their directory: a power loss
+        // before the first snapshot could leave no sled files at all.
+        // Their entries, and this directory's in its parent, too.
+        crate::snapshot::sync_tree(&dir.join("sled")).map_err(StoreError::Flush)?;
+        for d in [Some(dir), dir.parent()].into_iter().flatten() {
+            std::fs::File::open(d)
+                .and_then(|f| f.sync_all())
+                .map_err(StoreError::Flush)?;
+        }
         let wal = Arc::new(Wal::open(
             &dir.join("wal"),
             WalOptions {
@@ -248,13 +257,35 @@ impl NodeStore {
         Ok(())
     }
 
-    /// Make every write so far durable: one WAL sync shared through the flusher, then a sled
-    /// flush (snapshot deletions of `drop_group`, node-local records).
+    /// Make every write so far durable: one WAL sync shared through the flusher, then
+    /// [`NodeStore::sync_sled`] (snapshot deletions of `drop_group`, node-local records).
     ///
     /// Errors: [`StoreError::Flush`], [`StoreError::FlusherStopped`], [`StoreError::Sled`].
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.flusher.flush().await?;
+        self.sync_sled_async().await
+    }
+
+    /// Makes every sled write so far durable, power loss included: sled's flush (only
+    /// `sync_file_range`: no disk-cache flush, no size metadata; sled#1452), then an `fsync`
+    /// of every file and directory under sled's directory. Blocks; for node-local records
+    /// that must survive (the boot epoch, the cluster id, peer addresses).
+    ///
+    /// Errors: [`StoreError::Sled`], [`StoreError::Flush`].
+    pub fn sync_sled(&self) -> Result<(), StoreError> {
+        self.db.flush()?;
+        crate::snapshot::sync_tree(&self.sled_dir).map_err(StoreError::Flush)
+    }
+
+    /// [`NodeStore::sync_sled`] without blocking the async runtime.
+    ///
+    /// Errors: as `sync_sled`.
+    pub async fn sync_sled_async(&self) -> Result<(), StoreError> {
         self.db.flush_async().await?;
-        Ok(())
+        let dir = self.sled_dir.clone();
+        tokio::task::spawn_blocking(move || crate::snapshot::sync_tree(&dir))
+            .await
+            .map_err(|e| StoreError::Flush(std::io::Error::other(e.to_string())))?
+            .map_err(StoreError::Flush)
     }
 }

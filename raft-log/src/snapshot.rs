@@ -185,7 +185,7 @@ impl SnapshotStore {
 }
 
 /// `fsync`s every file under `dir`, then the directories themselves (new files' entries).
-fn sync_tree(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_tree(dir: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         if path.is_dir() {
