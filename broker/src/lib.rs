@@ -1,5 +1,5 @@
 //! quorumq: a RabbitMQ-compatible AMQP 0-9-1 broker whose queues are
-//! Raft-replicated quorum queues (openraft on sled), with at-least-once
+//! Raft-replicated quorum queues (openraft on our own write-ahead log), with at-least-once
 //! dead-lettering. See README.md for the design and ARCHITECTURE.md.
 
 pub mod admin;

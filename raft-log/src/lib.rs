@@ -2,9 +2,10 @@
 //! Raft groups in one node (one group per queue incarnation).
 //!
 //! - [`NodeStore`]: the node's storage: a write-ahead log shared by all groups (`wal/`), one
-//!   sled `Db` for snapshots (`sled/`), and the node-wide [`Flusher`] (group commit).
+//!   snapshot file per group (`snapshots/`), a sled `Db` for node-local records (`sled/`), and
+//!   the node-wide [`Flusher`] (group commit).
 //! - [`LogStore`]: a group's log, vote and committed id, kept in the WAL.
-//! - [`GroupStateMachine`]: a group's in-memory [`Machine`] + persisted snapshot (sled `snap/<gid>`).
+//! - [`GroupStateMachine`]: a group's in-memory [`Machine`] + persisted snapshot (`snapshots/<gid>.snap`).
 //! - [`codec`]: the byte format (bincode 2 standard config).
 //!
 //! Recovery model: the machine is not persisted on every apply; its durable form is the last

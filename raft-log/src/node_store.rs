@@ -81,8 +81,10 @@ impl Default for StoreOptions {
 #[derive(Clone)]
 pub struct NodeStore {
     db: sled::Db,
-    /// sled's directory (snapshot saves fsync it, see `snapshot.rs`).
+    /// sled's directory (node records; [`NodeStore::sync_sled`] fsyncs it).
     sled_dir: Arc<std::path::PathBuf>,
+    /// One snapshot file per group (`snapshot.rs`).
+    snap_dir: Arc<std::path::PathBuf>,
     wal: Arc<Wal>,
     flusher: Flusher,
 }
@@ -131,6 +133,8 @@ impl NodeStore {
             .open()?;
         // sled creates its files without syncing them or their directory: a power loss
         // before the first snapshot could leave no sled files at all.
+        let snap_dir = Arc::new(dir.join("snapshots"));
+        std::fs::create_dir_all(snap_dir.as_ref()).map_err(StoreError::Flush)?;
         // Their entries, and this directory's in its parent, too.
         crate::snapshot::sync_tree(&dir.join("sled")).map_err(StoreError::Flush)?;
         for d in [Some(dir), dir.parent()].into_iter().flatten() {
@@ -158,6 +162,7 @@ impl NodeStore {
         Ok(NodeStore {
             db,
             sled_dir: Arc::new(dir.join("sled")),
+            snap_dir,
             wal,
             flusher,
         })
@@ -202,7 +207,7 @@ impl NodeStore {
     {
         let tree = self.db.open_tree(keys::snap_tree(group))?;
         GroupStateMachine::open(
-            SnapshotStore::new(group, tree, self.flusher.clone(), self.sled_dir.clone()),
+            SnapshotStore::new(group, tree, self.snap_dir.clone()),
             machine,
         )
     }
@@ -215,13 +220,16 @@ impl NodeStore {
     pub fn drop_group(&self, group: GroupId) -> Result<(), StoreError> {
         self.wal.drop_group(group)?;
         self.db.drop_tree(keys::snap_tree(group))?;
-        Ok(())
+        match std::fs::remove_file(self.snap_dir.join(crate::snapshot::file_name(group))) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StoreError::Flush(e)),
+            _ => Ok(()),
+        }
     }
 
     /// Groups that have a log, a vote or a snapshot on disk, ascending. Reconcile this with cluster metadata
     /// at startup (e.g. drop groups of deleted queues if a crash interrupted `drop_group`).
     ///
-    /// Errors: none today (sled lists trees from memory); kept fallible for future formats.
+    /// Errors: [`StoreError::Flush`] if the snapshot directory cannot be listed.
     pub fn groups(&self) -> Result<Vec<GroupId>, StoreError> {
         let mut set: BTreeSet<GroupId> = self
             .db
@@ -230,6 +238,17 @@ impl NodeStore {
             .filter_map(|n| keys::group_of_tree(n))
             .collect();
         set.extend(self.wal.groups());
+        let files = std::fs::read_dir(self.snap_dir.as_ref()).map_err(StoreError::Flush)?;
+        for f in files {
+            let f = f.map_err(StoreError::Flush)?;
+            if let Some(g) = f
+                .file_name()
+                .to_str()
+                .and_then(crate::snapshot::group_of_file)
+            {
+                set.insert(g);
+            }
+        }
         Ok(set.into_iter().collect())
     }
 
@@ -258,12 +277,19 @@ impl NodeStore {
     }
 
     /// Make every write so far durable: one WAL sync shared through the flusher, then
-    /// [`NodeStore::sync_sled`] (snapshot deletions of `drop_group`, node-local records).
+    /// [`NodeStore::sync_sled`] (node-local records), then the snapshot directory (snapshot files
+    /// removed by `drop_group`).
     ///
     /// Errors: [`StoreError::Flush`], [`StoreError::FlusherStopped`], [`StoreError::Sled`].
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.flusher.flush().await?;
-        self.sync_sled_async().await
+        self.sync_sled_async().await?;
+        // Snapshot files removed by `drop_group`.
+        let dir = self.snap_dir.clone();
+        tokio::task::spawn_blocking(move || std::fs::File::open(dir.as_ref())?.sync_all())
+            .await
+            .map_err(|e| StoreError::Flush(std::io::Error::other(e.to_string())))?
+            .map_err(StoreError::Flush)
     }
 
     /// Makes every sled write so far durable, power loss included: sled's flush (only

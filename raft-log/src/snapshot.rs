@@ -1,4 +1,4 @@
-//! Snapshot persistence (`snap/<gid>` tree) and the snapshot byte format.
+//! Snapshot persistence (one file per group) and the snapshot byte format.
 //!
 //! Snapshot bytes = `codec(SnapshotHeader)` followed by the machine's own bytes
 //! (`Machine::snapshot`). The header repeats the last applied log id and membership taken under
@@ -6,12 +6,14 @@
 //! the `SnapshotMeta` sent alongside them (pitfall P6) and a restart can restore from the bytes
 //! alone.
 //!
-//! Durability: [`SnapshotStore::save`] writes meta + data in one atomic sled batch, waits for
-//! sled's flush — which is only write + `sync_file_range` (sled#1452: no device-cache flush, no
-//! size metadata) — and then `fsync`s every file and directory under sled's directory itself, so
-//! a snapshot openraft learns about is on disk, power loss included, before openraft may purge
-//! the logs it covers (pitfall P4, openraft `v2.rs`: snapshot must be persisted). Saves never
-//! move the stored snapshot backwards.
+//! Durability: [`SnapshotStore::save`] writes meta + data as one file with a CRC
+//! (`snapshots/<gid>.snap`): a temporary file written and `fsync`ed, renamed over the old one,
+//! then the directory `fsync`ed — so a snapshot openraft learns about is on disk, power loss
+//! included, before openraft may purge the logs it covers (pitfall P4, openraft `v2.rs`:
+//! snapshot must be persisted), and a crash leaves the old snapshot or the new one. (Snapshots
+//! used to live in sled; its flush is only `sync_file_range` (sled#1452), a power-loss test
+//! found meta and data of one batch torn apart, and sled's `drop_tree` leaves the blob files of
+//! large values behind.) Saves never move the stored snapshot backwards.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use std::sync::Arc;
 use openraft::{LogId, NodeId, SnapshotMeta, StoredMembership};
 use serde::{Deserialize, Serialize};
 
-use crate::{codec, keys, Flusher, GroupId, StoreError};
+use crate::{codec, keys, GroupId, StoreError};
 
 /// Versioned header at the start of snapshot bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,13 +100,92 @@ impl<NID: NodeId, N: openraft::Node> SnapshotPayload<NID, N> {
 /// A stored snapshot: its meta and its bytes.
 pub(crate) type StoredSnapshot<NID, N> = (SnapshotMeta<NID, N>, Vec<u8>);
 
-/// The persisted current snapshot of one group.
+/// First bytes of a snapshot file (format 1).
+const MAGIC: &[u8; 8] = b"QQSNAP01";
+
+/// The snapshot file of `group` in the snapshot directory.
+pub(crate) fn file_name(group: GroupId) -> String {
+    format!("{group:020}.snap")
+}
+
+/// The group whose snapshot file is `name`, if it is one.
+pub(crate) fn group_of_file(name: &str) -> Option<GroupId> {
+    name.strip_suffix(".snap")?.parse().ok()
+}
+
+/// A snapshot file's bytes: `MAGIC`, meta length (u32 LE), meta (codec), data length (u64 LE),
+/// data, then the CRC-32 (IEEE, u32 LE) of everything before it.
+fn encode_file(meta: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MAGIC.len() + 4 + meta.len() + 8 + data.len() + 4);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+    out.extend_from_slice(meta);
+    out.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    out.extend_from_slice(data);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Splits a snapshot file into (meta, data). Errors: [`StoreError::Corrupt`] naming `path`
+/// when the magic, a length or the CRC is wrong.
+fn decode_file<'a>(path: &Path, bytes: &'a [u8]) -> Result<(&'a [u8], &'a [u8]), StoreError> {
+    let bad = |what: &str| {
+        StoreError::corrupt(format!(
+            "snapshot file {} is damaged ({what}, {} bytes); restore it or rebuild the node from \
+             the other replicas",
+            path.display(),
+            bytes.len()
+        ))
+    };
+    if bytes.len() < MAGIC.len() + 4 + 8 + 4 || &bytes[..MAGIC.len()] != MAGIC {
+        return Err(bad("no snapshot header"));
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    if crc32fast::hash(body).to_le_bytes() != crc {
+        return Err(bad("checksum mismatch"));
+    }
+    let rest = &body[MAGIC.len()..];
+    let meta_len =
+        u32::from_le_bytes(rest[..4].try_into().map_err(|_| bad("meta length"))?) as usize;
+    let rest = &rest[4..];
+    if rest.len() < meta_len + 8 {
+        return Err(bad("meta length"));
+    }
+    let (meta, rest) = rest.split_at(meta_len);
+    let data_len = u64::from_le_bytes(rest[..8].try_into().map_err(|_| bad("data length"))?);
+    let data = &rest[8..];
+    if data.len() as u64 != data_len {
+        return Err(bad("data length"));
+    }
+    Ok((meta, data))
+}
+
+/// Writes `bytes` as `dir/name` atomically and durably: a temporary file written and
+/// `fsync`ed, renamed over `name`, then the directory `fsync`ed (the rename's entry). After a
+/// crash at any point the file holds the old snapshot or the new one, never a mix.
+fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, &path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// The persisted current snapshot of one group: the file `<group>.snap` in the node's snapshot
+/// directory. Snapshots saved by earlier versions in sled (tree `snap/<gid>`) are still read
+/// when the group has no file yet, and dropped after its first file save.
 pub(crate) struct SnapshotStore {
     group: GroupId,
+    /// Earlier versions' sled tree of this group (read only when no file exists).
     tree: sled::Tree,
-    flusher: Flusher,
-    /// sled's directory: fsynced after each save.
-    sled_dir: Arc<PathBuf>,
+    /// The node's snapshot directory.
+    dir: Arc<PathBuf>,
     /// Serializes compare-and-save so a slow build cannot overwrite a newer install.
     save_lock: Arc<tokio::sync::Mutex<()>>,
 }
@@ -114,25 +195,18 @@ impl Clone for SnapshotStore {
         SnapshotStore {
             group: self.group,
             tree: self.tree.clone(),
-            flusher: self.flusher.clone(),
-            sled_dir: self.sled_dir.clone(),
+            dir: self.dir.clone(),
             save_lock: self.save_lock.clone(),
         }
     }
 }
 
 impl SnapshotStore {
-    pub(crate) fn new(
-        group: GroupId,
-        tree: sled::Tree,
-        flusher: Flusher,
-        sled_dir: Arc<PathBuf>,
-    ) -> Self {
+    pub(crate) fn new(group: GroupId, tree: sled::Tree, dir: Arc<PathBuf>) -> Self {
         SnapshotStore {
             group,
             tree,
-            flusher,
-            sled_dir,
+            dir,
             save_lock: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
@@ -141,45 +215,61 @@ impl SnapshotStore {
         self.group
     }
 
-    /// The stored snapshot meta and bytes, if any.
+    fn path(&self) -> PathBuf {
+        self.dir.join(file_name(self.group))
+    }
+
+    /// The stored snapshot meta and bytes, if any. Errors: [`StoreError::Corrupt`] naming the
+    /// file for a damaged snapshot file, [`StoreError::Flush`] for I/O, decode errors.
     pub(crate) fn load<NID: NodeId, N: openraft::Node>(
         &self,
     ) -> Result<Option<StoredSnapshot<NID, N>>, StoreError> {
-        let (Some(meta), Some(data)) = (
-            self.tree.get(keys::SNAP_META)?,
-            self.tree.get(keys::SNAP_DATA)?,
-        ) else {
-            return Ok(None);
-        };
-        Ok(Some((codec::decode(&meta)?, data.to_vec())))
+        let path = self.path();
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let (meta, data) = decode_file(&path, &bytes)?;
+                Ok(Some((codec::decode(meta)?, data.to_vec())))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let (Some(meta), Some(data)) = (
+                    self.tree.get(keys::SNAP_META)?,
+                    self.tree.get(keys::SNAP_DATA)?,
+                ) else {
+                    return Ok(None);
+                };
+                Ok(Some((codec::decode(&meta)?, data.to_vec())))
+            }
+            Err(e) => Err(StoreError::Flush(e)),
+        }
     }
 
-    /// Persist `meta` + `data` durably unless a snapshot with a greater `last_log_id` is already
-    /// stored. Returns whether it was stored.
+    /// Persist `meta` + `data` durably (power loss included: [`write_atomically`]) unless a
+    /// snapshot with a greater `last_log_id` is already stored. Returns whether it was stored.
+    /// Only then may openraft purge the log it covers (pitfall P4).
     pub(crate) async fn save<NID: NodeId, N: openraft::Node>(
         &self,
         meta: &SnapshotMeta<NID, N>,
         data: &[u8],
     ) -> Result<bool, StoreError> {
         let _guard = self.save_lock.lock().await;
-        if let Some(m) = self.tree.get(keys::SNAP_META)? {
-            let current: SnapshotMeta<NID, N> = codec::decode(&m)?;
+        if let Some((current, _)) = self.load::<NID, N>()? {
             if current.last_log_id > meta.last_log_id {
                 tracing::info!(group = self.group, current = ?current.last_log_id, stale = ?meta.last_log_id,
                     "not replacing a newer snapshot");
                 return Ok(false);
             }
         }
-        let mut batch = sled::Batch::default();
-        batch.insert(keys::SNAP_META, codec::encode(meta)?);
-        batch.insert(keys::SNAP_DATA, data);
-        self.tree.apply_batch(batch)?;
-        self.tree.flush_async().await?;
-        let dir = self.sled_dir.clone();
-        tokio::task::spawn_blocking(move || sync_tree(&dir))
+        let bytes = encode_file(&codec::encode(meta)?, data);
+        let dir = self.dir.clone();
+        let name = file_name(self.group);
+        tokio::task::spawn_blocking(move || write_atomically(&dir, &name, &bytes))
             .await
             .map_err(|e| StoreError::Flush(std::io::Error::other(e.to_string())))?
             .map_err(StoreError::Flush)?;
+        // The file wins from now on; an earlier version's sled copy only takes space.
+        if !self.tree.is_empty() {
+            self.tree.clear()?;
+        }
         Ok(true)
     }
 }
@@ -195,4 +285,102 @@ pub(crate) fn sync_tree(dir: &Path) -> std::io::Result<()> {
         }
     }
     std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::{BasicNode, CommittedLeaderId};
+
+    type Meta = SnapshotMeta<u64, BasicNode>;
+
+    fn meta(index: u64) -> Meta {
+        SnapshotMeta {
+            last_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), index)),
+            last_membership: StoredMembership::default(),
+            snapshot_id: format!("s-{index}"),
+        }
+    }
+
+    fn store(dir: &Path, db: &sled::Db) -> SnapshotStore {
+        let snaps = dir.join("snapshots");
+        std::fs::create_dir_all(&snaps).unwrap();
+        SnapshotStore::new(
+            7,
+            db.open_tree(keys::snap_tree(7)).unwrap(),
+            Arc::new(snaps),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_saved_snapshot_loads_back_and_never_moves_backwards() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let s = store(dir.path(), &db);
+        assert!(s.load::<u64, BasicNode>().unwrap().is_none());
+        assert!(s.save(&meta(10), b"ten").await.unwrap());
+        assert!(
+            !s.save(&meta(5), b"five").await.unwrap(),
+            "an older snapshot is refused"
+        );
+        let (m, data) = s.load::<u64, BasicNode>().unwrap().unwrap();
+        assert_eq!((m, data), (meta(10), b"ten".to_vec()));
+        assert!(s.save(&meta(20), b"twenty").await.unwrap());
+        assert_eq!(s.load::<u64, BasicNode>().unwrap().unwrap().1, b"twenty");
+        // No temporary file is left behind.
+        let names: Vec<String> = std::fs::read_dir(dir.path().join("snapshots"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec![file_name(7)]);
+        assert_eq!(group_of_file(&file_name(7)), Some(7));
+    }
+
+    #[tokio::test]
+    async fn a_damaged_snapshot_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let s = store(dir.path(), &db);
+        s.save(&meta(10), &[9u8; 1000]).await.unwrap();
+        let path = dir.path().join("snapshots").join(file_name(7));
+        let bytes = std::fs::read(&path).unwrap();
+        for (i, cut) in [(500usize, false), (0, false), (bytes.len() - 1, true)] {
+            let mut damaged = bytes.clone();
+            if cut {
+                damaged.truncate(i);
+            } else {
+                damaged[i] ^= 0x40;
+            }
+            std::fs::write(&path, &damaged).unwrap();
+            let e = s
+                .load::<u64, BasicNode>()
+                .expect_err("damage must be reported");
+            assert!(matches!(e, StoreError::Corrupt(_)), "{e}");
+            assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(s.load::<u64, BasicNode>().unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_of_an_earlier_version_in_sled_loads_and_moves_to_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let s = store(dir.path(), &db);
+        let tree = db.open_tree(keys::snap_tree(7)).unwrap();
+        tree.insert(keys::SNAP_META, codec::encode(&meta(3)).unwrap())
+            .unwrap();
+        tree.insert(keys::SNAP_DATA, &b"old"[..]).unwrap();
+        assert_eq!(
+            s.load::<u64, BasicNode>().unwrap().unwrap(),
+            (meta(3), b"old".to_vec())
+        );
+        assert!(!s.save(&meta(2), b"older").await.unwrap());
+        assert!(s.save(&meta(4), b"new").await.unwrap());
+        assert!(
+            tree.is_empty(),
+            "the sled copy is dropped once a file holds the snapshot"
+        );
+        assert_eq!(s.load::<u64, BasicNode>().unwrap().unwrap().1, b"new");
+    }
 }
