@@ -4,7 +4,7 @@
 
 use openraft::{ErrorSubject, ErrorVerb, NodeId, StorageError, StorageIOError};
 
-/// Errors of the sled-backed Raft storage.
+/// Errors of the Raft storage (write-ahead log, snapshot files, sled node records).
 ///
 /// Inside openraft trait methods these are converted with [`StoreError::into_storage`] into
 /// `StorageError::IO` carrying the subject (vote, logs, snapshot, state machine) and the verb
@@ -28,7 +28,8 @@ pub enum StoreError {
     #[error("corrupt data: {0}")]
     Corrupt(String),
 
-    /// The node-wide flush (sled `Db::flush`, i.e. write + `sync_file_range`) failed.
+    /// A write or sync failed: the WAL's `fdatasync`, a snapshot file's write, `fsync` or
+    /// rename, or sled's files' `fsync`.
     #[error("flush failed: {0}")]
     Flush(#[source] std::io::Error),
 

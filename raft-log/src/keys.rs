@@ -1,5 +1,6 @@
-//! sled tree names and keys. One sled `Db` per node holds the snapshots; per Raft group `gid`
-//! one tree:
+//! sled tree names and keys of snapshots as earlier versions stored them (read when a group has
+//! no snapshot file yet; snapshots now live in `snapshots/<gid>.snap`, see `snapshot.rs`); per
+//! Raft group `gid` one tree:
 //!
 //! | tree        | key              | value                                  |
 //! |-------------|------------------|----------------------------------------|
