@@ -4,7 +4,7 @@
 //! AMQP front end calls.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -112,8 +112,9 @@ impl Broker {
         }
         let dir: PathBuf = config.data_dir.join(format!("node-{me}"));
         std::fs::create_dir_all(&dir)?;
+        let raft_dir = dir.join("raft");
         let store = NodeStore::open_with(
-            &dir.join("raft"),
+            &raft_dir,
             StoreOptions {
                 sled_cache_bytes: CACHE_BYTES,
                 min_sync_interval: std::time::Duration::from_micros(config.sync_interval_us),
@@ -121,7 +122,8 @@ impl Broker {
                 on_wal_sync: |d| crate::metrics::COUNTERS.wal_synced(d),
                 ..StoreOptions::default()
             },
-        )?;
+        )
+        .map_err(|e| rebuild_hint(e, &config, &raft_dir, peers_cfg.len()))?;
         let epoch = next_epoch(&store)?;
         let origin = Origin { node: me, epoch };
         let cluster_id = store
@@ -1355,6 +1357,39 @@ async fn initialize(raft: &Raft, voters: &[u64]) -> Result<(), NodeError> {
         )) => Ok(()),
         Err(e) => Err(NodeError::Raft(e.to_string())),
     }
+}
+
+/// A corrupt store on a node of a multi-node cluster: the other replicas hold every committed
+/// entry, so the way back is to rebuild the node from them (issue 11: a member with a corrupt
+/// log must not serve). Adds the procedure to the error when this node knows peers (`--peers`,
+/// `--join`, or addresses remembered in its sled records); other errors pass unchanged.
+fn rebuild_hint(
+    e: raft_log::StoreError,
+    config: &Config,
+    raft_dir: &Path,
+    configured_peers: usize,
+) -> NodeError {
+    if !matches!(e, raft_log::StoreError::Corrupt(_)) {
+        return NodeError::Store(e);
+    }
+    let remembered = sled::Config::new()
+        .path(raft_dir.join("sled"))
+        .open()
+        .map(|db| join::remembered(&db).len())
+        .unwrap_or(0);
+    if configured_peers <= 1 && config.join.is_none() && remembered == 0 {
+        return NodeError::Store(e);
+    }
+    let me = config.node_id;
+    NodeError::Config(format!(
+        "storage: {e}\n\nThis node is a member of a cluster: its replicas hold every committed \
+         entry, so rebuild it from them rather than truncating (a truncated member may have \
+         acknowledged entries it no longer holds): on a running node `quorumqctl \
+         forget_cluster_node {me}`; move {} away; start this machine with a new --node-id and \
+         --join <a member's cluster address>; then `quorumqctl grow <new id> all` (each queue \
+         sends it a snapshot).",
+        raft_dir.parent().unwrap_or(raft_dir).display()
+    ))
 }
 
 /// Increments and persists the node's boot epoch, durably (power loss included) before any

@@ -239,7 +239,26 @@ async fn rebalance_spreads_leaders_within_one_of_even() -> anyhow::Result<()> {
     .await
 }
 
-/// `forget_cluster_node` after a node is destroyed (kill -9): refused while
+/// Flips a byte of the first WAL record holding `needle` under `wal_dir` (later synced
+/// records follow it, so recovery must call it corruption, not a torn tail).
+fn damage_wal_record(wal_dir: &std::path::Path, needle: &[u8]) -> anyhow::Result<()> {
+    let mut segments: Vec<_> = std::fs::read_dir(wal_dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    segments.sort();
+    for seg in segments {
+        let mut bytes = std::fs::read(&seg)?;
+        if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
+            bytes[at + needle.len() + 4] ^= 0x01;
+            std::fs::write(&seg, &bytes)?;
+            return Ok(());
+        }
+    }
+    anyhow::bail!("no WAL record under {} holds {needle:?}", wal_dir.display())
+}
+
+/// `forget_cluster_node` after a node is destroyed (a damaged write-ahead log: it refuses
+/// to start and says how to rebuild it): refused while
 /// the node runs; afterwards the node is gone from the cluster and from the
 /// queue's members, and the queue keeps its messages and serves them. Then
 /// the destroyed node's replacement (wiped disk, new id 4) joins and is
@@ -269,7 +288,36 @@ async fn forget_cluster_node_removes_a_destroyed_node() -> anyhow::Result<()> {
             .expect_err("node 3 runs");
         assert!(format!("{err:#}").contains("running"), "{err:#}");
 
+        // Node 3's write-ahead log is damaged mid-log (issue 11): it refuses to start and
+        // names the rebuild from the other replicas instead of serving or truncating.
+        let marked = "forget.marked";
+        declare_durable(&ch1, marked, quorum_args(&[])).await?;
+        expect_members(&cluster, 1, marked, &[1, 2, 3]).await?;
+        let mark = |i: u32| {
+            let mut b = format!("corrupt-member-{i:03}-").into_bytes();
+            b.resize(256, b'.');
+            b
+        };
+        for i in 0..30u32 {
+            publish_confirmed(&ch1, "", marked, &mark(i), BasicProperties::default()).await?;
+        }
         cluster.kill9(3);
+        damage_wal_record(
+            &cluster.root().join("data/node-3/raft/wal"),
+            &mark(10)[..19],
+        )?;
+        let refused = cluster
+            .restart(3)
+            .await
+            .expect_err("a corrupt member must not start");
+        let log = cluster.log_tail(3, 8000);
+        assert!(
+            log.contains("is corrupt")
+                && log.contains("This node is a member of a cluster")
+                && log.contains("forget_cluster_node 3"),
+            "{refused:#}\n{log}"
+        );
+
         let out = retry(
             Duration::from_secs(20),
             "forget node 3 once it is seen down",
