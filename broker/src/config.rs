@@ -35,6 +35,11 @@ pub struct Config {
     /// Cluster address of a running node to join (`host:port`), used on the
     /// first start only; a restarted node rejoins from its own data.
     pub join: Option<String>,
+    /// A node this one replaces (its disk died or its log is corrupt; issue 11): once this
+    /// node is a member, the cluster forgets that node (`forget_cluster_node`) and adds this
+    /// node to every queue it was a member of, whose leaders bring it up to date. Repeating
+    /// it on later starts is harmless (a forgotten node is skipped).
+    pub replaces: Option<u64>,
     /// Shortest time between two write-ahead-log syncs (`fdatasync`) while the node is busy,
     /// in µs: Raft appends of every queue that arrive meanwhile share one sync — fewer, larger
     /// log writes for up to this much extra commit latency. A lone writer waiting for each
@@ -129,6 +134,7 @@ impl Default for Config {
             amqp_advertise: None,
             peers: Vec::new(),
             join: None,
+            replaces: None,
             sync_interval_us: DEFAULT_SYNC_INTERVAL_US,
             wal_truncate_at: None,
             snapshot_interval: crate::cluster::DEFAULT_SNAPSHOT_INTERVAL,

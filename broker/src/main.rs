@@ -60,6 +60,10 @@ struct Args {
     /// Join the cluster of the node at HOST:PORT (its cluster address).
     #[arg(long)]
     join: Option<String>,
+    /// Replace node N (down for good: dead disk, corrupt log): forget it and take its place
+    /// in every queue it was a member of.
+    #[arg(long, value_name = "N")]
+    replaces: Option<u64>,
     /// Type of durable queues declared without x-queue-type: quorum (default) or classic.
     #[arg(long, value_name = "TYPE")]
     default_queue_type: Option<String>,
@@ -170,6 +174,9 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(v) = args.join {
         config.join = Some(v);
+    }
+    if let Some(v) = args.replaces {
+        config.replaces = Some(v);
     }
     if let Some(v) = args.default_queue_type {
         config.default_queue_type = v;

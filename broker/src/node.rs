@@ -277,6 +277,12 @@ impl Broker {
         tokio::spawn(reconciler(Arc::downgrade(self)));
         tokio::spawn(crate::liveness::run(Arc::downgrade(self)));
         tokio::spawn(membership_watch(Arc::downgrade(self)));
+        if let Some(old) = self.config.replaces {
+            tokio::spawn(crate::cluster::membership::replace(
+                Arc::downgrade(self),
+                old,
+            ));
+        }
         Ok(())
     }
 
@@ -1386,8 +1392,9 @@ fn rebuild_hint(
          entry, so rebuild it from them rather than truncating (a truncated member may have \
          acknowledged entries it no longer holds): on a running node `quorumqctl \
          forget_cluster_node {me}`; move {} away; start this machine with a new --node-id and \
-         --join <a member's cluster address>; then `quorumqctl grow <new id> all` (each queue \
-         sends it a snapshot).",
+         --join <a member's cluster address>; then `quorumqctl grow <new id> all` (each queue's \
+         leader brings it up to date) — or do all of it with one start: --node-id <new id> \
+         --join <a member's cluster address> --replaces {me}.",
         raft_dir.parent().unwrap_or(raft_dir).display()
     ))
 }

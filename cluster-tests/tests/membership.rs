@@ -239,26 +239,7 @@ async fn rebalance_spreads_leaders_within_one_of_even() -> anyhow::Result<()> {
     .await
 }
 
-/// Flips a byte of the first WAL record holding `needle` under `wal_dir` (later synced
-/// records follow it, so recovery must call it corruption, not a torn tail).
-fn damage_wal_record(wal_dir: &std::path::Path, needle: &[u8]) -> anyhow::Result<()> {
-    let mut segments: Vec<_> = std::fs::read_dir(wal_dir)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    segments.sort();
-    for seg in segments {
-        let mut bytes = std::fs::read(&seg)?;
-        if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
-            bytes[at + needle.len() + 4] ^= 0x01;
-            std::fs::write(&seg, &bytes)?;
-            return Ok(());
-        }
-    }
-    anyhow::bail!("no WAL record under {} holds {needle:?}", wal_dir.display())
-}
-
-/// `forget_cluster_node` after a node is destroyed (a damaged write-ahead log: it refuses
-/// to start and says how to rebuild it): refused while
+/// `forget_cluster_node` after a node is destroyed (kill -9): refused while
 /// the node runs; afterwards the node is gone from the cluster and from the
 /// queue's members, and the queue keeps its messages and serves them. Then
 /// the destroyed node's replacement (wiped disk, new id 4) joins and is
@@ -288,36 +269,7 @@ async fn forget_cluster_node_removes_a_destroyed_node() -> anyhow::Result<()> {
             .expect_err("node 3 runs");
         assert!(format!("{err:#}").contains("running"), "{err:#}");
 
-        // Node 3's write-ahead log is damaged mid-log (issue 11): it refuses to start and
-        // names the rebuild from the other replicas instead of serving or truncating.
-        let marked = "forget.marked";
-        declare_durable(&ch1, marked, quorum_args(&[])).await?;
-        expect_members(&cluster, 1, marked, &[1, 2, 3]).await?;
-        let mark = |i: u32| {
-            let mut b = format!("corrupt-member-{i:03}-").into_bytes();
-            b.resize(256, b'.');
-            b
-        };
-        for i in 0..30u32 {
-            publish_confirmed(&ch1, "", marked, &mark(i), BasicProperties::default()).await?;
-        }
         cluster.kill9(3);
-        damage_wal_record(
-            &cluster.root().join("data/node-3/raft/wal"),
-            &mark(10)[..19],
-        )?;
-        let refused = cluster
-            .restart(3)
-            .await
-            .expect_err("a corrupt member must not start");
-        let log = cluster.log_tail(3, 8000);
-        assert!(
-            log.contains("is corrupt")
-                && log.contains("This node is a member of a cluster")
-                && log.contains("forget_cluster_node 3"),
-            "{refused:#}\n{log}"
-        );
-
         let out = retry(
             Duration::from_secs(20),
             "forget node 3 once it is seen down",
@@ -403,6 +355,104 @@ async fn forget_cluster_node_removes_a_destroyed_node() -> anyhow::Result<()> {
             },
         )
         .await?;
+        Ok(())
+    })
+    .await
+}
+
+/// Flips a byte of the first WAL record holding `needle` under `wal_dir` (later synced
+/// records follow it, so recovery must call it corruption, not a torn tail).
+fn damage_wal_record(wal_dir: &std::path::Path, needle: &[u8]) -> anyhow::Result<()> {
+    let mut segments: Vec<_> = std::fs::read_dir(wal_dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    segments.sort();
+    for seg in segments {
+        let mut bytes = std::fs::read(&seg)?;
+        if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
+            bytes[at + needle.len() + 4] ^= 0x01;
+            std::fs::write(&seg, &bytes)?;
+            return Ok(());
+        }
+    }
+    anyhow::bail!("no WAL record under {} holds {needle:?}", wal_dir.display())
+}
+
+/// Issue 11: a member whose write-ahead log is damaged mid-log refuses to start and says how
+/// to rebuild it from the other replicas; a node started with a new id, `--join` and
+/// `--replaces 3` forgets it and takes its place in every queue, and then forms the quorum
+/// with node 2 once node 1 dies: every message is still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_member_refuses_and_a_replacement_takes_its_place() -> anyhow::Result<()> {
+    cluster_tests::bounded(Duration::from_secs(180), async {
+        let cluster = Cluster::start(3).await?;
+        let q = "replaced.q";
+        let c1 = connect(&cluster.uri(1)).await?;
+        let ch1 = confirm_channel(&c1).await?;
+        declare_durable(&ch1, q, quorum_args(&[])).await?;
+        expect_members(&cluster, 1, q, &[1, 2, 3]).await?;
+        let body = |i: u32| {
+            let mut b = format!("corrupt-member-{i:03}-").into_bytes();
+            b.resize(256, b'.');
+            b
+        };
+        for i in 0..30u32 {
+            publish_confirmed(&ch1, "", q, &body(i), BasicProperties::default()).await?;
+        }
+        cluster.kill9(3);
+        damage_wal_record(
+            &cluster.root().join("data/node-3/raft/wal"),
+            &body(10)[..19],
+        )?;
+        let refused = cluster
+            .restart(3)
+            .await
+            .expect_err("a corrupt member must not start");
+        let log = cluster.log_tail(3, 8000);
+        assert!(
+            log.contains("is corrupt")
+                && log.contains("This node is a member of a cluster")
+                && log.contains("--replaces 3"),
+            "{refused:#}\n{log}"
+        );
+
+        // The operator's rebuild: node 3's machine starts over as node 4.
+        let ports = cluster_tests::cluster::distinct_free_ports(2)?;
+        let dir = tempfile::tempdir()?;
+        let log_path = dir.path().join("node-4.log");
+        let log = std::fs::File::create(&log_path)?;
+        let node4 = std::process::Command::new(cluster_tests::quorumq_bin())
+            .args(["--node-id", "4", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args(["--amqp-listen", &format!("127.0.0.1:{}", ports[0])])
+            .args(["--cluster-listen", &format!("127.0.0.1:{}", ports[1])])
+            .args(["--join", &cluster.cluster_addr(1), "--replaces", "3"])
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        let _node4 = KillOnDrop(node4);
+        let node4_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+        expect_members(&cluster, 1, q, &[1, 2, 4])
+            .await
+            .map_err(|e| e.context(node4_log()))?;
+        let status = cluster
+            .ctl(1, &["cluster_status", "--formatter", "json"])
+            .await?;
+        let v: serde_json::Value = serde_json::from_str(&status)?;
+        let ids: Vec<u64> = v["nodes"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|n| n["id"].as_u64()).collect())
+            .unwrap_or_default();
+        assert_eq!(ids, [1, 2, 4], "{status}");
+
+        // Node 4 holds its part: without node 1, nodes 2 and 4 serve every message.
+        cluster.kill9(1);
+        let c2 = connect(&cluster.uri(2)).await?;
+        let (_ch2, mut consumer) = open_consumer(&c2, q, 50).await?;
+        let got = cluster_tests::consume_n(&mut consumer, 30, Duration::from_secs(60)).await?;
+        let bodies: BTreeSet<Vec<u8>> = got.iter().map(|d| d.data.clone()).collect();
+        assert_eq!(bodies, (0..30).map(body).collect::<BTreeSet<_>>());
         Ok(())
     })
     .await

@@ -73,12 +73,24 @@ pub async fn change_member(
         if forwarded {
             return row(size, Err("the queue's leader moved; try again".into()));
         }
-        let Some(leader) = route.leader() else {
-            return row(size, Err("the queue has no leader".into()));
-        };
-        return forward(broker, leader, vhost, name, node, change)
-            .await
-            .unwrap_or_else(|e| row(size, Err(e)));
+        if let Some(leader) = route.leader() {
+            return forward(broker, leader, vhost, name, node, change, true)
+                .await
+                .unwrap_or_else(|e| row(size, Err(e)));
+        }
+        // A node that is no member of the queue does not follow its leader: a member does
+        // (and forwards to it). Members never take this path, so requests cannot circle.
+        let me = broker.node_id();
+        let mut last = Err("the queue has no leader".to_string());
+        if !rec.members.contains(&me) {
+            for &member in &rec.members {
+                last = forward(broker, member, vhost, name, node, change, false).await;
+                if last.is_ok() {
+                    break;
+                }
+            }
+        }
+        return last.unwrap_or_else(|e| row(size, Err(e)));
     };
     let result = match change {
         Change::Add => add(broker, &raft, &rec, node).await,
@@ -92,22 +104,23 @@ pub async fn change_member(
     row(size, result)
 }
 
-/// The `change_member` request, asked of the queue's leader `leader`.
+/// The `change_member` request, asked of node `to`: the queue's leader (`forwarded`), or a
+/// member that forwards it to the leader it follows.
 async fn forward(
     broker: &Arc<Broker>,
-    leader: u64,
+    to: u64,
     vhost: &str,
     name: &str,
     node: u64,
     change: Change,
+    forwarded: bool,
 ) -> Result<MemberResult, String> {
-    let mut client =
-        admin_client(broker, leader).map_err(|e| format!("the queue's leader: {e}"))?;
+    let mut client = admin_client(broker, to).map_err(|e| format!("node {to}: {e}"))?;
     let req = MemberRequest {
         vhost: vhost.to_string(),
         queue: name.to_string(),
         node,
-        forwarded: true,
+        forwarded,
     };
     let reply = match change {
         Change::Add => client.add_member(req).await,
@@ -115,7 +128,7 @@ async fn forward(
     };
     reply
         .map(|r| r.into_inner())
-        .map_err(|e| format!("the queue's leader, node {leader}: {}", e.message()))
+        .map_err(|e| format!("node {to}: {}", e.message()))
 }
 
 async fn add(
@@ -426,6 +439,55 @@ pub async fn campaign(broker: &Arc<Broker>, group: u64) -> Result<(), String> {
         Err(format!(
             "node {me} did not win the leadership of group {group}"
         ))
+    }
+}
+
+/// `--replaces OLD` (issue 11: rebuild a member whose disk died or whose log is corrupt under
+/// a new id): forgets `old` ([`forget_node`], retried every second while it is still seen
+/// running or there is no meta leader), then adds this node to every queue `old` was a
+/// member of; each queue's leader brings the new member up to date (its snapshot with the
+/// bodies when the log it needs was purged, else the log; each queue is tried 30 times a
+/// second apart). Gives up forgetting after 10 minutes. A node that is no cluster member
+/// (already forgotten) is skipped.
+pub async fn replace(broker: std::sync::Weak<Broker>, old: u64) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(600);
+    let rows = loop {
+        let Some(b) = broker.upgrade() else { return };
+        if b.is_stopping() {
+            return;
+        }
+        match forget_node(&b, old, false).await {
+            Ok(rows) => break rows,
+            Err(e) if e.contains("is not a cluster member") => {
+                tracing::info!(
+                    old,
+                    "replaces: node {old} is no cluster member (already forgotten)"
+                );
+                return;
+            }
+            Err(e) if tokio::time::Instant::now() > deadline => {
+                tracing::error!(old, error = %e, "replaces: could not forget the replaced node; giving up");
+                return;
+            }
+            Err(e) => {
+                tracing::info!(old, error = %e, "replaces: forgetting the replaced node; retrying")
+            }
+        }
+        drop(b);
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    };
+    let Some(b) = broker.upgrade() else { return };
+    let me = b.node_id();
+    for row in rows {
+        for attempt in 1.. {
+            let r = change_member(&b, &row.vhost, &row.name, me, Change::Add, false).await;
+            if r.ok || attempt >= 30 || b.is_stopping() {
+                tracing::info!(old, vhost = %r.vhost, queue = %r.name, result = %r.result, members = r.size,
+                    "replaces: took the replaced node's place");
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
     }
 }
 
