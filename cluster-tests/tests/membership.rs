@@ -308,26 +308,7 @@ async fn forget_cluster_node_removes_a_destroyed_node() -> anyhow::Result<()> {
 
         // A node whose disk was wiped comes back under a new id (4): it joins
         // through node 1 and `grow` makes it a member of every queue.
-        let ports = cluster_tests::cluster::distinct_free_ports(2)?;
-        let dir = tempfile::tempdir()?;
-        let log_path = dir.path().join("node-4.log");
-        let log = std::fs::File::create(&log_path)?;
-        let node4 = std::process::Command::new(cluster_tests::quorumq_bin())
-            .args(["--node-id", "4", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .args(["--amqp-listen", &format!("127.0.0.1:{}", ports[0])])
-            .args(["--cluster-listen", &format!("127.0.0.1:{}", ports[1])])
-            .args(["--join", &cluster.cluster_addr(1)])
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
-        let _node4 = KillOnDrop(node4);
-        wait_for(Duration::from_secs(60), "node 4 ready", || async {
-            std::fs::read_to_string(&log_path).is_ok_and(|l| l.contains("quorumq ready"))
-        })
-        .await
-        .map_err(|e| e.context(std::fs::read_to_string(&log_path).unwrap_or_default()))?;
+        let _node4 = Joining::start(&cluster, 4, &[]).await?;
         let out = retry(Duration::from_secs(30), "grow node 4", || async {
             let out = cluster.ctl(2, &["grow", "4", "all"]).await?;
             anyhow::ensure!(out.contains("\t3\tok"), "{out}");
@@ -417,25 +398,10 @@ async fn a_corrupt_member_refuses_and_a_replacement_takes_its_place() -> anyhow:
         );
 
         // The operator's rebuild: node 3's machine starts over as node 4.
-        let ports = cluster_tests::cluster::distinct_free_ports(2)?;
-        let dir = tempfile::tempdir()?;
-        let log_path = dir.path().join("node-4.log");
-        let log = std::fs::File::create(&log_path)?;
-        let node4 = std::process::Command::new(cluster_tests::quorumq_bin())
-            .args(["--node-id", "4", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .args(["--amqp-listen", &format!("127.0.0.1:{}", ports[0])])
-            .args(["--cluster-listen", &format!("127.0.0.1:{}", ports[1])])
-            .args(["--join", &cluster.cluster_addr(1), "--replaces", "3"])
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
-        let _node4 = KillOnDrop(node4);
-        let node4_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+        let node4 = Joining::start(&cluster, 4, &["--replaces", "3"]).await?;
         expect_members(&cluster, 1, q, &[1, 2, 4])
             .await
-            .map_err(|e| e.context(node4_log()))?;
+            .map_err(|e| e.context(node4.log()))?;
         let status = cluster
             .ctl(1, &["cluster_status", "--formatter", "json"])
             .await?;
@@ -458,12 +424,49 @@ async fn a_corrupt_member_refuses_and_a_replacement_takes_its_place() -> anyhow:
     .await
 }
 
-/// Kills the process when dropped (a node started outside the `Cluster`).
-struct KillOnDrop(std::process::Child);
+/// A fresh node started outside the `Cluster` with `--join` node 1 (its data in a temporary
+/// directory); killed when dropped.
+struct Joining {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
 
-impl Drop for KillOnDrop {
+impl Joining {
+    /// Starts node `id` with `extra` flags and waits (≤ 60 s) for its `quorumq ready` line.
+    async fn start(cluster: &Cluster, id: u64, extra: &[&str]) -> anyhow::Result<Joining> {
+        let ports = cluster_tests::cluster::distinct_free_ports(2)?;
+        let dir = tempfile::tempdir()?;
+        let log = std::fs::File::create(dir.path().join("node.log"))?;
+        let child = std::process::Command::new(cluster_tests::quorumq_bin())
+            .args(["--node-id", &id.to_string(), "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args(["--amqp-listen", &format!("127.0.0.1:{}", ports[0])])
+            .args(["--cluster-listen", &format!("127.0.0.1:{}", ports[1])])
+            .args(["--join", &cluster.cluster_addr(1)])
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        let node = Joining { child, dir };
+        wait_for(
+            Duration::from_secs(60),
+            &format!("node {id} ready"),
+            || async { node.log().contains("quorumq ready") },
+        )
+        .await
+        .map_err(|e| e.context(node.log()))?;
+        Ok(node)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("node.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Joining {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
