@@ -3,8 +3,9 @@
 //! cache — data not `fsync`ed is lost or torn per 512-byte sector at the crash, a file
 //! created since its directory's last `fsync` may vanish) while a publisher with confirms, a
 //! consumer that acks most messages and rejects every fourth (dead-lettered at-least-once to
-//! a second queue) and bodies of 0.25–16 KiB (spilled to body segments past the per-queue
-//! memory budget; snapshots every `--snapshot-interval` entries) run. At a random moment
+//! a second queue of at most 200 messages, so most dead letters wait held in the first) and
+//! bodies of 0.25–16 KiB (spilled to body segments past the per-queue memory budget;
+//! snapshots every `--snapshot-interval` entries) run. At a random moment
 //! the machine "loses power": powerfs drops what was not synced and answers EIO from then
 //! on, the broker is killed, the file system remounted and the broker restarted on what
 //! the "disk" kept.
@@ -30,7 +31,7 @@ use futures::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions,
 };
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 
 /// splitmix64: crash moments and body sizes from the seed.
@@ -163,6 +164,16 @@ fn queue_args(dlq: &str) -> FieldTable {
     ])
 }
 
+/// The dead-letter queue holds at most 200 messages and refuses more (reject-publish): past
+/// that, at-least-once dead letters stay held in the source queue until it has room, so
+/// crashes hit held dead letters too. The drain after a restart makes room.
+fn dlq_args() -> FieldTable {
+    quorum_args(&[
+        ("x-max-length", AMQPValue::LongInt(200)),
+        ("x-overflow", s("reject-publish")),
+    ])
+}
+
 async fn declare(ch: &lapin::Channel, q: &str, args: FieldTable) -> anyhow::Result<()> {
     ch.queue_declare(q.into(), durable(), args).await?;
     Ok(())
@@ -239,7 +250,7 @@ async fn drain(
     let conn = connect(uri).await?;
     let ch = conn.create_channel().await?;
     ch.basic_qos(500, BasicQosOptions::default()).await?;
-    declare(&ch, dlq, quorum_args(&[])).await?;
+    declare(&ch, dlq, dlq_args()).await?;
     declare(&ch, q, queue_args(dlq)).await?;
     let mut streams = Vec::new();
     for name in [q, dlq] {
@@ -398,7 +409,7 @@ async fn confirmed_and_dead_lettered_messages_survive_power_loss() -> anyhow::Re
         {
             let conn = connect(broker.uri()).await?;
             let ch = conn.create_channel().await?;
-            declare(&ch, &dlq, quorum_args(&[])).await?;
+            declare(&ch, &dlq, dlq_args()).await?;
             declare(&ch, &q, queue_args(&dlq)).await?;
             close_connection(&conn).await?;
         }
