@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use cluster_tests::faults::rng::Rng;
 use cluster_tests::*;
 use futures::StreamExt;
 use lapin::options::{
@@ -33,23 +34,6 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
-
-/// splitmix64: crash moments and body sizes from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A powerfs mount of `backing` at `mnt`; unmounted (lazily) on drop.
 struct PowerFs {
@@ -324,7 +308,7 @@ async fn confirmed_and_dead_lettered_messages_survive_power_loss() -> anyhow::Re
                 .unwrap_or(1)
         });
     println!("power loss: {crashes} crash points, POWER_LOSS_SEED={seed}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
 
     let mut broker = Broker::spawn().await?;
     broker.kill9();
@@ -422,7 +406,7 @@ async fn confirmed_and_dead_lettered_messages_survive_power_loss() -> anyhow::Re
             seen.clone(),
         ));
         let c = tokio::spawn(consumer(broker.uri().to_owned(), q.clone(), seen.clone()));
-        let at = Duration::from_millis(100 + rng.below(1500));
+        let at = Duration::from_millis(rng.range(100, 1599));
         tokio::time::sleep(at).await;
         fs.crash();
         broker.kill9();

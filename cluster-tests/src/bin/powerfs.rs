@@ -69,6 +69,7 @@
 //! Requests are served one at a time under a single lock.
 
 use clap::Parser;
+use cluster_tests::faults::rng::Rng;
 use fuser::{
     AccessFlags, BsdFileFlags, Config, Errno, FileAttr, FileHandle, FileType, Filesystem,
     FopenFlags, Generation, INodeNo, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
@@ -124,23 +125,9 @@ struct Args {
     seed: Option<u64>,
 }
 
-/// splitmix64: a tiny, seedable generator, good enough for coin flips.
-#[derive(Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// True with probability 1/2.
-    fn coin(&mut self) -> bool {
-        self.next_u64() >> 63 == 1
-    }
+/// True with probability 1/2.
+fn coin(rng: &mut Rng) -> bool {
+    rng.next_u64() >> 63 == 1
 }
 
 /// The volatile state of one file: dirty sectors not yet on the platters and
@@ -236,7 +223,7 @@ type Listing = Vec<(u64, FileType, OsString)>;
 struct State {
     backing: PathBuf,
     seed: u64,
-    rng: SplitMix64,
+    rng: Rng,
     crashed: bool,
     inodes: HashMap<u64, Inode>,
     by_path: HashMap<PathBuf, u64>,
@@ -401,7 +388,7 @@ impl State {
         State {
             backing,
             seed,
-            rng: SplitMix64(seed),
+            rng: Rng::new(seed),
             crashed: false,
             inodes,
             by_path,
@@ -1121,7 +1108,7 @@ impl State {
             let mut kept = Vec::new();
             for &s in ov.sectors.keys() {
                 sectors += 1;
-                if self.rng.coin() {
+                if coin(&mut self.rng) {
                     kept.push(s);
                 }
             }
@@ -1149,7 +1136,7 @@ impl State {
         new.sort();
         let mut dropped = 0u64;
         for path in &new {
-            if self.rng.coin() {
+            if coin(&mut self.rng) {
                 match fs::remove_file(path) {
                     Ok(()) => dropped += 1,
                     Err(e) => note!("powerfs: crash: removing {}: {e}", path.display()),
@@ -1640,7 +1627,7 @@ fn run(args: Args) -> io::Result<()> {
         let t = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        SplitMix64(t ^ u64::from(std::process::id())).next_u64()
+        Rng::new(t ^ u64::from(std::process::id())).next_u64()
     });
     handle_signals(&mountpoint)?;
     let fs = PowerFs {
