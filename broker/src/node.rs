@@ -78,6 +78,9 @@ pub struct Broker {
     meta_raft: Raft,
     meta: Arc<Mutex<MetaHost>>,
     meta_changed: watch::Sender<u64>,
+    /// Bumped when a vhost or user is deleted (or a meta snapshot installed): open
+    /// connections check theirs ([`Broker::subscribe_revocations`]).
+    access_revoked: watch::Sender<u64>,
     queues: RwLock<HashMap<u64, Arc<QueueHandle>>>,
     consumers: Arc<ConsumerRegistry>,
     next_connection: AtomicU64,
@@ -175,9 +178,12 @@ impl Broker {
         let groups = Arc::new(GroupTable::default());
 
         let meta_changed = watch::Sender::new(0);
+        let access_revoked = watch::Sender::new(0);
         let sm = store.state_machine::<TypeConfig, MetaHost>(
             META_GROUP,
-            MetaHost::new().with_notifier(meta_changed.clone()),
+            MetaHost::new()
+                .with_notifier(meta_changed.clone())
+                .with_revocation_notifier(access_revoked.clone()),
         )?;
         let meta = sm.machine();
         let log = store.log_store::<TypeConfig>(META_GROUP)?;
@@ -230,6 +236,7 @@ impl Broker {
             meta_raft,
             meta,
             meta_changed,
+            access_revoked,
             queues: RwLock::new(HashMap::new()),
             consumers,
             next_connection: AtomicU64::new(1),
@@ -495,10 +502,10 @@ impl Broker {
         self.events.send_modify(|g| *g = g.wrapping_add(1));
     }
 
-    /// Subscribes to the meta group's changes: the value moves each time this node's
-    /// replica applies a topology, user or permission change.
-    pub fn subscribe_meta(&self) -> watch::Receiver<u64> {
-        self.meta_changed.subscribe()
+    /// Subscribes to revocations: the value moves each time this node's meta replica
+    /// deletes a vhost or a user, or installs a meta snapshot.
+    pub fn subscribe_revocations(&self) -> watch::Receiver<u64> {
+        self.access_revoked.subscribe()
     }
 
     /// Subscribes to [`Broker::topology_changed`] signals.

@@ -185,7 +185,10 @@ async fn serve_io<R, W>(
     tracing::debug!(?peer, id, "connection open");
     let mut alarms = conn.broker.alarms().subscribe();
     let alarm = *alarms.borrow_and_update();
-    let mut meta = conn.broker.subscribe_meta();
+    let mut revoked = conn.broker.subscribe_revocations();
+    // A deletion applied between connection.open's checks and this subscription is seen
+    // too: the first turn of the loop checks once.
+    revoked.mark_changed();
     conn.on_alarm(alarm);
     let hb = if heartbeat == 0 {
         None
@@ -250,7 +253,7 @@ async fn serve_io<R, W>(
                 }
                 Step::Continue
             }
-            Ok(()) = meta.changed(), if closing_since.is_none() => {
+            Ok(()) = revoked.changed(), if closing_since.is_none() => {
                 if let Some(text) = conn.forced_close() {
                     tracing::info!(conn = conn.id, %text, "closing connection");
                     conn.close_connection(320, text, 0, 0);
@@ -512,7 +515,7 @@ impl Conn {
     }
 
     /// Why the broker must close this open connection: its vhost or its user was deleted
-    /// (checked after every meta change; RabbitMQ `rabbit_connection_tracking_handler`
+    /// (checked after each vhost or user deletion; RabbitMQ `rabbit_connection_tracking_handler`
     /// closes them with 320 CONNECTION_FORCED and these texts, observed on 3.10.8).
     fn forced_close(&self) -> Option<String> {
         self.broker

@@ -13,6 +13,10 @@ pub struct MetaHost {
     /// Bumped after every applied command (the node reconciles its queue
     /// replicas and handles with the topology).
     changed: Option<tokio::sync::watch::Sender<u64>>,
+    /// Bumped after a vhost or a user was deleted, and after a snapshot install (open
+    /// connections check theirs; few changes do this, so connections are not woken by
+    /// every declare).
+    revoked: Option<tokio::sync::watch::Sender<u64>>,
 }
 
 impl MetaHost {
@@ -21,6 +25,7 @@ impl MetaHost {
         MetaHost {
             topology: Topology::new(),
             changed: None,
+            revoked: None,
         }
     }
 
@@ -28,6 +33,18 @@ impl MetaHost {
     pub fn with_notifier(mut self, tx: tokio::sync::watch::Sender<u64>) -> Self {
         self.changed = Some(tx);
         self
+    }
+
+    /// Notifies `tx` after a vhost or user deletion and after a snapshot install.
+    pub fn with_revocation_notifier(mut self, tx: tokio::sync::watch::Sender<u64>) -> Self {
+        self.revoked = Some(tx);
+        self
+    }
+
+    fn notify_revoked(&self) {
+        if let Some(tx) = &self.revoked {
+            tx.send_modify(|g| *g = g.wrapping_add(1));
+        }
     }
 
     fn notify(&self) {
@@ -151,7 +168,11 @@ impl MetaHost {
                 .map(|_| MetaReply::Ok),
             MetaCommand::AddUser(u) => t.access_mut().add_user(u).map(|_| MetaReply::Ok),
             MetaCommand::DeleteUser { name } => {
-                t.access_mut().delete_user(&name).map(|_| MetaReply::Ok)
+                let r = t.access_mut().delete_user(&name).map(|_| MetaReply::Ok);
+                if r.is_ok() {
+                    self.notify_revoked();
+                }
+                r
             }
             MetaCommand::SetPasswordHash { name, hash } => t
                 .access_mut()
@@ -172,7 +193,10 @@ impl MetaHost {
                 Ok(MetaReply::Ok)
             }
             MetaCommand::DeleteVhost { name } => match t.delete_vhost(&name) {
-                Some(_) => Ok(MetaReply::Ok),
+                Some(_) => {
+                    self.notify_revoked();
+                    Ok(MetaReply::Ok)
+                }
                 None => Err(super::AmqpError::not_found(format!(
                     "vhost '{name}' does not exist"
                 ))),
@@ -198,6 +222,38 @@ impl raft_log::Machine<TypeConfig> for MetaHost {
     fn restore(&mut self, data: &[u8]) -> Result<(), raft_log::StoreError> {
         self.topology = Topology::decode_snapshot(data)?;
         self.notify();
+        self.notify_revoked();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::access::User;
+
+    #[test]
+    fn only_deleting_a_vhost_or_a_user_signals_a_revocation() {
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let mut host = MetaHost::new().with_revocation_notifier(tx);
+        let user = User {
+            name: "app".into(),
+            password_hash: Vec::new(),
+            tags: Vec::new(),
+        };
+        host.apply(MetaCommand::AddVhost {
+            name: "v".into(),
+            default_queue_type: None,
+        });
+        host.apply(MetaCommand::AddUser(user));
+        assert_eq!(*rx.borrow(), 0, "additions revoke nothing");
+        host.apply(MetaCommand::DeleteVhost { name: "v".into() });
+        assert_eq!(*rx.borrow(), 1);
+        host.apply(MetaCommand::DeleteUser { name: "app".into() });
+        assert_eq!(*rx.borrow(), 2);
+        host.apply(MetaCommand::DeleteVhost {
+            name: "missing".into(),
+        });
+        assert_eq!(*rx.borrow(), 2, "deleting nothing revokes nothing");
     }
 }
