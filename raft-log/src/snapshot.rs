@@ -243,6 +243,40 @@ impl SnapshotStore {
         }
     }
 
+    /// The stored snapshot's meta only: the file's header, not its data (a save compares
+    /// against it; the data can be megabytes). Unchecked by the CRC: [`SnapshotStore::load`]
+    /// checks the whole file at restore.
+    ///
+    /// Errors: [`StoreError::Corrupt`] for a header that does not parse, I/O, decode errors.
+    fn load_meta<NID: NodeId, N: openraft::Node>(
+        &self,
+    ) -> Result<Option<SnapshotMeta<NID, N>>, StoreError> {
+        use std::io::Read;
+        let path = self.path();
+        let mut f = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return match self.tree.get(keys::SNAP_META)? {
+                    Some(m) => Ok(Some(codec::decode(&m)?)),
+                    None => Ok(None),
+                };
+            }
+            Err(e) => return Err(StoreError::Flush(e)),
+        };
+        let mut head = [0u8; MAGIC.len() + 4];
+        f.read_exact(&mut head).map_err(StoreError::Flush)?;
+        if &head[..MAGIC.len()] != MAGIC {
+            return Err(StoreError::corrupt(format!(
+                "snapshot file {} is damaged (no snapshot header)",
+                path.display()
+            )));
+        }
+        let len = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize;
+        let mut meta = vec![0u8; len];
+        f.read_exact(&mut meta).map_err(StoreError::Flush)?;
+        Ok(Some(codec::decode(&meta)?))
+    }
+
     /// Persist `meta` + `data` durably (power loss included: [`write_atomically`]) unless a
     /// snapshot with a greater `last_log_id` is already stored. Returns whether it was stored.
     /// Only then may openraft purge the log it covers (pitfall P4).
@@ -252,7 +286,7 @@ impl SnapshotStore {
         data: &[u8],
     ) -> Result<bool, StoreError> {
         let _guard = self.save_lock.lock().await;
-        if let Some((current, _)) = self.load::<NID, N>()? {
+        if let Some(current) = self.load_meta::<NID, N>()? {
             if current.last_log_id > meta.last_log_id {
                 tracing::info!(group = self.group, current = ?current.last_log_id, stale = ?meta.last_log_id,
                     "not replacing a newer snapshot");
