@@ -12,11 +12,19 @@ to follower N and its answer), apply (the leader's state machine), reply (the pr
 the result; the confirm is written right after). GROUP defaults to the first queue group
 that submitted anything. Issue 9's breakdown was measured with it.
 """
+import datetime
+import re
+import sys
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def ts(s):
     d=datetime.datetime.strptime(s[:26],"%Y-%m-%dT%H:%M:%S.%f"); return d.timestamp()*1e3
 def events(path):
     out=[]
     for line in open(path):
+        line = ANSI.sub('', line)
         if 'timeline:' not in line: continue
         t=ts(line.split()[0]); kv=dict(re.findall(r'(\w+)=("?[^ ]+"?)',line.rstrip().split('timeline:')[1]))
         kv={k:v.strip('"') for k,v in kv.items()}; kv['t']=t; out.append(kv)

@@ -59,8 +59,8 @@
 //! Every open file is in `FOPEN_DIRECT_IO` mode and entry/attribute timeouts
 //! are zero, so the kernel caches neither data nor sizes; `MAP_SHARED` `mmap`
 //! is therefore refused (`ENODEV`; private maps work). Locks (`flock`, `fcntl`) are left
-//! to the kernel. `fallocate` answers `EOPNOTSUPP` (glibc's `posix_fallocate`
-//! then writes zeros instead); symlinks and hard links cannot be made
+//! to the kernel. `fallocate` grows a file's size (mode 0, volatile like a
+//! write past the end; other modes answer `EOPNOTSUPP`); symlinks and hard links cannot be made
 //! (readlink works on symlinks already in the backing dir).
 //! `sync_file_range` never reaches a FUSE file system and is not a barrier.
 //! Inode numbers are powerfs's own (a counter, the root is 1), mapped to
@@ -976,6 +976,40 @@ impl State {
         Ok(data.len() as u32)
     }
 
+    /// fallocate mode 0 (the only one served): the file's logical size grows
+    /// to at least `offset + length`, reading as zeros past what it held. Like
+    /// a write past the end it is volatile: the new size reaches the platters
+    /// with the next fsync, and a crash before that loses it.
+    fn fallocate(&mut self, ino: u64, offset: u64, length: u64, mode: i32) -> Res<()> {
+        self.live()?;
+        if mode != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let end = offset
+            .checked_add(length)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or(Errno::EFBIG)?;
+        let i = self.inode_mut(ino)?;
+        if i.kind != FileType::RegularFile {
+            return Err(Errno::ENODEV);
+        }
+        if i.file.is_none() {
+            let p = i.path.as_ref().ok_or(Errno::EBADF)?;
+            i.file = Some(open_backing(p).map_err(errno)?);
+        }
+        let Inode { file, overlay, .. } = i;
+        let f = file.as_ref().ok_or(Errno::EBADF)?;
+        let ov = match overlay {
+            Some(ov) => ov,
+            None => overlay.insert(Overlay {
+                size: f.metadata().map_err(errno)?.len(),
+                sectors: BTreeMap::new(),
+            }),
+        };
+        ov.size = ov.size.max(end);
+        Ok(())
+    }
+
     /// fsync/fdatasync: the file's dirty sectors and size reach the platters.
     fn fsync(&mut self, ino: u64) -> Res<()> {
         self.live()?;
@@ -1556,15 +1590,17 @@ impl Filesystem for PowerFs {
     fn fallocate(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
-        _offset: u64,
-        _length: u64,
-        _mode: i32,
+        offset: u64,
+        length: u64,
+        mode: i32,
         reply: ReplyEmpty,
     ) {
-        let st = self.state();
-        reply.error(st.live().err().unwrap_or(Errno::EOPNOTSUPP));
+        match self.state().fallocate(ino.0, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 }
 

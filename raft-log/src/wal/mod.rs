@@ -160,7 +160,7 @@ impl Wal {
             #[cfg(test)]
             deleted: Mutex::new(Vec::new()),
         };
-        wal.lock().roll(dir)?;
+        wal.lock().roll(dir, &wal.opts)?;
         wal.sync().map_err(StoreError::Flush)?;
         Ok(wal)
     }
@@ -539,6 +539,7 @@ fn replay_once(
                 file: Arc::new(file),
                 written: 0,
                 live: 0,
+                allocated: 0,
             },
         );
         st.current = id;
@@ -562,7 +563,14 @@ fn replay_once(
                     at = r.next;
                 }
                 _ => {
-                    let evidence = synced_after(dir, &bytes, at, &ids[n + 1..], &nonces)?;
+                    // The unwritten rest of a preallocated segment (see `state::preallocate`).
+                    let zeros = bytes[at..].iter().all(|&b| b == 0);
+                    let last = n + 1 == ids.len();
+                    let evidence = if zeros && last {
+                        None
+                    } else {
+                        synced_after(dir, &bytes, at, &ids[n + 1..], &nonces)?
+                    };
                     match evidence {
                         Some(mark) if opts.truncate_at != Some((id, at as u64)) => {
                             return Err(StoreError::corrupt(format!(
@@ -580,6 +588,9 @@ fn replay_once(
                         Some(mark) => tracing::warn!(segment = %path.display(), offset = at,
                             %mark, "corrupt WAL record: cutting the log here at the operator's \
                             request (--wal-truncate-at); every record from here on is dropped"),
+                        None if zeros && last => tracing::debug!(segment = %path.display(),
+                            offset = at, len = bytes.len(),
+                            "the log ends here (the rest of the segment was preallocated)"),
                         None => tracing::warn!(segment = %path.display(), offset = at,
                             len = bytes.len(),
                             "torn WAL record: the log ends here (unacknowledged writes)"),
@@ -618,6 +629,10 @@ fn synced_after(
     later: &[u64],
     nonces: &[u64],
 ) -> Result<Option<String>, StoreError> {
+    // Past the last non-zero byte (a preallocated segment's unwritten rest) only a mark whose
+    // own last bytes are zeros can start.
+    let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+    let bytes = &bytes[..bytes.len().min(end + record::HEADER_BYTES + record::MARK_PAYLOAD_BYTES)];
     let here = if at == 0 {
         None
     } else {
@@ -734,6 +749,17 @@ mod tests {
         v
     }
 
+    /// Offset just past the last intact record of segment file `path` (its preallocated rest
+    /// reads as zeros).
+    fn records_end(path: &Path) -> u64 {
+        let bytes = fs::read(path).unwrap();
+        let mut at = 0;
+        while let Ok(Some(r)) = record::parse(&bytes, at) {
+            at = r.next;
+        }
+        at as u64
+    }
+
     fn damage(path: &Path, at: u64, bytes: &[u8]) {
         let f = OpenOptions::new().write(true).open(path).unwrap();
         f.write_all_at(bytes, at).unwrap();
@@ -816,6 +842,36 @@ mod tests {
         assert_eq!(held(&wal, 1), vec![1, 2, 3, 40]);
     }
 
+    /// Segments are preallocated (a sync then overwrites blocks the file owns); a finished
+    /// segment is cut to its records, and a log whose last segment ends in preallocated zeros
+    /// reopens whole, that segment cut too.
+    #[test]
+    fn segments_are_preallocated_and_cut_to_their_records_when_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        let opts = WalOptions {
+            segment_bytes: 64 << 10,
+            ..WalOptions::default()
+        };
+        let wal = Wal::open(&path, opts).unwrap();
+        for i in 1..=20u64 {
+            wal.append(1, vec![(i, vec![i as u8; 10_000])]).unwrap();
+            wal.sync().unwrap();
+        }
+        let files = segment_files(&path);
+        assert!(files.len() >= 3, "{files:?}");
+        let (last, finished) = files.split_last().unwrap();
+        assert_eq!(fs::metadata(last).unwrap().len(), 64 << 10, "preallocated");
+        assert!(records_end(last) < 64 << 10);
+        for f in finished {
+            assert_eq!(fs::metadata(f).unwrap().len(), records_end(f), "{f:?} cut");
+        }
+        drop(wal);
+        let wal = Wal::open(&path, opts).expect("a preallocated tail is no torn record");
+        assert_eq!(held(&wal, 1), (1..=20).collect::<Vec<u8>>());
+        assert_eq!(fs::metadata(last).unwrap().len(), records_end(last), "cut at reopen");
+    }
+
     /// A crash mid-round may persist the round's later pages but not its first ones: that is a
     /// torn tail (no later round's mark follows), cut without an error.
     #[test]
@@ -829,7 +885,7 @@ mod tests {
                 wal.sync().unwrap();
             }
             let seg = segment_files(&path).pop().unwrap();
-            let round_start = fs::metadata(&seg).unwrap().len();
+            let round_start = records_end(&seg);
             wal.append(1, (4..=6u64).map(|i| (i, vec![i as u8; 300])).collect())
                 .unwrap();
             wal.sync().unwrap();

@@ -264,24 +264,48 @@ fn run(wal: &Wal, op: &Op) {
     }
 }
 
-/// The bytes a crash leaves of a file that held `before` (synced) and was being extended to
-/// `after`: the synced prefix intact, then per sector of the new region the new bytes, zeros
-/// (never written) or, rarely, garbage (a torn sector); the length anywhere in between.
+/// The bytes a crash leaves of a file that held `before` (synced) and was changed to `after` by
+/// one round. The WAL only writes over zeros (past the end, or into a segment's preallocated
+/// zero tail) and only cuts zeros off (a finished segment's unused preallocation, `fsync`ed at
+/// once by `State::roll`, before anything later is written: a cut always persists). Each
+/// sector is independently its new bytes, its old ones (zeros where the round wrote: never
+/// written) or, rarely, garbage where the round changed it (a torn sector); a growing file's
+/// length lands anywhere in between.
 fn crashed_file(rng: &mut Rng, before: &[u8], after: &[u8]) -> Vec<u8> {
+    let common = before.len().min(after.len());
     assert!(
-        after.starts_with(before),
-        "the WAL only appends to a synced file"
+        before[..common]
+            .iter()
+            .zip(&after[..common])
+            .all(|(b, a)| b == a || *b == 0),
+        "the WAL only writes over zeros"
     );
-    let end = before.len() + rng.below((after.len() - before.len()) as u64 + 1) as usize;
-    let mut out = before.to_vec();
-    let mut at = before.len();
-    while at < end {
-        let sector_end = ((at / SECTOR) + 1) * SECTOR;
-        let upto = sector_end.min(end);
+    assert!(
+        before[common..].iter().all(|&b| b == 0),
+        "the WAL only cuts zeros off"
+    );
+    let len = if after.len() >= before.len() {
+        before.len() + rng.below((after.len() - before.len()) as u64 + 1) as usize
+    } else {
+        after.len()
+    };
+    let mut out = Vec::with_capacity(len);
+    let mut at = 0;
+    while at < len {
+        let upto = ((at / SECTOR) + 1) * SECTOR;
+        let upto = upto.min(len);
+        let old = |i: usize| before.get(i).copied().unwrap_or(0);
         match rng.below(100) {
             0..=54 => out.extend_from_slice(&after[at..upto]),
-            55..=94 => out.resize(upto, 0),
-            _ => out.extend((at..upto).map(|_| rng.next() as u8)),
+            55..=94 => out.extend((at..upto).map(old)),
+            // Only the bytes the round changed are garbled (as appending past the end did).
+            _ => out.extend((at..upto).map(|i| {
+                if old(i) == after[i] && i < before.len() {
+                    old(i)
+                } else {
+                    rng.next() as u8
+                }
+            })),
         }
         at = upto;
     }

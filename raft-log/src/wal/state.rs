@@ -46,6 +46,9 @@ pub(super) struct Seg {
     pub written: u64,
     /// Live entries pointing into this segment.
     pub live: usize,
+    /// Bytes reserved for the file by [`preallocate`] (its length until it is finished); 0 if
+    /// it was not preallocated.
+    pub allocated: u64,
 }
 
 /// Bytes appended to a segment but not yet written to its file.
@@ -365,7 +368,7 @@ impl State {
             }
         }
         if self.current_len >= opts.segment_bytes {
-            if let Err(e) = self.roll(dir) {
+            if let Err(e) = self.roll(dir, opts) {
                 if let StoreError::Flush(io) = &e {
                     (opts.on_failure)(io);
                 }
@@ -482,7 +485,21 @@ impl State {
 
     /// Start a new segment (file created now, made durable by the next sync) that opens with a
     /// checkpoint of every group.
-    pub(super) fn roll(&mut self, dir: &Path) -> Result<(), StoreError> {
+    ///
+    /// The new file is preallocated to `segment_bytes` (see [`preallocate`]); the segment it
+    /// replaces, if preallocated, is first cut to its records' length and `fsync`ed, so that
+    /// only the last segment ever has a zero tail (recovery reads one in an earlier segment as
+    /// torn) and every later record is written after the cut is durable.
+    pub(super) fn roll(&mut self, dir: &Path, opts: &WalOptions) -> Result<(), StoreError> {
+        if let Some(old) = self.segs.get_mut(&self.current) {
+            if old.allocated > self.current_len {
+                old.file
+                    .set_len(self.current_len)
+                    .and_then(|()| old.file.sync_all())
+                    .map_err(StoreError::Flush)?;
+                old.allocated = 0;
+            }
+        }
         let id = self
             .segs
             .keys()
@@ -495,12 +512,14 @@ impl State {
             .create_new(true)
             .open(seg_path(dir, id))
             .map_err(StoreError::Flush)?;
+        let allocated = preallocate(&file, opts.segment_bytes).map_err(StoreError::Flush)?;
         self.segs.insert(
             id,
             Seg {
                 file: Arc::new(file),
                 written: 0,
                 live: 0,
+                allocated,
             },
         );
         self.current = id;
@@ -527,5 +546,34 @@ impl State {
             payload: &payload,
         });
         Ok(())
+    }
+}
+
+/// Reserve `bytes` for a new segment file with `fallocate` (the file's length becomes `bytes`,
+/// reading as zeros), so that appending a record and `fdatasync`ing it rewrites blocks the file
+/// already owns instead of growing the file: no size or block-allocation change for every sync
+/// to commit to the file system's journal. Measured on ext4 on the dev VM, 1.1 KiB appends each
+/// followed by `fdatasync`: p50 0.15 ms growing the file, 0.11–0.13 ms preallocated.
+/// Returns the file's length after it: `bytes`, or where the file system cannot (`EOPNOTSUPP`,
+/// e.g. FUSE) or the disk is too full (`ENOSPC`) whatever it got (usually 0); the segment then
+/// grows as it is written.
+///
+/// Errors: any other `fallocate` failure.
+fn preallocate(file: &File, bytes: u64) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    let Ok(len) = libc::off_t::try_from(bytes) else {
+        return Ok(0);
+    };
+    // SAFETY: fallocate on a descriptor this function borrows; no memory is passed.
+    if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) } == 0 {
+        return Ok(bytes);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        // A partial allocation may still have grown the file: its length is what `roll` cuts.
+        Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::ENOSPC | libc::EINVAL) => {
+            Ok(file.metadata()?.len())
+        }
+        _ => Err(e),
     }
 }
