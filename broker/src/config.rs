@@ -117,10 +117,14 @@ pub struct Config {
     pub wal_truncate_at: Option<(u64, u64)>,
 }
 
-/// Default of [`Config::sync_interval_us`]: 1 ms. Measured with `quorumq-perf` (100k × 1 KiB,
-/// confirm 256, prefetch 256) on the 2-core dev VM: 0 µs → ~16k msg/s consumed at 42 µs of
-/// broker CPU per message; 1000 µs → ~26k msg/s at 17 µs (README "Benchmark").
-pub const DEFAULT_SYNC_INTERVAL_US: u64 = 1000;
+/// Default of [`Config::sync_interval_us`]: 300 µs. Measured with `quorumq-perf` (1 KiB,
+/// confirm 256, prefetch 256) on the 2-core dev VM. Before the WAL was preallocated: 0 µs →
+/// ~16k msg/s consumed at 42 µs of broker CPU per message, 1000 µs → ~26k msg/s at 17 µs.
+/// With preallocated segments (2026-11-25, 1000 / 300 / 200 / 0 µs): 100k plain 118–121k /
+/// 144–146k / 150–160k / 153k msg/s at 7.2–7.9 ms of CPU per 1k messages for all; a fixed
+/// 10k msg/s e2e p50 1.43 / 0.49–0.51 / 0.40–0.44 / 0.44 ms at 27–30 / 34–36 / 37 / 43 µs of
+/// CPU per message (README "Benchmark").
+pub const DEFAULT_SYNC_INTERVAL_US: u64 = 300;
 
 impl Default for Config {
     fn default() -> Self {
@@ -321,7 +325,7 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/quorumq.toml");
         let c = Config::load(&path).expect("deploy/quorumq.toml parses");
         assert_eq!(c.amqp_listen, "127.0.0.1:5672");
-        assert_eq!(c.sync_interval_us, 1000);
+        assert_eq!(c.sync_interval_us, DEFAULT_SYNC_INTERVAL_US);
         let c: Config = toml::from_str("sync_interval_us = 0").expect("partial config");
         assert_eq!((c.sync_interval_us, c.node_id), (0, 1));
         assert_eq!(c.data_dir, PathBuf::from("./data"));
