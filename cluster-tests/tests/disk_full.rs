@@ -40,14 +40,15 @@ async fn a_node_whose_disk_fills_stops_and_loses_no_confirmed_message() -> anyho
             .wait_queue_leader(1, "disk.q1", Duration::from_secs(30))
             .await?;
 
-        // Fill node 3's disk and publish through node 3 until it stops.
+        // Fill node 3's disk and publish through node 3 until it stops. 32 KiB bodies: the
+        // WAL writes into the zeros it preallocated (up to 8 MiB) before it needs new space.
         let written = disk.fill();
         assert!(written > 0, "the filler wrote nothing");
         let mut confirmed = Vec::new();
         if let Ok(c3) = connect(&cluster.uri(3)).await {
             if let Ok(ch3) = confirm_channel(&c3).await {
-                for i in 0..500u32 {
-                    let body = format!("full-{i}");
+                for i in 0..1000u32 {
+                    let body = format!("full-{i}-{}", "x".repeat(32 << 10));
                     let sent = tokio::time::timeout(
                         Duration::from_secs(5),
                         publish_confirmed(
