@@ -269,11 +269,19 @@ fn powerfs_keeps_what_was_synced_and_tears_the_rest() -> anyhow::Result<()> {
         let r = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 8192) };
         ensure!(r == 0, "fallocate: {}", std::io::Error::last_os_error());
         assert_eq!(fs::metadata(m.join("prealloc.bin"))?.len(), 8192);
-        assert_eq!(backing_len(&b.join("prealloc.bin")), 0, "fallocate unsynced");
+        assert_eq!(
+            backing_len(&b.join("prealloc.bin")),
+            0,
+            "fallocate unsynced"
+        );
         f.write_all_at(b"head", 0)?;
         assert_eq!(fs::read(m.join("prealloc.bin"))?.len(), 8192);
         f.sync_data()?;
-        assert_eq!(backing_len(&b.join("prealloc.bin")), 8192, "fallocate synced");
+        assert_eq!(
+            backing_len(&b.join("prealloc.bin")),
+            8192,
+            "fallocate synced"
+        );
         assert_eq!(&fs::read(b.join("prealloc.bin"))?[..6], b"head\0\0");
     }
 

@@ -633,7 +633,9 @@ fn synced_after(
     // Past the last non-zero byte (a preallocated segment's unwritten rest) only a mark whose
     // own last bytes are zeros can start.
     let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
-    let bytes = &bytes[..bytes.len().min(end + record::HEADER_BYTES + record::MARK_PAYLOAD_BYTES)];
+    let bytes = &bytes[..bytes
+        .len()
+        .min(end + record::HEADER_BYTES + record::MARK_PAYLOAD_BYTES)];
     let here = if at == 0 {
         None
     } else {
@@ -871,7 +873,11 @@ mod tests {
         drop(wal);
         let wal = Wal::open(&path, opts).expect("a preallocated tail is no torn record");
         assert_eq!(held(&wal, 1), (1..=20).collect::<Vec<u8>>());
-        assert_eq!(fs::metadata(last).unwrap().len(), records_end(last), "cut at reopen");
+        assert_eq!(
+            fs::metadata(last).unwrap().len(),
+            records_end(last),
+            "cut at reopen"
+        );
     }
 
     /// A crash mid-round may persist the round's later pages but not its first ones: that is a

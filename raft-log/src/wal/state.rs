@@ -396,7 +396,8 @@ impl State {
     /// are left past the record about to be framed (`payload` bytes). Errors: `fallocate`
     /// failures other than a refusal.
     fn keep_runway(&mut self, payload: u64, runway: u64) -> io::Result<()> {
-        let end = self.current_len + (record::HEADER_BYTES * 2 + record::MARK_PAYLOAD_BYTES) as u64
+        let end = self.current_len
+            + (record::HEADER_BYTES * 2 + record::MARK_PAYLOAD_BYTES) as u64
             + payload;
         let Some(seg) = self.segs.get_mut(&self.current) else {
             return Ok(());
@@ -547,9 +548,7 @@ impl State {
             .open(seg_path(dir, id))
             .map_err(StoreError::Flush)?;
         let (allocated, preallocating) =
-            match preallocate(&file, runway(opts))
-                .map_err(StoreError::Flush)?
-            {
+            match preallocate(&file, runway(opts)).map_err(StoreError::Flush)? {
                 Ok(len) => (len, true),
                 Err(len) => (len, false),
             };
