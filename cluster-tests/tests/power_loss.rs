@@ -200,16 +200,7 @@ async fn publisher(
 /// Consumes `q`, rejecting (dead-lettering) every fourth id and acking the rest.
 async fn consumer(uri: String, q: String, seen: Arc<Mutex<Seen>>) -> anyhow::Result<()> {
     let conn = connect(&uri).await?;
-    let ch = conn.create_channel().await?;
-    ch.basic_qos(64, BasicQosOptions::default()).await?;
-    let mut c = ch
-        .basic_consume(
-            q.as_str().into(),
-            "".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
+    let (_ch, mut c) = open_consumer(&conn, &q, 64).await?;
     while let Some(d) = c.next().await {
         let d = d?;
         let id = id_of(&d.data)?;

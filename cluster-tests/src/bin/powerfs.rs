@@ -436,8 +436,16 @@ impl State {
         })
     }
 
-    fn is_crash_name(&self, parent: u64, name: &OsStr) -> bool {
-        parent == INodeNo::ROOT.0 && name == OsStr::new(CRASH_NAME)
+    /// The backing path of `name` in directory `parent`, for a request that
+    /// names it (lookup, mknod, create). Errors: `EIO` after the crash, and
+    /// for the crash trigger itself (`CRASH_NAME` in the root), which crashes.
+    fn named(&mut self, parent: u64, name: &OsStr) -> Res<PathBuf> {
+        self.live()?;
+        if parent == INodeNo::ROOT.0 && name == OsStr::new(CRASH_NAME) {
+            self.crash();
+            return Err(Errno::EIO);
+        }
+        self.child(parent, name)
     }
 
     /// The inode number of the backing file at `path`, allocated if the
@@ -525,12 +533,7 @@ impl State {
     }
 
     fn lookup(&mut self, parent: u64, name: &OsStr) -> Res<FileAttr> {
-        self.live()?;
-        if self.is_crash_name(parent, name) {
-            self.crash();
-            return Err(Errno::EIO);
-        }
-        let path = self.child(parent, name)?;
+        let path = self.named(parent, name)?;
         let m = fs::symlink_metadata(&path).map_err(errno)?;
         let ino = self.register_meta(&path, &m);
         self.entry(ino)
@@ -654,12 +657,7 @@ impl State {
         rdev: u32,
         owner: (u32, u32),
     ) -> Res<FileAttr> {
-        self.live()?;
-        if self.is_crash_name(parent, name) {
-            self.crash();
-            return Err(Errno::EIO);
-        }
-        let path = self.child(parent, name)?;
+        let path = self.named(parent, name)?;
         let perm = mode & !umask & 0o7777;
         let regular = mode & libc::S_IFMT == libc::S_IFREG || mode & libc::S_IFMT == 0;
         if regular {
@@ -838,12 +836,7 @@ impl State {
         flags: i32,
         owner: (u32, u32),
     ) -> Res<FileAttr> {
-        self.live()?;
-        if self.is_crash_name(parent, name) {
-            self.crash();
-            return Err(Errno::EIO);
-        }
-        let path = self.child(parent, name)?;
+        let path = self.named(parent, name)?;
         let mut oo = OpenOptions::new();
         oo.read(true).write(true).mode(mode & !umask & 0o7777);
         let (file, created) = match oo.clone().create_new(true).open(&path) {

@@ -539,8 +539,6 @@ fn replay_once(
                 file: Arc::new(file),
                 written: 0,
                 live: 0,
-                allocated: 0,
-                preallocating: false,
             },
         );
         st.current = id;
@@ -564,14 +562,9 @@ fn replay_once(
                     at = r.next;
                 }
                 _ => {
-                    // The unwritten rest of a preallocated segment (see `state::preallocate`).
-                    let zeros = bytes[at..].iter().all(|&b| b == 0);
-                    let last = n + 1 == ids.len();
-                    let evidence = if zeros && last {
-                        None
-                    } else {
-                        synced_after(dir, &bytes, at, &ids[n + 1..], &nonces)?
-                    };
+                    let evidence = synced_after(dir, &bytes, at, &ids[n + 1..], &nonces)?;
+                    // The unwritten rest of the last segment, preallocated (`state::preallocate`).
+                    let zeros = n + 1 == ids.len() && bytes[at..].iter().all(|&b| b == 0);
                     match evidence {
                         Some(mark) if opts.truncate_at != Some((id, at as u64)) => {
                             return Err(StoreError::corrupt(format!(
@@ -589,7 +582,7 @@ fn replay_once(
                         Some(mark) => tracing::warn!(segment = %path.display(), offset = at,
                             %mark, "corrupt WAL record: cutting the log here at the operator's \
                             request (--wal-truncate-at); every record from here on is dropped"),
-                        None if zeros && last => tracing::debug!(segment = %path.display(),
+                        None if zeros => tracing::debug!(segment = %path.display(),
                             offset = at, len = bytes.len(),
                             "the log ends here (the rest of the segment was preallocated)"),
                         None => tracing::warn!(segment = %path.display(), offset = at,

@@ -52,11 +52,6 @@ pub(super) struct Seg {
     pub written: u64,
     /// Live entries pointing into this segment.
     pub live: usize,
-    /// The file's length as [`preallocate`] left it (its records plus zeros ahead of them
-    /// until the segment is finished); 0 once cut, or if never preallocated.
-    pub allocated: u64,
-    /// [`preallocate`] still works on this file (it stops at the first refusal).
-    pub preallocating: bool,
 }
 
 /// Bytes appended to a segment but not yet written to its file.
@@ -73,6 +68,11 @@ pub(super) struct State {
     pub current: u64,
     /// Logical length of the current segment (written + pending), in bytes.
     pub current_len: u64,
+    /// The current segment file's length as [`preallocate`] left it (its records plus zeros
+    /// ahead of them); 0 if it was never preallocated (only the current segment ever is).
+    pub current_allocated: u64,
+    /// [`preallocate`] still works on the current segment (it stops at the first refusal).
+    pub preallocating: bool,
     pub pending: Vec<Chunk>,
     /// A segment file was created since the last sync (the directory needs an fsync).
     pub dir_dirty: bool,
@@ -125,6 +125,8 @@ impl State {
             segs: BTreeMap::new(),
             current: 0,
             current_len: 0,
+            current_allocated: 0,
+            preallocating: false,
             pending: Vec::new(),
             dir_dirty: false,
             durable_checkpoint: 0,
@@ -399,19 +401,13 @@ impl State {
         let end = self.current_len
             + (record::HEADER_BYTES * 2 + record::MARK_PAYLOAD_BYTES) as u64
             + payload;
-        let Some(seg) = self.segs.get_mut(&self.current) else {
+        if !self.preallocating || self.current_allocated >= end + runway / 2 {
+            return Ok(());
+        }
+        let Some(seg) = self.segs.get(&self.current) else {
             return Ok(());
         };
-        if !seg.preallocating || seg.allocated >= end + runway / 2 {
-            return Ok(());
-        }
-        match preallocate(&seg.file, end + runway)? {
-            Ok(len) => seg.allocated = len,
-            Err(len) => {
-                seg.allocated = len;
-                seg.preallocating = false;
-            }
-        }
+        (self.current_allocated, self.preallocating) = preallocate(&seg.file, end + runway)?;
         Ok(())
     }
 
@@ -521,18 +517,17 @@ impl State {
     /// Start a new segment (file created now, made durable by the next sync) that opens with a
     /// checkpoint of every group.
     ///
-    /// The new file is preallocated a runway ahead ([`RUNWAY_BYTES`] at most) (see [`preallocate`]); the segment
-    /// it replaces, if preallocated, is first cut to its records' length and `fsync`ed, so that
+    /// The new file is preallocated a runway ahead (see [`preallocate`]); the segment it
+    /// replaces, if preallocated, is first cut to its records' length and `fsync`ed, so that
     /// only the last segment ever has a zero tail (recovery reads one in an earlier segment as
     /// torn) and every later record is written after the cut is durable.
     pub(super) fn roll(&mut self, dir: &Path, opts: &WalOptions) -> Result<(), StoreError> {
-        if let Some(old) = self.segs.get_mut(&self.current) {
-            if old.allocated > self.current_len {
+        if self.current_allocated > self.current_len {
+            if let Some(old) = self.segs.get(&self.current) {
                 old.file
                     .set_len(self.current_len)
                     .and_then(|()| old.file.sync_all())
                     .map_err(StoreError::Flush)?;
-                old.allocated = 0;
             }
         }
         let id = self
@@ -547,19 +542,14 @@ impl State {
             .create_new(true)
             .open(seg_path(dir, id))
             .map_err(StoreError::Flush)?;
-        let (allocated, preallocating) =
-            match preallocate(&file, runway(opts)).map_err(StoreError::Flush)? {
-                Ok(len) => (len, true),
-                Err(len) => (len, false),
-            };
+        (self.current_allocated, self.preallocating) =
+            preallocate(&file, runway(opts)).map_err(StoreError::Flush)?;
         self.segs.insert(
             id,
             Seg {
                 file: Arc::new(file),
                 written: 0,
                 live: 0,
-                allocated,
-                preallocating,
             },
         );
         self.current = id;
@@ -600,25 +590,26 @@ fn runway(opts: &WalOptions) -> u64 {
 /// appends each followed by `fdatasync`: p50 0.15 ms and 3 block writes per sync growing the
 /// file, 0.11–0.12 ms and 2.4 preallocated; the lone confirmed publisher went from
 /// 2.85–3.09k to 3.18–3.26k msg/s.
-/// Returns `Ok(len)`, or `Err(length the file has)` where the file system refuses
-/// (`EOPNOTSUPP`, e.g. some FUSE file systems) or the disk is too full (`ENOSPC`): a partial
-/// allocation may still have grown the file, and `roll` cuts whatever lies past the records.
+/// Returns the file's length and whether to go on preallocating it: `(len, true)`, or where
+/// the file system refuses (`EOPNOTSUPP`, e.g. some FUSE file systems) or the disk is too full
+/// (`ENOSPC`) the length it has (a partial allocation may still have grown it; `roll` cuts
+/// whatever lies past the records) and `false`.
 ///
 /// Errors: any other `fallocate` failure.
-fn preallocate(file: &File, len: u64) -> io::Result<Result<u64, u64>> {
+fn preallocate(file: &File, len: u64) -> io::Result<(u64, bool)> {
     use std::os::fd::AsRawFd;
-    let Ok(off_len) = libc::off_t::try_from(len) else {
-        return Ok(Err(file.metadata()?.len()));
-    };
-    // SAFETY: fallocate on a descriptor this function borrows; no memory is passed.
-    if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, off_len) } == 0 {
-        return Ok(Ok(len));
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::ENOSPC | libc::EINVAL) => {
-            Ok(Err(file.metadata()?.len()))
+    if let Ok(off_len) = libc::off_t::try_from(len) {
+        // SAFETY: fallocate on a descriptor this function borrows; no memory is passed.
+        if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, off_len) } == 0 {
+            return Ok((len, true));
         }
-        _ => Err(e),
+        let e = io::Error::last_os_error();
+        if !matches!(
+            e.raw_os_error(),
+            Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::ENOSPC | libc::EINVAL)
+        ) {
+            return Err(e);
+        }
     }
+    Ok((file.metadata()?.len(), false))
 }
