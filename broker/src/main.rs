@@ -86,6 +86,10 @@ struct Args {
     /// Snapshot a queue every N Raft log entries (default 4096).
     #[arg(long, value_name = "N")]
     snapshot_interval: Option<u64>,
+    /// Worker threads of the node's async runtime (default: TOKIO_WORKER_THREADS if set,
+    /// else one less than the CPUs, at least 1).
+    #[arg(long, value_name = "N")]
+    worker_threads: Option<usize>,
     /// Most consumers per channel (default: no limit).
     #[arg(long, value_name = "N")]
     consumer_max_per_channel: Option<u64>,
@@ -202,6 +206,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(v) = args.snapshot_interval {
         config.snapshot_interval = v.max(1);
     }
+    if let Some(v) = args.worker_threads {
+        config.worker_threads = Some(v);
+    }
     if let Some(v) = args.consumer_max_per_channel {
         config.consumer_max_per_channel = Some(v);
     }
@@ -236,9 +243,18 @@ fn main() -> anyhow::Result<()> {
         .parsed_peers()
         .map_err(|e| anyhow::anyhow!("--peers: {e}"))?;
     quorumq::alarms::on_memory_pressure(purge_freed_memory_at_once);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    let workers = config.worker_threads.or_else(|| {
+        // TOKIO_WORKER_THREADS, when set, is read by the builder itself.
+        std::env::var_os("TOKIO_WORKER_THREADS").is_none().then(|| {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            quorumq::config::default_worker_threads(cpus)
+        })
+    });
+    if let Some(n) = workers {
+        rt.worker_threads(n.max(1));
+    }
+    let rt = rt.enable_all().build()?;
     rt.block_on(run(config))
 }
 

@@ -664,6 +664,7 @@ impl Broker {
             closed: AtomicBool::new(false),
             closing: tokio::sync::Notify::new(),
             live: AtomicBool::new(false),
+            early: Default::default(),
         });
         (ctx, rx)
     }

@@ -34,7 +34,7 @@ python3 -c 'import pika' 2>/dev/null || python3 -m pip install --quiet pika \
   || python3 -m pip install --quiet --break-system-packages pika
 DATA=$(mktemp -d /tmp/quorumq-cluster-bench.XXXXXX)
 LC=(deploy/local-cluster.sh --nodes 3 --amqp-base "$Q_AMQP" --cluster-base "$Q_CLUSTER" --data "$DATA")
-export QUORUMQ_BIN_DIR="$PWD/target/release"
+export QUORUMQ_BIN_DIR="${QUORUMQ_BIN_DIR:-$PWD/target/release}"
 cleanup() {
   "${LC[@]}" stop >/dev/null 2>&1 || true
   "$RMQ3" stop >/dev/null 2>&1 || true

@@ -20,7 +20,7 @@
 
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -69,6 +69,18 @@ struct Shared {
     thread: Option<JoinHandle<()>>,
     counters: Arc<Counters>,
     busy: BusyHint,
+    round: Arc<Round>,
+}
+
+/// The flush function, behind the lock that makes one sync round at a time (the thread's or
+/// an inline one, see [`Flusher::try_flush_now`]), and whether the thread is pacing.
+struct Round {
+    flush: std::sync::Mutex<Box<dyn FnMut() -> io::Result<()> + Send>>,
+    pacing: AtomicBool,
+    /// An inline round is running.
+    inline: AtomicBool,
+    /// Callbacks submitted and not yet completed.
+    pending: AtomicUsize,
 }
 
 /// Lets writers tell a paced [`Flusher`] that they have a backlog (e.g. a proposer that folded
@@ -112,12 +124,19 @@ impl Flusher {
     pub fn start_paced<F>(
         name: &str,
         min_interval: Duration,
-        mut flush: F,
+        flush: F,
     ) -> Result<Flusher, StoreError>
     where
         F: FnMut() -> io::Result<()> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel::<FlushCallback>();
+        let round = Arc::new(Round {
+            flush: std::sync::Mutex::new(Box::new(flush)),
+            pacing: AtomicBool::new(false),
+            inline: AtomicBool::new(false),
+            pending: AtomicUsize::new(0),
+        });
+        let rd = round.clone();
         let counters = Arc::new(Counters::default());
         let c = counters.clone();
         let busy = BusyHint::default();
@@ -158,7 +177,11 @@ impl Flusher {
                     } else {
                         pace_rounds.saturating_sub(1)
                     };
-                    let res = flush();
+                    rd.pacing.store(pace_rounds > 0, Ordering::Relaxed);
+                    let res = match rd.flush.lock() {
+                        Ok(mut f) => f(),
+                        Err(p) => (p.into_inner())(),
+                    };
                     last_end = Some(Instant::now());
                     // Anything here was submitted during the flush: it is not covered by this
                     // flush and opens the next round.
@@ -172,6 +195,7 @@ impl Flusher {
                         tracing::error!(error = %e, waiting = batch.len(), "raft-log flush failed");
                         (e.kind(), e.to_string())
                     });
+                    let completed = batch.len();
                     for cb in batch {
                         let r = match &err {
                             None => Ok(()),
@@ -181,6 +205,7 @@ impl Flusher {
                             tracing::error!("raft-log flush callback panicked");
                         }
                     }
+                    rd.pending.fetch_sub(completed, Ordering::Release);
                 }
             })
             .map_err(StoreError::Flush)?;
@@ -190,8 +215,50 @@ impl Flusher {
                 thread: Some(thread),
                 counters,
                 busy,
+                round,
             }),
         })
+    }
+
+    /// True when no sync round is running or waiting to run and the thread is not pacing: a
+    /// write now would be alone in its round. A hint (it may change at once).
+    pub fn is_idle(&self) -> bool {
+        let round = &self.shared.round;
+        round.pending.load(Ordering::Acquire) == 0
+            && !round.inline.load(Ordering::Acquire)
+            && !round.pacing.load(Ordering::Relaxed)
+    }
+
+    /// A handle that does not keep the thread alive (see [`WeakFlusher`]).
+    pub fn downgrade(&self) -> WeakFlusher {
+        WeakFlusher(Arc::downgrade(&self.shared))
+    }
+
+    /// Runs a sync round on the calling thread if none is running and the flusher is not
+    /// pacing (a backlog is better served by the thread's larger rounds): `Some` with its
+    /// result, which covers everything written before this call; `None` otherwise. Callbacks
+    /// already submitted still complete on the thread (its next round finds nothing to write
+    /// and syncs nothing). Blocks for the sync (~0.1 ms on this project's VM).
+    ///
+    /// For a lone writer waiting on its own entry: handing the sync to the idle thread costs
+    /// two wake-ups of idle CPUs (the thread's, then the writer's when it is done), each
+    /// ~20 µs on this project's VM, on top of the sync itself.
+    pub fn try_flush_now(&self) -> Option<io::Result<()>> {
+        let round = &self.shared.round;
+        if round.pacing.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut f = round.flush.try_lock().ok()?;
+        round.inline.store(true, Ordering::Release);
+        let res = f();
+        round.inline.store(false, Ordering::Release);
+        drop(f);
+        let c = &self.shared.counters;
+        c.flushes.fetch_add(1, Ordering::Relaxed);
+        if res.is_err() {
+            c.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(res)
     }
 
     /// Queue `cb` behind the next flush. Returns at once; `cb` runs on the flusher thread.
@@ -201,7 +268,12 @@ impl Flusher {
     /// without being called).
     pub fn submit(&self, cb: FlushCallback) -> Result<(), StoreError> {
         let tx = self.shared.tx.as_ref().ok_or(StoreError::FlusherStopped)?;
-        tx.send(cb).map_err(|_| StoreError::FlusherStopped)
+        let pending = &self.shared.round.pending;
+        pending.fetch_add(1, Ordering::AcqRel);
+        tx.send(cb).map_err(|_| {
+            pending.fetch_sub(1, Ordering::AcqRel);
+            StoreError::FlusherStopped
+        })
     }
 
     /// Wait until everything written before this call is durable (shares the flush with every
@@ -237,6 +309,19 @@ impl Flusher {
             callbacks: c.callbacks.load(Ordering::Relaxed),
             errors: c.errors.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// A [`Flusher`] handle that does not keep the thread alive: held by marks that outlive
+/// their store (a `DurableIndex` clone in a transport), so dropping the store still joins the
+/// thread.
+#[derive(Clone, Default)]
+pub struct WeakFlusher(std::sync::Weak<Shared>);
+
+impl WeakFlusher {
+    /// The flusher, if any handle to it is still alive.
+    pub fn upgrade(&self) -> Option<Flusher> {
+        self.0.upgrade().map(|shared| Flusher { shared })
     }
 }
 

@@ -35,7 +35,7 @@ pub type GroupId = u64;
 
 pub use durable::DurableIndex;
 pub use error::StoreError;
-pub use flusher::{BusyHint, FlushCallback, Flusher, FlusherStats, BUSY_BATCH};
+pub use flusher::{BusyHint, FlushCallback, Flusher, FlusherStats, WeakFlusher, BUSY_BATCH};
 pub use log_store::LogStore;
 pub use machine::{ApplyMeta, Machine};
 pub use node_store::{fail_stop, NodeStore, StoreOptions};

@@ -78,7 +78,7 @@ where
             _c: PhantomData,
         };
         // Everything recovered from the WAL counts as durable.
-        store.durable = DurableIndex::new(store.last_log_id()?);
+        store.durable = DurableIndex::new(store.last_log_id()?).with_flusher(&store.flusher);
         store.vote = store
             .wal
             .meta(group)
@@ -317,6 +317,9 @@ where
         let cb: crate::FlushCallback = if self.is_own(&first) {
             // The leader's own entries: replicate now, apply once `durable` covers them.
             callback.log_io_completed(Ok(()));
+            if self.durable.defer(index) {
+                return Ok(());
+            }
             Box::new(move |r| mark(&r))
         } else {
             Box::new(move |r| {

@@ -67,6 +67,12 @@ impl<C: RaftTypeConfig, M> Clone for Shared<C, M> {
     }
 }
 
+/// One voter only: its leader commits an entry as soon as it is written (see
+/// [`DurableIndex::set_solo`]).
+fn is_solo<NID: openraft::NodeId, N: openraft::Node>(m: &StoredMembership<NID, N>) -> bool {
+    m.membership().voter_ids().count() == 1
+}
+
 fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>, StoreError> {
     m.lock()
         .map_err(|_| StoreError::machine("lock poisoned by a panic in Machine::apply/restore"))
@@ -105,6 +111,9 @@ impl<C: GroupTypeConfig, M: Machine<C>> GroupStateMachine<C, M> {
     /// [`crate::LogStore::ack_own_entries`], where openraft may commit a leader's entry before
     /// the leader's own copy is synced.
     pub fn apply_when_durable(mut self, durable: DurableIndex<C::NodeId>) -> Self {
+        if let Ok(applied) = self.shared.applied.lock() {
+            durable.set_solo(is_solo(&applied.last_membership));
+        }
         self.durable = Some(durable);
         self
     }
@@ -209,7 +218,7 @@ impl<C: GroupTypeConfig, M: Machine<C>> RaftStateMachine<C> for GroupStateMachin
         let entries: Vec<C::Entry> = entries.into_iter().collect();
         if let (Some(durable), Some(last)) = (&self.durable, entries.last()) {
             durable
-                .wait_for(last.log_id.index)
+                .make_durable(&last.log_id)
                 .await
                 .sto(ErrorSubject::Logs, ErrorVerb::Write)?;
         }
@@ -241,6 +250,9 @@ impl<C: GroupTypeConfig, M: Machine<C>> RaftStateMachine<C> for GroupStateMachin
                 }
                 EntryPayload::Membership(m) => {
                     applied.last_membership = StoredMembership::new(Some(log_id.clone()), m);
+                    if let Some(d) = &self.durable {
+                        d.set_solo(is_solo(&applied.last_membership));
+                    }
                     C::R::default()
                 }
             };
@@ -280,6 +292,9 @@ impl<C: GroupTypeConfig, M: Machine<C>> RaftStateMachine<C> for GroupStateMachin
                 .sto(subject(), ErrorVerb::Write)?;
             applied.last_applied = meta.last_log_id.clone();
             applied.last_membership = meta.last_membership.clone();
+            if let Some(d) = &self.durable {
+                d.set_solo(is_solo(&applied.last_membership));
+            }
         }
         tracing::info!(group = self.group(), last_log_id = ?meta.last_log_id, "installed snapshot");
         self.shared

@@ -549,7 +549,7 @@ const PIPELINE_DEPTH: usize = 16;
 /// How long [`QueueHandle::keep_proposing`] retries a failed settlement or `ConsumerDown`.
 pub const SETTLE_RETRY: Duration = Duration::from_secs(600);
 
-type Replies = Vec<oneshot::Sender<Result<QueueReply, QueueError>>>;
+use super::early::Replies;
 
 struct Proposer {
     route: Arc<Route>,
@@ -602,8 +602,13 @@ impl Proposer {
                     let cmd = QueueCommand::Deduped { proposer, seq: self.seq, cmd: Box::new(inner) };
                     tracing::trace!(target: "timeline", ev = "submit", group = self.route.group, seq = self.seq, n = replies.len());
                     if let Some(raft) = local {
-                        let mut metrics = raft.metrics();
-                        let term = metrics.borrow().current_term;
+                        // Answered by the state machine as it applies the entry (`early`).
+                        self.ctx.early.park(self.seq, replies);
+                        let replies = Replies::new();
+                        // Server metrics change only with the vote, state, leader or
+                        // membership: not with every entry appended or applied.
+                        let mut metrics = raft.server_metrics();
+                        let term = metrics.borrow().vote.leader_id().get_term();
                         let me = self.route.me();
                         let submitted = raft
                             .client_write_ff(GroupCommand::Queue { origin: self.origin, cmd: cmd.clone() })
@@ -619,7 +624,7 @@ impl Proposer {
                                 loop {
                                     {
                                         let m = metrics.borrow_and_update();
-                                        if m.current_term != term || m.current_leader != Some(me) {
+                                        if m.vote.leader_id().get_term() != term || m.current_leader != Some(me) {
                                             return;
                                         }
                                     }
@@ -659,7 +664,7 @@ impl Proposer {
     }
 
     /// A write came back: answer it, or resend it first if it failed.
-    async fn finish(&mut self, result: WriteResult, cmd: QueueCommand, replies: Replies) {
+    async fn finish(&mut self, result: WriteResult, cmd: QueueCommand, mut replies: Replies) {
         tracing::trace!(target: "timeline", ev = "reply", group = self.route.group, seq = self.seq_of(&cmd));
         let seq = self.seq_of(&cmd);
         let result = match result {
@@ -681,6 +686,8 @@ impl Proposer {
                 r
             }
         };
+        // Senders the state machine did not answer as it applied the entry.
+        replies.extend(self.ctx.early.take(seq).unwrap_or_default());
         answer(result, &cmd, replies);
     }
 
@@ -833,6 +840,9 @@ async fn next_proposal(
 
 /// Hand each proposal of one batch its reply (or the batch's error).
 fn answer(result: WriteResult, cmd: &QueueCommand, replies: Replies) {
+    if replies.is_empty() {
+        return;
+    }
     match result {
         Ok(data) => {
             let reply = match data {
@@ -840,19 +850,7 @@ fn answer(result: WriteResult, cmd: &QueueCommand, replies: Replies) {
                 GroupReply::Queue(r) => r,
                 _ => QueueReply::Ok,
             };
-            if replies.len() == 1 {
-                if let Some(tx) = replies.into_iter().next() {
-                    let _ = tx.send(Ok(reply));
-                }
-            } else if let QueueReply::Batch(rs) = reply {
-                for (tx, r) in replies.into_iter().zip(rs) {
-                    let _ = tx.send(Ok(r));
-                }
-            } else {
-                for tx in replies {
-                    let _ = tx.send(Err(QueueError::Raft("unexpected batch reply".into())));
-                }
-            }
+            super::early::deliver(reply, replies);
         }
         Err(msg) => {
             for tx in replies {

@@ -56,6 +56,8 @@ pub struct QueueContext {
     /// Set once the group finished opening: entries applied before it are
     /// replays of the log at start, whose leader effects are not re-run.
     pub live: AtomicBool,
+    /// Reply senders of this node's local proposals, answered as they apply.
+    pub early: super::early::EarlyReplies,
 }
 
 impl QueueContext {
@@ -274,7 +276,18 @@ impl raft_log::Machine<crate::cluster::types::TypeConfig> for QueueHost {
                 };
                 let reply = QueueHost::apply(self, cmd, lead);
                 tracing::debug!(target: "proposals", group = self.ctx.group, index = meta.index, term = meta.term, ?seq, resent = matches!(reply, QueueReply::Resent), next_id = self.machine.next_id, "applied");
-                GroupReply::Queue(reply)
+                match seq {
+                    // This node's own proposal: its waiting senders (if still parked)
+                    // are answered here; openraft's reply then carries nothing.
+                    Some((node, epoch, seq))
+                        if lead && (node, epoch) == (origin.node, origin.epoch) =>
+                    {
+                        GroupReply::Queue(
+                            self.ctx.early.answer(seq, reply).unwrap_or(QueueReply::Ok),
+                        )
+                    }
+                    _ => GroupReply::Queue(reply),
+                }
             }
             GroupCommand::LeaderRestored { origin } => {
                 if origin.node == self.ctx.node
@@ -390,7 +403,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::*;
-    use crate::cluster::types::{GroupCommand, Origin};
+    use crate::cluster::types::{GroupCommand, GroupReply, Origin};
     use crate::consumers::ConnEvent;
     use crate::queue::bodies::MemBodies;
     use crate::queue::types::{EnqueueMsg, QueueConfig};
@@ -432,6 +445,7 @@ mod tests {
             closed: AtomicBool::new(false),
             closing: tokio::sync::Notify::new(),
             live: AtomicBool::new(true),
+            early: Default::default(),
         });
         let mut host = QueueHost::new(
             QueueMachine::new(QueueConfig::default()),
@@ -503,5 +517,87 @@ mod tests {
             GroupCommand::LeaderRestored { origin: me },
         );
         assert_eq!(drain(&mut rx), vec![]);
+    }
+
+    /// This node's own proposal is answered by the apply itself (`early`): its
+    /// parked sender gets the reply, openraft's carries nothing; a resend of it
+    /// is left to the proposer, and another node's proposal never takes our
+    /// senders.
+    #[test]
+    fn own_proposals_are_answered_as_they_apply() {
+        use crate::queue::types::{ProposerId, QueueReply};
+        let (mut host, me, _rx) = leader_with_checked_out();
+        let deduped = |origin: Origin, seq: u64| QueueCommand::Deduped {
+            proposer: ProposerId {
+                node: origin.node,
+                epoch: origin.epoch,
+            },
+            seq,
+            cmd: Box::new(QueueCommand::Enqueue {
+                now_ms: 2,
+                msgs: vec![EnqueueMsg {
+                    payload: Bytes::from_static(b"n"),
+                    body_size: 1,
+                    ttl_ms: None,
+                }],
+            }),
+        };
+        let (tx, mut answered) = tokio::sync::oneshot::channel();
+        host.ctx.early.park(1, vec![tx]);
+        let other = Origin { node: 2, ..me };
+        let r = Machine::apply(
+            &mut host,
+            &META,
+            GroupCommand::Queue {
+                origin: other,
+                cmd: deduped(other, 1),
+            },
+        );
+        assert!(
+            matches!(r, GroupReply::Queue(QueueReply::Enqueued(_))),
+            "another node's reply: {r:?}"
+        );
+        assert!(
+            answered.try_recv().is_err(),
+            "another node's proposal of the same sequence number took our sender"
+        );
+
+        let r = Machine::apply(
+            &mut host,
+            &META,
+            GroupCommand::Queue {
+                origin: me,
+                cmd: deduped(me, 1),
+            },
+        );
+        assert!(
+            matches!(r, GroupReply::Queue(QueueReply::Ok)),
+            "placeholder: {r:?}"
+        );
+        assert!(matches!(
+            answered.try_recv(),
+            Ok(Ok(QueueReply::Enqueued(_)))
+        ));
+        assert!(host.ctx.early.take(1).is_none());
+
+        let (tx, mut resent) = tokio::sync::oneshot::channel();
+        host.ctx.early.park(1, vec![tx]);
+        let r = Machine::apply(
+            &mut host,
+            &META,
+            GroupCommand::Queue {
+                origin: me,
+                cmd: deduped(me, 1),
+            },
+        );
+        assert!(
+            matches!(r, GroupReply::Queue(QueueReply::Resent)),
+            "resend: {r:?}"
+        );
+        assert!(
+            resent.try_recv().is_err(),
+            "a resend is answered by the proposer"
+        );
+        assert_eq!(host.ctx.early.take(1).map(|r| r.len()), Some(1));
     }
 }

@@ -14,8 +14,12 @@
 //! - `limits`: max-length(-bytes), drop-head, reject-publish
 //! - `expiry`: message TTL, queue TTL (x-expires), the expiry timer
 //! - `queries`: read-only accessors for the broker
+//!
+//! The impure shell: `host` (applies, carries out effects), `handle` (the
+//! proposer), `early` (replies handed to local proposals as they apply).
 
 pub mod bodies;
+pub mod early;
 pub mod handle;
 pub mod host;
 pub mod replica;
