@@ -18,6 +18,12 @@
 //! openraft may thus consider an entry committed while only the followers hold it durably;
 //! if the leader then loses it (power loss), nobody applied it and no client saw a confirm,
 //! and Raft may overwrite it like any uncommitted entry.
+//!
+//! The leader of a group with no other voter commits its entry as soon as it is written, so
+//! its state machine is the first to wait for it. When the node's flusher is idle, such an
+//! append is *deferred* ([`DurableIndex::defer`]): not handed to the flusher thread, but
+//! synced by the waiting state machine on its own thread ([`DurableIndex::make_durable`]).
+//! A lone writer then pays one sync and no thread hand-off on its way to the confirm.
 
 use openraft::LogId;
 use tokio::sync::watch;

@@ -13,6 +13,11 @@
 //! the queue first, syncs second, completes the drained callbacks third; callbacks submitted
 //! during a sync wait for the next round. Callers write to the WAL *before* they submit.
 //!
+//! A writer that would wait alone may run a round on its own thread instead
+//! ([`Flusher::try_flush_now`], used by [`crate::DurableIndex::make_durable`]); the round lock
+//! keeps one round at a time, and the invariant holds the same way (its sync starts after
+//! the writer's records were written).
+//!
 //! It is a dedicated OS thread rather than a tokio task: the sync is blocking work, the thread
 //! survives any particular tokio runtime (openraft's test suite uses one runtime per test), and
 //! dropping the last handle joins it, so the stores are closed and sled's file lock released
