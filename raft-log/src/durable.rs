@@ -92,7 +92,7 @@ impl<NID: openraft::NodeId> DurableIndex<NID> {
     /// (~20 µs each on this project's VM). Any other group's leader hands its entries to the
     /// flusher as it appends, so the sync runs while they travel to the followers (Raft
     /// thesis §10.2.1); and under load the flusher's shared, paced rounds serve better.
-    pub(crate) fn defer(&self, index: u64) -> bool {
+    pub fn defer(&self, index: u64) -> bool {
         let lone = self.is_solo() && self.flusher.upgrade().is_some_and(|f| f.is_idle());
         if lone {
             self.deferred
