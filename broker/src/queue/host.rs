@@ -527,32 +527,28 @@ mod tests {
     fn own_proposals_are_answered_as_they_apply() {
         use crate::queue::types::{ProposerId, QueueReply};
         let (mut host, me, _rx) = leader_with_checked_out();
-        let deduped = |origin: Origin, seq: u64| QueueCommand::Deduped {
-            proposer: ProposerId {
-                node: origin.node,
-                epoch: origin.epoch,
-            },
-            seq,
-            cmd: Box::new(QueueCommand::Enqueue {
-                now_ms: 2,
-                msgs: vec![EnqueueMsg {
-                    payload: Bytes::from_static(b"n"),
-                    body_size: 1,
-                    ttl_ms: None,
-                }],
-            }),
-        };
+        // Applies `origin`'s proposal number 1 (an enqueue).
+        fn apply_first(host: &mut QueueHost, origin: Origin) -> GroupReply {
+            let cmd = QueueCommand::Deduped {
+                proposer: ProposerId {
+                    node: origin.node,
+                    epoch: origin.epoch,
+                },
+                seq: 1,
+                cmd: Box::new(QueueCommand::Enqueue {
+                    now_ms: 2,
+                    msgs: vec![EnqueueMsg {
+                        payload: Bytes::from_static(b"n"),
+                        body_size: 1,
+                        ttl_ms: None,
+                    }],
+                }),
+            };
+            Machine::apply(host, &META, GroupCommand::Queue { origin, cmd })
+        }
         let (tx, mut answered) = tokio::sync::oneshot::channel();
         host.ctx.early.park(1, vec![tx]);
-        let other = Origin { node: 2, ..me };
-        let r = Machine::apply(
-            &mut host,
-            &META,
-            GroupCommand::Queue {
-                origin: other,
-                cmd: deduped(other, 1),
-            },
-        );
+        let r = apply_first(&mut host, Origin { node: 2, ..me });
         assert!(
             matches!(r, GroupReply::Queue(QueueReply::Enqueued(_))),
             "another node's reply: {r:?}"
@@ -562,14 +558,7 @@ mod tests {
             "another node's proposal of the same sequence number took our sender"
         );
 
-        let r = Machine::apply(
-            &mut host,
-            &META,
-            GroupCommand::Queue {
-                origin: me,
-                cmd: deduped(me, 1),
-            },
-        );
+        let r = apply_first(&mut host, me);
         assert!(
             matches!(r, GroupReply::Queue(QueueReply::Ok)),
             "placeholder: {r:?}"
@@ -582,14 +571,7 @@ mod tests {
 
         let (tx, mut resent) = tokio::sync::oneshot::channel();
         host.ctx.early.park(1, vec![tx]);
-        let r = Machine::apply(
-            &mut host,
-            &META,
-            GroupCommand::Queue {
-                origin: me,
-                cmd: deduped(me, 1),
-            },
-        );
+        let r = apply_first(&mut host, me);
         assert!(
             matches!(r, GroupReply::Queue(QueueReply::Resent)),
             "resend: {r:?}"
