@@ -145,6 +145,17 @@ pub fn default_worker_threads(cpus: usize) -> usize {
     cpus.saturating_sub(1).max(1)
 }
 
+impl Config {
+    /// Worker threads to build the node's runtime with: [`Config::worker_threads`] (at least
+    /// 1); else, unless `TOKIO_WORKER_THREADS` is set (`env_set`: the runtime builder reads it
+    /// itself), [`default_worker_threads`] of `cpus`.
+    pub fn runtime_workers(&self, env_set: bool, cpus: usize) -> Option<usize> {
+        self.worker_threads
+            .map(|n| n.max(1))
+            .or_else(|| (!env_set).then(|| default_worker_threads(cpus)))
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -348,7 +359,17 @@ mod tests {
         assert_eq!(default_worker_threads(8), 7);
         let c: Config = toml::from_str("worker_threads = 3").expect("partial config");
         assert_eq!(c.worker_threads, Some(3));
-        assert_eq!(Config::default().worker_threads, None);
+        assert_eq!(c.runtime_workers(true, 2), Some(3), "the setting wins");
+        let d = Config::default();
+        assert_eq!(d.worker_threads, None);
+        assert_eq!(d.runtime_workers(false, 2), Some(1));
+        assert_eq!(
+            d.runtime_workers(true, 2),
+            None,
+            "TOKIO_WORKER_THREADS decides"
+        );
+        let zero: Config = toml::from_str("worker_threads = 0").expect("partial config");
+        assert_eq!(zero.runtime_workers(false, 8), Some(1));
     }
 
     #[test]

@@ -244,15 +244,10 @@ fn main() -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("--peers: {e}"))?;
     quorumq::alarms::on_memory_pressure(purge_freed_memory_at_once);
     let mut rt = tokio::runtime::Builder::new_multi_thread();
-    let workers = config.worker_threads.or_else(|| {
-        // TOKIO_WORKER_THREADS, when set, is read by the builder itself.
-        std::env::var_os("TOKIO_WORKER_THREADS").is_none().then(|| {
-            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-            quorumq::config::default_worker_threads(cpus)
-        })
-    });
-    if let Some(n) = workers {
-        rt.worker_threads(n.max(1));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let env_set = std::env::var_os("TOKIO_WORKER_THREADS").is_some();
+    if let Some(n) = config.runtime_workers(env_set, cpus) {
+        rt.worker_threads(n);
     }
     let rt = rt.enable_all().build()?;
     rt.block_on(run(config))

@@ -107,11 +107,11 @@ impl<NID: openraft::NodeId> DurableIndex<NID> {
     ///
     /// Errors: [`StoreError::Flush`] if a sync failed or the flusher is gone.
     pub async fn make_durable(&self, last: &LogId<NID>) -> Result<(), StoreError> {
-        if self.last().is_some_and(|l| l.index >= last.index) {
+        let mark = self.last().map(|l| l.index);
+        if mark.is_some_and(|m| m >= last.index) {
             return Ok(());
         }
         let deferred = self.deferred.load(std::sync::atomic::Ordering::Acquire);
-        let mark = self.last().map(|l| l.index);
         // Some deferred entry is not durable yet: nobody else will sync it.
         let owed = deferred > 0 && mark.is_none_or(|m| deferred - 1 > m);
         if owed {
@@ -125,13 +125,10 @@ impl<NID: openraft::NodeId> DurableIndex<NID> {
                 Some(Ok(())) => {}
                 Some(Err(_)) => self.fail(),
                 None => {
-                    let (mark, last) = (self.clone(), last.clone());
-                    let queued = flusher.ok_or(StoreError::FlusherStopped).and_then(|f| {
-                        f.submit(Box::new(move |r| match r {
-                            Ok(()) => mark.advance(last),
-                            Err(_) => mark.fail(),
-                        }))
-                    });
+                    let on_flushed = self.on_flushed(last.clone());
+                    let queued = flusher
+                        .ok_or(StoreError::FlusherStopped)
+                        .and_then(|f| f.submit(Box::new(move |r| on_flushed(&r))));
                     if queued.is_err() {
                         self.fail();
                     }
@@ -149,6 +146,16 @@ impl<NID: openraft::NodeId> DurableIndex<NID> {
     /// `commit` lowered to the durable mark (log ids of one log order like their indexes).
     pub fn cap(&self, commit: Option<LogId<NID>>) -> Option<LogId<NID>> {
         std::cmp::min(commit, self.last())
+    }
+
+    /// What a flush covering everything up to `last` does to the mark: moves it there, or on
+    /// failure fails every waiter.
+    pub(crate) fn on_flushed(&self, last: LogId<NID>) -> impl FnOnce(&std::io::Result<()>) {
+        let mark = self.clone();
+        move |r| match r {
+            Ok(()) => mark.advance(last),
+            Err(_) => mark.fail(),
+        }
     }
 
     /// A sync covering everything up to `last` completed.

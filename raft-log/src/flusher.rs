@@ -82,9 +82,7 @@ struct Shared {
 struct Round {
     flush: std::sync::Mutex<Box<dyn FnMut() -> io::Result<()> + Send>>,
     pacing: AtomicBool,
-    /// An inline round is running.
-    inline: AtomicBool,
-    /// Callbacks submitted and not yet completed.
+    /// Work not done yet: callbacks submitted and not completed, plus a running inline round.
     pending: AtomicUsize,
 }
 
@@ -138,7 +136,6 @@ impl Flusher {
         let round = Arc::new(Round {
             flush: std::sync::Mutex::new(Box::new(flush)),
             pacing: AtomicBool::new(false),
-            inline: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
         });
         let rd = round.clone();
@@ -229,9 +226,7 @@ impl Flusher {
     /// write now would be alone in its round. A hint (it may change at once).
     pub fn is_idle(&self) -> bool {
         let round = &self.shared.round;
-        round.pending.load(Ordering::Acquire) == 0
-            && !round.inline.load(Ordering::Acquire)
-            && !round.pacing.load(Ordering::Relaxed)
+        round.pending.load(Ordering::Acquire) == 0 && !round.pacing.load(Ordering::Relaxed)
     }
 
     /// A handle that does not keep the thread alive (see [`WeakFlusher`]).
@@ -254,9 +249,9 @@ impl Flusher {
             return None;
         }
         let mut f = round.flush.try_lock().ok()?;
-        round.inline.store(true, Ordering::Release);
+        round.pending.fetch_add(1, Ordering::AcqRel);
         let res = f();
-        round.inline.store(false, Ordering::Release);
+        round.pending.fetch_sub(1, Ordering::AcqRel);
         drop(f);
         let c = &self.shared.counters;
         c.flushes.fetch_add(1, Ordering::Relaxed);

@@ -306,13 +306,10 @@ where
         let group = self.group;
         let index = last.index;
         tracing::trace!(target: "timeline", ev = "wal_append", group, last = index);
-        let durable = self.durable.clone();
+        let on_flushed = self.durable.on_flushed(last);
         let mark = move |r: &Result<(), std::io::Error>| {
             tracing::trace!(target: "timeline", ev = "wal_flushed", group, last = index);
-            match r {
-                Ok(()) => durable.advance(last),
-                Err(_) => durable.fail(),
-            }
+            on_flushed(r)
         };
         let cb: crate::FlushCallback = if self.is_own(&first) {
             // The leader's own entries: replicate now, apply once `durable` covers them.

@@ -67,10 +67,15 @@ impl<C: RaftTypeConfig, M> Clone for Shared<C, M> {
     }
 }
 
-/// One voter only: its leader commits an entry as soon as it is written (see
-/// [`DurableIndex::set_solo`]).
-fn is_solo<NID: openraft::NodeId, N: openraft::Node>(m: &StoredMembership<NID, N>) -> bool {
-    m.membership().voter_ids().count() == 1
+/// Tells `durable` whether membership `m` has one voter only, whose leader commits an entry
+/// as soon as it is written (see [`DurableIndex::set_solo`]).
+fn note_membership<NID: openraft::NodeId, N: openraft::Node>(
+    durable: Option<&DurableIndex<NID>>,
+    m: &StoredMembership<NID, N>,
+) {
+    if let Some(d) = durable {
+        d.set_solo(m.membership().voter_ids().count() == 1);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>, StoreError> {
@@ -112,7 +117,7 @@ impl<C: GroupTypeConfig, M: Machine<C>> GroupStateMachine<C, M> {
     /// the leader's own copy is synced.
     pub fn apply_when_durable(mut self, durable: DurableIndex<C::NodeId>) -> Self {
         if let Ok(applied) = self.shared.applied.lock() {
-            durable.set_solo(is_solo(&applied.last_membership));
+            note_membership(Some(&durable), &applied.last_membership);
         }
         self.durable = Some(durable);
         self
@@ -250,9 +255,7 @@ impl<C: GroupTypeConfig, M: Machine<C>> RaftStateMachine<C> for GroupStateMachin
                 }
                 EntryPayload::Membership(m) => {
                     applied.last_membership = StoredMembership::new(Some(log_id.clone()), m);
-                    if let Some(d) = &self.durable {
-                        d.set_solo(is_solo(&applied.last_membership));
-                    }
+                    note_membership(self.durable.as_ref(), &applied.last_membership);
                     C::R::default()
                 }
             };
@@ -292,9 +295,7 @@ impl<C: GroupTypeConfig, M: Machine<C>> RaftStateMachine<C> for GroupStateMachin
                 .sto(subject(), ErrorVerb::Write)?;
             applied.last_applied = meta.last_log_id.clone();
             applied.last_membership = meta.last_membership.clone();
-            if let Some(d) = &self.durable {
-                d.set_solo(is_solo(&applied.last_membership));
-            }
+            note_membership(self.durable.as_ref(), &applied.last_membership);
         }
         tracing::info!(group = self.group(), last_log_id = ?meta.last_log_id, "installed snapshot");
         self.shared

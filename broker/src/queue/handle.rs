@@ -20,6 +20,7 @@ use raft_log::BusyHint;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{mpsc, oneshot};
 
+use super::early::Replies;
 use super::host::{LeaderEffect, QueueContext, QueueHost};
 use super::types::{ConsumerId, ProposerId, QueueCommand, QueueReply};
 use crate::cluster::forward::{Forwarded, Forwarder};
@@ -548,8 +549,6 @@ const PIPELINE_DEPTH: usize = 16;
 
 /// How long [`QueueHandle::keep_proposing`] retries a failed settlement or `ConsumerDown`.
 pub const SETTLE_RETRY: Duration = Duration::from_secs(600);
-
-use super::early::Replies;
 
 struct Proposer {
     route: Arc<Route>,

@@ -215,6 +215,36 @@ struct Inode {
     overlay: Option<Overlay>,
 }
 
+impl Inode {
+    /// A regular file's backing descriptor (opened on first use) and its unsynced overlay
+    /// (created at the backing file's length on first use).
+    fn overlay(&mut self) -> Res<(&File, &mut Overlay)> {
+        if self.file.is_none() {
+            let p = self.path.as_ref().ok_or(Errno::EBADF)?;
+            self.file = Some(open_backing(p).map_err(errno)?);
+        }
+        let Inode { file, overlay, .. } = self;
+        let f = file.as_ref().ok_or(Errno::EBADF)?;
+        let ov = match overlay {
+            Some(ov) => ov,
+            None => overlay.insert(Overlay {
+                size: f.metadata().map_err(errno)?.len(),
+                sectors: BTreeMap::new(),
+            }),
+        };
+        Ok((f, ov))
+    }
+}
+
+/// End offset of a write or allocation of `len` bytes at `offset`. Errors: `EFBIG` past
+/// what a file offset can hold.
+fn end_of(offset: u64, len: u64) -> Res<u64> {
+    offset
+        .checked_add(len)
+        .filter(|&e| e <= i64::MAX as u64)
+        .ok_or(Errno::EFBIG)
+}
+
 /// Snapshot of a directory listing taken at opendir.
 type Listing = Vec<(u64, FileType, OsString)>;
 
@@ -911,24 +941,8 @@ impl State {
         if data.is_empty() {
             return Ok(0);
         }
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= i64::MAX as u64)
-            .ok_or(Errno::EFBIG)?;
-        if i.file.is_none() {
-            let p = i.path.as_ref().ok_or(Errno::EBADF)?;
-            i.file = Some(open_backing(p).map_err(errno)?);
-        }
-        let Inode { file, overlay, .. } = i;
-        let f = file.as_ref().ok_or(Errno::EBADF)?;
-        if overlay.is_none() {
-            let len = f.metadata().map_err(errno)?.len();
-            *overlay = Some(Overlay {
-                size: len,
-                sectors: BTreeMap::new(),
-            });
-        }
-        let ov = overlay.as_mut().ok_or(Errno::EIO)?;
+        let end = end_of(offset, data.len() as u64)?;
+        let (f, ov) = i.overlay()?;
         let (first, last) = (offset / SECTOR, (end - 1) / SECTOR);
         for s in first..=last {
             let start = s * SECTOR;
@@ -963,7 +977,7 @@ impl State {
             }
             if ov.sectors.is_empty() {
                 f.set_len(ov.size).map_err(errno)?;
-                *overlay = None;
+                i.overlay = None;
             }
         }
         Ok(data.len() as u32)
@@ -978,27 +992,12 @@ impl State {
         if mode != 0 {
             return Err(Errno::EOPNOTSUPP);
         }
-        let end = offset
-            .checked_add(length)
-            .filter(|&e| e <= i64::MAX as u64)
-            .ok_or(Errno::EFBIG)?;
+        let end = end_of(offset, length)?;
         let i = self.inode_mut(ino)?;
         if i.kind != FileType::RegularFile {
             return Err(Errno::ENODEV);
         }
-        if i.file.is_none() {
-            let p = i.path.as_ref().ok_or(Errno::EBADF)?;
-            i.file = Some(open_backing(p).map_err(errno)?);
-        }
-        let Inode { file, overlay, .. } = i;
-        let f = file.as_ref().ok_or(Errno::EBADF)?;
-        let ov = match overlay {
-            Some(ov) => ov,
-            None => overlay.insert(Overlay {
-                size: f.metadata().map_err(errno)?.len(),
-                sectors: BTreeMap::new(),
-            }),
-        };
+        let (_, ov) = i.overlay()?;
         ov.size = ov.size.max(end);
         Ok(())
     }
