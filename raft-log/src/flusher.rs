@@ -295,12 +295,6 @@ impl Flusher {
         self.shared.busy.clone()
     }
 
-    /// Number of live handles to this flusher (every `NodeStore` clone, `LogStore`,
-    /// `GroupStateMachine` and snapshot builder holds one).
-    pub fn handles(&self) -> usize {
-        Arc::strong_count(&self.shared)
-    }
-
     /// Snapshot of the counters (for metrics and tests).
     pub fn stats(&self) -> FlusherStats {
         let c = &self.shared.counters;

@@ -28,6 +28,7 @@ use openraft::{
 
 use crate::durable::DurableIndex;
 use crate::error::StoreResultExt;
+use crate::node_store::Holders;
 use crate::wal::Wal;
 use crate::{codec, Flusher, GroupId, StoreError};
 
@@ -37,6 +38,8 @@ pub struct LogStore<C: RaftTypeConfig> {
     group: GroupId,
     wal: Arc<Wal>,
     flusher: Flusher,
+    /// Keeps [`crate::NodeStore::close`] waiting while this store lives.
+    holders: Holders,
     durable: DurableIndex<C::NodeId>,
     /// This node's id when its own entries (as leader) are acknowledged before the sync.
     own_acks: Option<C::NodeId>,
@@ -51,6 +54,7 @@ impl<C: RaftTypeConfig> Clone for LogStore<C> {
             group: self.group,
             wal: self.wal.clone(),
             flusher: self.flusher.clone(),
+            holders: self.holders.clone(),
             durable: self.durable.clone(),
             own_acks: self.own_acks.clone(),
             vote: self.vote.clone(),
@@ -67,11 +71,17 @@ impl<C> LogStore<C>
 where
     C: RaftTypeConfig<Entry = Entry<C>>,
 {
-    pub(crate) fn new(group: GroupId, wal: Arc<Wal>, flusher: Flusher) -> Result<Self, StoreError> {
+    pub(crate) fn new(
+        group: GroupId,
+        wal: Arc<Wal>,
+        flusher: Flusher,
+        holders: Holders,
+    ) -> Result<Self, StoreError> {
         let mut store = LogStore {
             group,
             wal,
             flusher,
+            holders,
             durable: DurableIndex::new(None),
             own_acks: None,
             vote: None,

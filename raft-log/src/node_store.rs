@@ -87,6 +87,20 @@ pub struct NodeStore {
     snap_dir: Arc<std::path::PathBuf>,
     wal: Arc<Wal>,
     flusher: Flusher,
+    holders: Holders,
+}
+
+/// Counts the live holders of a node's stores: every `NodeStore` clone, `LogStore` and
+/// `GroupStateMachine` (with its snapshot builders). [`NodeStore::close`] waits for the others
+/// to go, because sled releases its directory lock only with its last tree.
+#[derive(Clone, Default)]
+pub(crate) struct Holders(Arc<()>);
+
+impl Holders {
+    /// Number of live holders, this one included.
+    fn count(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
 }
 
 impl NodeStore {
@@ -165,6 +179,7 @@ impl NodeStore {
             snap_dir,
             wal,
             flusher,
+            holders: Holders::default(),
         })
     }
 
@@ -187,7 +202,12 @@ impl NodeStore {
     where
         C: RaftTypeConfig<Entry = Entry<C>>,
     {
-        LogStore::new(group, self.wal.clone(), self.flusher.clone())
+        LogStore::new(
+            group,
+            self.wal.clone(),
+            self.flusher.clone(),
+            self.holders.clone(),
+        )
     }
 
     /// The state machine of `group` wrapping `machine` (tree `snap/<gid>`, created if missing).
@@ -207,7 +227,7 @@ impl NodeStore {
     {
         let tree = self.db.open_tree(keys::snap_tree(group))?;
         GroupStateMachine::open(
-            SnapshotStore::new(group, tree, self.snap_dir.clone()),
+            SnapshotStore::new(group, tree, self.snap_dir.clone(), self.holders.clone()),
             machine,
         )
     }
@@ -263,11 +283,11 @@ impl NodeStore {
         self.flush().await?;
         let deadline = tokio::time::Instant::now() + timeout;
         // Our own handle is one of the holders.
-        while self.flusher.handles() > 1 {
+        while self.holders.count() > 1 {
             if tokio::time::Instant::now() >= deadline {
                 return Err(StoreError::Busy(format!(
                     "{} store handles still alive",
-                    self.flusher.handles() - 1
+                    self.holders.count() - 1
                 )));
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;

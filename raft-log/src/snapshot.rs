@@ -21,6 +21,7 @@ use std::sync::Arc;
 use openraft::{LogId, NodeId, SnapshotMeta, StoredMembership};
 use serde::{Deserialize, Serialize};
 
+use crate::node_store::Holders;
 use crate::{codec, keys, GroupId, StoreError};
 
 /// Versioned header at the start of snapshot bytes.
@@ -188,6 +189,8 @@ pub(crate) struct SnapshotStore {
     dir: Arc<PathBuf>,
     /// Serializes compare-and-save so a slow build cannot overwrite a newer install.
     save_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Keeps [`crate::NodeStore::close`] waiting while the tree is held.
+    holders: Holders,
 }
 
 impl Clone for SnapshotStore {
@@ -197,17 +200,24 @@ impl Clone for SnapshotStore {
             tree: self.tree.clone(),
             dir: self.dir.clone(),
             save_lock: self.save_lock.clone(),
+            holders: self.holders.clone(),
         }
     }
 }
 
 impl SnapshotStore {
-    pub(crate) fn new(group: GroupId, tree: sled::Tree, dir: Arc<PathBuf>) -> Self {
+    pub(crate) fn new(
+        group: GroupId,
+        tree: sled::Tree,
+        dir: Arc<PathBuf>,
+        holders: Holders,
+    ) -> Self {
         SnapshotStore {
             group,
             tree,
             dir,
             save_lock: Arc::new(tokio::sync::Mutex::new(())),
+            holders,
         }
     }
 
@@ -343,6 +353,7 @@ mod tests {
             7,
             db.open_tree(keys::snap_tree(7)).unwrap(),
             Arc::new(snaps),
+            Holders::default(),
         )
     }
 

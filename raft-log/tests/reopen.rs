@@ -190,3 +190,35 @@ fn a_directory_in_the_sled_only_layout_is_refused() {
         "{err}"
     );
 }
+
+/// openraft's state machine worker drops its store a little after `Raft::shutdown`; a close
+/// that returned before it did left sled's lock held, and the reopen failed (CI, 2026-11-25).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_waits_for_a_state_machine_still_held_elsewhere() {
+    bounded(async {
+        let dir = TempDir::new().unwrap();
+        let ns = open(dir.path());
+        let (log, sm) = stores(&ns, G);
+        drop(log);
+        let late = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            drop(sm);
+        });
+        ns.close(Duration::from_secs(5)).await.unwrap();
+        // Open again at once: sled's lock must be free.
+        let ns = open(dir.path());
+        late.await.unwrap();
+
+        // One that outlives the timeout is reported, and the store closes when it goes.
+        let (_log, sm) = stores(&ns, G);
+        drop(_log);
+        let err = ns
+            .close(Duration::from_millis(50))
+            .await
+            .expect_err("a live state machine keeps the store open");
+        assert!(matches!(err, raft_log::StoreError::Busy(_)), "{err}");
+        drop(sm);
+        open(dir.path());
+    })
+    .await
+}
