@@ -33,6 +33,7 @@ mod group;
 #[cfg(test)]
 mod power_loss;
 mod record;
+mod runway;
 mod state;
 
 use std::fs::{self, File, OpenOptions};

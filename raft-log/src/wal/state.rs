@@ -14,17 +14,12 @@ use serde::{Deserialize, Serialize};
 
 use super::group::{EntryBytes, GroupLog, Slot};
 use super::record::{self, Kind};
+use super::runway::{Runway, RUNWAY_BYTES};
 use super::WalOptions;
 use crate::{codec, GroupId, StoreError};
 
 /// Segment count from which a roll also rewrites the small groups pinning the oldest segment.
 const COMPACT_AFTER_SEGMENTS: usize = 4;
-
-/// Zeros kept preallocated ahead of the current segment's records (see [`preallocate`]):
-/// extended by this much once less than half of it is left, so the file's size changes once
-/// per ~4 MiB of log rather than at every sync, and a nearly full disk (or a tmpfs) loses at
-/// most this much to the reservation.
-const RUNWAY_BYTES: u64 = 8 << 20;
 
 /// What one record says, without where it is.
 #[derive(Debug, Clone, Copy)]
@@ -68,11 +63,8 @@ pub(super) struct State {
     pub current: u64,
     /// Logical length of the current segment (written + pending), in bytes.
     pub current_len: u64,
-    /// The current segment file's length as [`preallocate`] left it (its records plus zeros
-    /// ahead of them); 0 if it was never preallocated (only the current segment ever is).
-    pub current_allocated: u64,
-    /// [`preallocate`] still works on the current segment (it stops at the first refusal).
-    pub preallocating: bool,
+    /// The zeros ahead of the current segment's records.
+    pub runway: Runway,
     pub pending: Vec<Chunk>,
     /// A segment file was created since the last sync (the directory needs an fsync).
     pub dir_dirty: bool,
@@ -125,8 +117,7 @@ impl State {
             segs: BTreeMap::new(),
             current: 0,
             current_len: 0,
-            current_allocated: 0,
-            preallocating: false,
+            runway: Runway::none(),
             pending: Vec::new(),
             dir_dirty: false,
             durable_checkpoint: 0,
@@ -394,21 +385,18 @@ impl State {
         self.apply(rec, self.current, at, data)
     }
 
-    /// Preallocate the current segment further if fewer than half of `runway` bytes of zeros
-    /// are left past the record about to be framed (`payload` bytes). Errors: `fallocate`
-    /// failures other than a refusal.
+    /// Extend the current segment's runway if fewer than half of `runway` bytes of zeros are
+    /// left past the record about to be framed (`payload` bytes). Errors: write or
+    /// `fallocate` failures other than a refusal.
     fn keep_runway(&mut self, payload: u64, runway: u64) -> io::Result<()> {
         let end = self.current_len
             + (record::HEADER_BYTES * 2 + record::MARK_PAYLOAD_BYTES) as u64
             + payload;
-        if !self.preallocating || self.current_allocated >= end + runway / 2 {
-            return Ok(());
-        }
         let Some(seg) = self.segs.get(&self.current) else {
             return Ok(());
         };
-        (self.current_allocated, self.preallocating) = preallocate(&seg.file, end + runway)?;
-        Ok(())
+        self.runway
+            .keep(&seg.file, end, runway, self.current_len, self.rounds)
     }
 
     /// Append the framed record to the pending buffer of the current segment; returns the
@@ -522,7 +510,7 @@ impl State {
     /// only the last segment ever has a zero tail (recovery reads one in an earlier segment as
     /// torn) and every later record is written after the cut is durable.
     pub(super) fn roll(&mut self, dir: &Path, opts: &WalOptions) -> Result<(), StoreError> {
-        if self.current_allocated > self.current_len {
+        if self.runway.allocated() > self.current_len {
             if let Some(old) = self.segs.get(&self.current) {
                 old.file
                     .set_len(self.current_len)
@@ -542,8 +530,9 @@ impl State {
             .create_new(true)
             .open(seg_path(dir, id))
             .map_err(StoreError::Flush)?;
-        (self.current_allocated, self.preallocating) =
-            preallocate(&file, runway(opts)).map_err(StoreError::Flush)?;
+        self.runway
+            .start(&file, runway(opts), self.rounds)
+            .map_err(StoreError::Flush)?;
         self.segs.insert(
             id,
             Seg {
@@ -582,34 +571,4 @@ impl State {
 /// Zeros kept ahead of the records: [`RUNWAY_BYTES`], at most a segment's worth.
 fn runway(opts: &WalOptions) -> u64 {
     RUNWAY_BYTES.min(opts.segment_bytes).max(1)
-}
-
-/// Grow a segment file to `len` bytes of reserved zeros with `fallocate` (mode 0), so that
-/// appending a record and `fdatasync`ing it rewrites blocks the file already owns instead of
-/// growing it: no inode (size) write at every sync. Measured on ext4 on the dev VM, 1.1 KiB
-/// appends each followed by `fdatasync`: p50 0.15 ms and 3 block writes per sync growing the
-/// file, 0.11–0.12 ms and 2.4 preallocated; the lone confirmed publisher went from
-/// 2.85–3.09k to 3.18–3.26k msg/s.
-/// Returns the file's length and whether to go on preallocating it: `(len, true)`, or where
-/// the file system refuses (`EOPNOTSUPP`, e.g. some FUSE file systems) or the disk is too full
-/// (`ENOSPC`) the length it has (a partial allocation may still have grown it; `roll` cuts
-/// whatever lies past the records) and `false`.
-///
-/// Errors: any other `fallocate` failure.
-fn preallocate(file: &File, len: u64) -> io::Result<(u64, bool)> {
-    use std::os::fd::AsRawFd;
-    if let Ok(off_len) = libc::off_t::try_from(len) {
-        // SAFETY: fallocate on a descriptor this function borrows; no memory is passed.
-        if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, off_len) } == 0 {
-            return Ok((len, true));
-        }
-        let e = io::Error::last_os_error();
-        if !matches!(
-            e.raw_os_error(),
-            Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::ENOSPC | libc::EINVAL)
-        ) {
-            return Err(e);
-        }
-    }
-    Ok((file.metadata()?.len(), false))
 }
