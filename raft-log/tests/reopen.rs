@@ -210,8 +210,8 @@ async fn close_waits_for_a_state_machine_still_held_elsewhere() {
         late.await.unwrap();
 
         // One that outlives the timeout is reported, and the store closes when it goes.
-        let (_log, sm) = stores(&ns, G);
-        drop(_log);
+        let (log, sm) = stores(&ns, G);
+        drop(log);
         let err = ns
             .close(Duration::from_millis(50))
             .await

@@ -26,7 +26,7 @@ pub(super) const RUNWAY_BYTES: u64 = 1 << 20;
 /// full disk (or a tmpfs) loses at most that much to the reservation.
 pub(super) const BUSY_FACTOR: u64 = 8;
 
-/// A log whose sync rounds average at most this many bytes since the last extension is
+/// A log whose sync rounds averaged at most this many bytes since it was last measured is
 /// quiet: a round then touches a few 4 KiB blocks, and an unwritten extent would make many
 /// rounds commit the journal.
 pub(super) const QUIET_ROUND_BYTES: u64 = 16 << 10;
@@ -71,7 +71,7 @@ impl Runway {
     }
 
     /// Start the runway of a new, empty segment `file`, `bytes` long, written if the log was
-    /// quiet at the last extension of the previous one; `rounds` is the WAL's sync-round count.
+    /// quiet when last measured; `rounds` is the WAL's sync-round count.
     ///
     /// Errors: as [`Runway::keep`].
     pub(super) fn start(&mut self, file: &File, bytes: u64, rounds: u64) -> io::Result<()> {
@@ -86,9 +86,9 @@ impl Runway {
 
     /// Extend the runway of the current segment `file` if fewer than half of `bytes` (quiet),
     /// or of `bytes` × [`BUSY_FACTOR`] (busy), are left past `end` (where the record about
-    /// to be framed ends); `len` is the segment's logical
-    /// length (where that record starts: nothing at or past it is framed yet) and `rounds`
-    /// the WAL's sync-round count, to tell whether the log is quiet.
+    /// to be framed ends); `len` is the segment's logical length (where that record starts:
+    /// nothing at or past it is framed yet) and `rounds` the WAL's sync-round count, to tell
+    /// whether the log is quiet.
     ///
     /// Errors: write or `fallocate` failures other than a refusal (which stops the runway).
     pub(super) fn keep(
@@ -113,12 +113,11 @@ impl Runway {
         };
         let (r0, l0) = self.since;
         let rounds_since = rounds.saturating_sub(r0);
-        if rounds_since < MEASURE_ROUNDS && enough(self) {
-            return Ok(());
-        }
-        if let Some(per_round) = len.saturating_sub(l0).checked_div(rounds_since) {
-            self.quiet = per_round <= QUIET_ROUND_BYTES;
-            self.since = (rounds, len);
+        if rounds_since >= MEASURE_ROUNDS || !enough(self) {
+            if let Some(per_round) = len.saturating_sub(l0).checked_div(rounds_since) {
+                self.quiet = per_round <= QUIET_ROUND_BYTES;
+                self.since = (rounds, len);
+            }
         }
         if enough(self) {
             return Ok(());
@@ -206,6 +205,55 @@ mod tests {
         (dir, f)
     }
 
+    /// Extents of `f` that the file system only reserved (`FIEMAP_EXTENT_UNWRITTEN`), after
+    /// syncing it; None where it cannot map extents (a tmpfs).
+    fn unwritten_extents(f: &File) -> Option<usize> {
+        use std::os::fd::AsRawFd;
+        #[repr(C)]
+        #[derive(Clone, Copy, Default)]
+        struct Extent {
+            logical: u64,
+            physical: u64,
+            length: u64,
+            reserved64: [u64; 2],
+            flags: u32,
+            reserved: [u32; 3],
+        }
+        #[repr(C)]
+        struct Map {
+            start: u64,
+            length: u64,
+            flags: u32,
+            mapped: u32,
+            count: u32,
+            reserved: u32,
+            extents: [Extent; 64],
+        }
+        const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+        const FIEMAP_FLAG_SYNC: u32 = 1;
+        const FIEMAP_EXTENT_UNWRITTEN: u32 = 0x800;
+        let mut map = Map {
+            start: 0,
+            length: u64::MAX,
+            flags: FIEMAP_FLAG_SYNC,
+            mapped: 0,
+            count: 64,
+            reserved: 0,
+            extents: [Extent::default(); 64],
+        };
+        // SAFETY: FS_IOC_FIEMAP fills `map`, sized for the 64 extents `count` announces.
+        if unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FIEMAP, &mut map as *mut Map) } != 0 {
+            return None;
+        }
+        let extents = &map.extents[..map.mapped as usize];
+        Some(
+            extents
+                .iter()
+                .filter(|e| e.flags & FIEMAP_EXTENT_UNWRITTEN != 0)
+                .count(),
+        )
+    }
+
     fn all_zeros(f: &File) -> bool {
         let mut buf = vec![1u8; f.metadata().unwrap().len() as usize];
         f.read_exact_at(&mut buf, 0).unwrap();
@@ -218,6 +266,8 @@ mod tests {
         let mut r = Runway::none();
         r.start(&f, B, 0).unwrap();
         assert_eq!((r.allocated, r.written), (B, B), "a new store starts quiet");
+        let mapped = unwritten_extents(&f);
+        assert!(mapped.is_none_or(|n| n == 0), "written, not reserved");
 
         // 40 rounds of 1 KiB: quiet; the runway is written ahead of the records.
         r.keep(&f, 40 << 10, B, 39 << 10, 40).unwrap();
@@ -237,6 +287,9 @@ mod tests {
             r.allocated,
             "fallocate grew it"
         );
+        if mapped.is_some() {
+            assert!(unwritten_extents(&f) > Some(0), "reserved, not written");
+        }
 
         // Quiet again (measured after MEASURE_ROUNDS rounds): the zeros only reserved ahead
         // are written too, from the next record on.
