@@ -26,12 +26,39 @@ fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
 for t in "${targets[@]}"; do
   mkdir -p "corpus/$t"
   if [ -d "seeds/$t" ]; then cp -n "seeds/$t"/* "corpus/$t/" 2>/dev/null || true; fi
+  # Built first, with the shell's stack limit, so that a failed build prints
+  # cargo's errors (and the free space); tried twice, in case a download failed.
+  for attempt in 1 2; do
+    if cargo fuzz build --sanitizer none "$t" >"$log" 2>&1; then
+      break
+    fi
+    echo "== building fuzz target $t failed (attempt $attempt):"
+    tail -n 60 "$log"
+    df -h . /dev/shm 2>/dev/null || true
+    [ "$attempt" = 2 ] && exit 1
+  done
   echo "== fuzzing $t for ${secs}s"
+  # The main thread gets a tokio worker's 2 MiB stack, so that input which
+  # would overflow a worker in the broker crashes the fuzzer too.
   # wal_records writes segment files each run, connection runs a broker: keep their
   # files in memory (/dev/shm).
-  TMPDIR=/dev/shm cargo fuzz run --sanitizer none "$t" "corpus/$t" -- \
-    -max_total_time="$secs" -rss_limit_mb=2048 2>&1 | tail -n 4
+  if ! (ulimit -s 2048 && TMPDIR=/dev/shm cargo fuzz run --sanitizer none "$t" "corpus/$t" -- \
+    -max_total_time="$secs" -rss_limit_mb=2048) >"$log" 2>&1; then
+    echo "== fuzz target $t failed:"
+    tail -n 80 "$log"
+    # The crash input, so that a CI log is enough to reproduce it.
+    for f in "artifacts/$t"/*; do
+      [ -f "$f" ] || continue
+      echo "== $f ($(stat -c %s "$f") bytes), base64 (first 64 KiB):"
+      head -c 65536 "$f" | base64 -w 0
+      echo
+    done
+    exit 1
+  fi
+  tail -n 4 "$log"
 done

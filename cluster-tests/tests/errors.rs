@@ -577,3 +577,105 @@ async fn method_on_a_closing_channel_is_discarded() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// A header value nested `depth` levels deep counting the headers table
+/// itself: arrays and tables in turn, with a scalar beside each level.
+fn nested_headers(depth: usize) -> FieldTable {
+    use lapin::types::{AMQPValue, FieldArray};
+    let mut value = AMQPValue::LongString("leaf".into());
+    for level in 1..depth {
+        value = if level % 2 == 1 {
+            AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::LongInt(1), value]))
+        } else {
+            AMQPValue::FieldTable(table(&[("n", AMQPValue::Boolean(true)), ("x", value)]))
+        };
+    }
+    table(&[("k", value)])
+}
+
+/// Field tables nested deeper than 64 levels (`nesting::MAX_DEPTH`) close the
+/// connection with 502 SYNTAX_ERROR; before the limit, client properties
+/// nested 25,000 deep in one 125 KB frame, sent before authentication,
+/// overflowed a worker's stack and aborted the broker. Headers 64 deep are
+/// delivered intact. RabbitMQ has no limit: a deliberate difference (README).
+#[tokio::test]
+async fn tables_nested_too_deep_are_502_and_the_broker_stays_up() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let t = Duration::from_secs(10);
+        // Before authentication: connection.start-ok.
+        let mut value = b"A\0\0\0\0".to_vec();
+        for _ in 0..25_000 {
+            let mut outer = vec![b'A'];
+            outer.extend((value.len() as u32).to_be_bytes());
+            outer.extend(value);
+            value = outer;
+        }
+        let mut client_properties = vec![1, b'k'];
+        client_properties.extend(value);
+        let mut start_ok = raw::Args::method(10, 11).u32(client_properties.len() as u32);
+        start_ok.0.extend(client_properties);
+        let start_ok = start_ok
+            .shortstr("PLAIN")
+            .longstr(b"\0guest\0guest")
+            .shortstr("en_US");
+        let mut c = RawConn::connect(broker.uri()).await?;
+        c.send(raw::PROTOCOL_HEADER).await?;
+        let start = c.read_method(t).await?;
+        assert_eq!(start.and_then(|f| f.method()), Some((10, 10)));
+        let _ = c.send_method(0, start_ok).await;
+        assert!(c.wait_eof(t).await, "socket should close");
+
+        // After it, from a real client: the broker is still up.
+        let conn = connect(broker.uri()).await?;
+        let ch = confirm_channel(&conn).await?;
+        let q = unique("deep");
+        ch.queue_declare(q.as_str().into(), durable(), quorum_args(&[]))
+            .await?;
+        let deepest = nested_headers(64);
+        let props = BasicProperties::default().with_headers(deepest.clone());
+        publish_confirmed(&ch, "", &q, b"deep", props).await?;
+        let got = ch
+            .basic_get(q.as_str().into(), Default::default())
+            .await?
+            .expect("the message");
+        let headers = got.delivery.properties.headers().clone().expect("headers");
+        assert_eq!(headers.inner().get("k"), deepest.inner().get("k"));
+
+        let props = BasicProperties::default().with_headers(nested_headers(65));
+        let pc = ch
+            .basic_publish(
+                "".into(),
+                q.as_str().into(),
+                Default::default(),
+                b"x",
+                props,
+            )
+            .await;
+        let err = match pc {
+            Ok(confirm) => expect_amqp_error(confirm.await),
+            Err(e) => amqp_error(&e).expect("an AMQP error"),
+        };
+        assert_eq!(err.0, 502, "{err:?}");
+        assert!(
+            err.1.starts_with("SYNTAX_ERROR - ") && err.1.contains("nested deeper than 64"),
+            "{}",
+            err.1
+        );
+
+        let conn = connect(broker.uri()).await?;
+        let ch = conn.create_channel().await?;
+        let args = nested_headers(65);
+        let err = expect_amqp_error(
+            ch.queue_declare(unique("deep").as_str().into(), durable(), args)
+                .await,
+        );
+        assert_eq!(err.0, 502, "{err:?}");
+        let conn = connect(broker.uri()).await?;
+        let ch = conn.create_channel().await?;
+        ch.queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await?;
+        close_connection(&conn).await
+    })
+    .await
+}

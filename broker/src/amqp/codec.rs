@@ -10,6 +10,8 @@ use amq_protocol::frame::AMQPFrame;
 use amq_protocol::protocol::{basic::AMQPProperties, AMQPClass};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+use super::nesting;
+
 /// Frame type octets (AMQP 0-9-1 §4.2.3).
 const FRAME_METHOD: u8 = 1;
 const FRAME_HEADER: u8 = 2;
@@ -55,13 +57,17 @@ pub enum FrameError {
     /// Payload that does not parse as a method or content header: 502 SYNTAX_ERROR.
     #[error("malformed {0} frame")]
     Syntax(&'static str),
+    /// Field tables nested deeper than `nesting::MAX_DEPTH`: 502 SYNTAX_ERROR
+    /// (a limit RabbitMQ does not have; see `nesting`).
+    #[error("{0} frame with field tables nested deeper than {max} levels", max = super::nesting::MAX_DEPTH)]
+    TooDeep(&'static str),
 }
 
 impl FrameError {
     /// AMQP reply code RabbitMQ uses for this error.
     pub fn reply_code(&self) -> u16 {
         match self {
-            FrameError::Syntax(_) => 502,
+            FrameError::Syntax(_) | FrameError::TooDeep(_) => 502,
             _ => 501,
         }
     }
@@ -149,6 +155,9 @@ impl FrameReader {
         let payload = frame.slice(..size as usize);
         Ok(Some(match kind {
             FRAME_METHOD => {
+                if !nesting::method_within_limit(&payload) {
+                    return Err(FrameError::TooDeep("method"));
+                }
                 let (rest, class) = amq_protocol::protocol::parse_class(&payload[..])
                     .map_err(|_| FrameError::Syntax("method"))?;
                 if !rest.is_empty() {
@@ -159,6 +168,9 @@ impl FrameReader {
             FRAME_HEADER => {
                 if payload.len() < 14 {
                     return Err(FrameError::Syntax("content header"));
+                }
+                if !nesting::properties_within_limit(&payload) {
+                    return Err(FrameError::TooDeep("content header"));
                 }
                 let class_id = u16::from_be_bytes([payload[0], payload[1]]);
                 let body_size = u64::from_be_bytes(
@@ -350,6 +362,62 @@ mod tests {
         let mut r = FrameReader::new();
         r.buffer().extend_from_slice(b"GET / HTTP/1.1\r\n");
         assert_eq!(r.take_protocol_header(), Some(Err(())));
+    }
+
+    /// A `connection.start-ok` whose client properties hold `depth - 1`
+    /// arrays nested in each other: five bytes a level.
+    fn deep_start_ok(depth: usize) -> Vec<u8> {
+        let mut value = b"A\0\0\0\0".to_vec();
+        for _ in 2..depth {
+            let mut outer = vec![b'A'];
+            outer.extend_from_slice(&(value.len() as u32).to_be_bytes());
+            outer.extend_from_slice(&value);
+            value = outer;
+        }
+        let mut table = vec![1, b'k'];
+        table.extend_from_slice(&value);
+        let mut payload = vec![0, 10, 0, 11];
+        payload.extend_from_slice(&(table.len() as u32).to_be_bytes());
+        payload.extend_from_slice(&table);
+        payload.extend_from_slice(b"\x05PLAIN\0\0\0\x0c\0guest\0guest\x05en_US");
+        let mut frame = vec![FRAME_METHOD, 0, 0];
+        frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&payload);
+        frame.push(FRAME_END);
+        frame
+    }
+
+    /// Reads one frame on a thread with a tokio worker's 2 MiB stack.
+    fn read_on_worker_stack(frame: Vec<u8>) -> Result<bool, FrameError> {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                let mut r = FrameReader::new();
+                r.buffer().extend_from_slice(&frame);
+                r.next_frame().map(|f| f.is_some())
+            })
+            .expect("spawn")
+            .join()
+            .expect("no panic")
+    }
+
+    #[test]
+    fn tables_nested_too_deep_are_a_syntax_error_not_a_stack_overflow() {
+        // 25,000 levels in 125 KB, under the pre-tune frame_max: before the
+        // nesting limit this aborted the process with a stack overflow.
+        let frame = deep_start_ok(25_000);
+        assert!(frame.len() < 131_072);
+        let err = read_on_worker_stack(frame).unwrap_err();
+        assert_eq!(err, FrameError::TooDeep("method"));
+        assert_eq!(err.reply_code(), 502);
+        assert_eq!(
+            read_on_worker_stack(deep_start_ok(nesting::MAX_DEPTH + 1)),
+            Err(FrameError::TooDeep("method"))
+        );
+        assert_eq!(
+            read_on_worker_stack(deep_start_ok(nesting::MAX_DEPTH)),
+            Ok(true)
+        );
     }
 
     proptest::proptest! {

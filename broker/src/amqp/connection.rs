@@ -784,6 +784,10 @@ fn parse_amqplain(response: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     let mut framed = Vec::with_capacity(response.len() + 4);
     framed.extend_from_slice(&(response.len() as u32).to_be_bytes());
     framed.extend_from_slice(response);
+    // Parsed before authentication: a deeply nested table would overflow the stack.
+    if !super::nesting::table_within_limit(&framed) {
+        return None;
+    }
     let (_, table) = amq_protocol::types::parsing::parse_field_table(&framed[..]).ok()?;
     let get = |k: &str| match table.inner().get(k) {
         Some(AMQPValue::LongString(s)) => Some(s.as_bytes().to_vec()),
@@ -875,5 +879,26 @@ mod tests {
         );
         assert_eq!(credentials("AMQPLAIN", &[1, 2, 3]), None);
         Ok(())
+    }
+
+    #[test]
+    fn an_amqplain_table_nested_too_deep_is_refused_without_a_stack_overflow() {
+        // LOGIN, PASSWORD, then 25,000 arrays in each other (five bytes a level).
+        let mut value = b"A\0\0\0\0".to_vec();
+        for _ in 0..25_000 {
+            let mut outer = vec![b'A'];
+            outer.extend_from_slice(&(value.len() as u32).to_be_bytes());
+            outer.extend_from_slice(&value);
+            value = outer;
+        }
+        let mut response = b"\x05LOGINS\0\0\0\x05guest\x08PASSWORDS\0\0\0\x05guest\x01z".to_vec();
+        response.extend_from_slice(&value);
+        let refused = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || credentials("AMQPLAIN", &response))
+            .expect("spawn")
+            .join()
+            .expect("no panic");
+        assert_eq!(refused, None);
     }
 }

@@ -6,4 +6,5 @@ pub mod codec;
 pub mod confirms;
 pub mod connection;
 pub mod error;
+pub mod nesting;
 pub mod server;
