@@ -84,6 +84,34 @@ enum Step {
     /// socket (as RabbitMQ, which leaves it to the client); closing first
     /// can make a client see EOF before it reads close-ok.
     Linger,
+    /// We sent connection.close for a frame we cannot read past: nothing more
+    /// is parsed, and the socket is drained until the client closes it. Closing
+    /// with its later frames unread would reset the connection, and a client
+    /// can see the reset before it reads connection.close.
+    Drain,
+}
+
+/// connection.close-ok on channel 0, byte for byte as every client frames it.
+const CLOSE_OK: [u8; 12] = [1, 0, 0, 0, 0, 0, 4, 0, 10, 0, 51, 0xCE];
+
+/// Reads and discards until the client closes the socket or sends
+/// connection.close-ok (found by its bytes: after a frame error the frames
+/// that follow cannot be parsed), for at most 5 s.
+async fn drain<R: AsyncRead + Unpin>(rd: &mut R) {
+    let mut seen = Vec::with_capacity(8192);
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut sink = [0u8; 4096];
+        while let Ok(n @ 1..) = rd.read(&mut sink).await {
+            // The last 11 bytes of the previous read, then this one.
+            let keep = seen.len().min(CLOSE_OK.len() - 1);
+            seen.drain(..seen.len() - keep);
+            seen.extend_from_slice(&sink[..n]);
+            if seen.windows(CLOSE_OK.len()).any(|w| w == CLOSE_OK) {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// Serves one accepted socket until it closes. Never panics on input.
@@ -227,11 +255,11 @@ async fn serve_io<R, W>(
                     AMQPClass::Connection(connection::AMQPMethod::CloseOk(connection::CloseOk {})),
                 );
                 conn.flush(&wtx).await;
-                let mut sink = [0u8; 4096];
-                let _ = tokio::time::timeout(Duration::from_secs(5), async {
-                    while matches!(rd.read(&mut sink).await, Ok(n) if n > 0) {}
-                })
-                .await;
+                drain(&mut rd).await;
+                break;
+            }
+            Step::Drain => {
+                drain(&mut rd).await;
                 break;
             }
         }
@@ -595,7 +623,7 @@ impl Conn {
                         "FRAME_ERROR"
                     };
                     self.close_connection(e.reply_code(), format!("{name} - {e}"), 0, 0);
-                    return Step::Close;
+                    return Step::Drain;
                 }
             };
             tracing::trace!(conn = self.id, ?frame, "frame in");
