@@ -367,15 +367,8 @@ mod tests {
     /// A `connection.start-ok` whose client properties hold `depth - 1`
     /// arrays nested in each other: five bytes a level.
     fn deep_start_ok(depth: usize) -> Vec<u8> {
-        let mut value = b"A\0\0\0\0".to_vec();
-        for _ in 2..depth {
-            let mut outer = vec![b'A'];
-            outer.extend_from_slice(&(value.len() as u32).to_be_bytes());
-            outer.extend_from_slice(&value);
-            value = outer;
-        }
         let mut table = vec![1, b'k'];
-        table.extend_from_slice(&value);
+        table.extend_from_slice(&nesting::nested_arrays(depth - 1));
         let mut payload = vec![0, 10, 0, 11];
         payload.extend_from_slice(&(table.len() as u32).to_be_bytes());
         payload.extend_from_slice(&table);

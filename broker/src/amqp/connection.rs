@@ -912,15 +912,8 @@ mod tests {
     #[test]
     fn an_amqplain_table_nested_too_deep_is_refused_without_a_stack_overflow() {
         // LOGIN, PASSWORD, then 25,000 arrays in each other (five bytes a level).
-        let mut value = b"A\0\0\0\0".to_vec();
-        for _ in 0..25_000 {
-            let mut outer = vec![b'A'];
-            outer.extend_from_slice(&(value.len() as u32).to_be_bytes());
-            outer.extend_from_slice(&value);
-            value = outer;
-        }
         let mut response = b"\x05LOGINS\0\0\0\x05guest\x08PASSWORDS\0\0\0\x05guest\x01z".to_vec();
-        response.extend_from_slice(&value);
+        response.extend_from_slice(&crate::amqp::nesting::nested_arrays(25_000));
         let refused = std::thread::Builder::new()
             .stack_size(2 << 20)
             .spawn(move || credentials("AMQPLAIN", &response))

@@ -198,6 +198,20 @@ pub fn table_within_limit(bytes: &[u8]) -> bool {
     true
 }
 
+/// A field value of `levels` empty-ended arrays, each holding the next:
+/// five bytes a level, the cheapest nesting a client can send.
+#[cfg(test)]
+pub(crate) fn nested_arrays(levels: usize) -> Vec<u8> {
+    let mut value = b"A\0\0\0\0".to_vec();
+    for _ in 1..levels {
+        let mut outer = vec![b'A'];
+        outer.extend_from_slice(&(value.len() as u32).to_be_bytes());
+        outer.extend_from_slice(&value);
+        value = outer;
+    }
+    value
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
