@@ -23,8 +23,8 @@ enum Field {
     Short,
     /// Length-prefixed short string.
     ShortStr,
-    /// One octet of packed bits.
-    Bits,
+    /// One octet: packed bits, or a version number.
+    Octet,
     /// Field table: walked for depth.
     Table,
 }
@@ -35,22 +35,22 @@ enum Field {
 fn method_layout(class: u16, method: u16) -> Option<&'static [Field]> {
     use Field::*;
     Some(match (class, method) {
-        // connection.start: version-major, version-minor (two octets), server-properties.
-        (10, 10) => &[Bits, Bits, Table],
+        // connection.start: version-major, version-minor, server-properties.
+        (10, 10) => &[Octet, Octet, Table],
         // connection.start-ok: client-properties first.
         (10, 11) => &[Table],
         // exchange.declare: ticket, exchange, type, flags, arguments.
-        (40, 10) => &[Short, ShortStr, ShortStr, Bits, Table],
+        (40, 10) => &[Short, ShortStr, ShortStr, Octet, Table],
         // exchange.bind / exchange.unbind: ticket, destination, source, routing key, no-wait, arguments.
-        (40, 30) | (40, 40) => &[Short, ShortStr, ShortStr, ShortStr, Bits, Table],
+        (40, 30) | (40, 40) => &[Short, ShortStr, ShortStr, ShortStr, Octet, Table],
         // queue.declare: ticket, queue, flags, arguments.
-        (50, 10) => &[Short, ShortStr, Bits, Table],
+        (50, 10) => &[Short, ShortStr, Octet, Table],
         // queue.bind: ticket, queue, exchange, routing key, no-wait, arguments.
-        (50, 20) => &[Short, ShortStr, ShortStr, ShortStr, Bits, Table],
+        (50, 20) => &[Short, ShortStr, ShortStr, ShortStr, Octet, Table],
         // queue.unbind: ticket, queue, exchange, routing key, arguments (no no-wait).
         (50, 50) => &[Short, ShortStr, ShortStr, ShortStr, Table],
         // basic.consume: ticket, queue, consumer tag, flags, arguments.
-        (60, 20) => &[Short, ShortStr, ShortStr, Bits, Table],
+        (60, 20) => &[Short, ShortStr, ShortStr, Octet, Table],
         _ => return None,
     })
 }
@@ -73,7 +73,7 @@ pub fn method_within_limit(payload: &[u8]) -> bool {
     for field in layout {
         let next = match field {
             Field::Short => Some(pos + 2),
-            Field::Bits => Some(pos + 1),
+            Field::Octet => Some(pos + 1),
             Field::ShortStr => payload.get(pos).map(|&n| pos + 1 + usize::from(n)),
             Field::Table => return table_within_limit(&payload[pos.min(payload.len())..]),
         };
