@@ -354,6 +354,49 @@ async fn frame_larger_than_frame_max_is_501() -> anyhow::Result<()> {
     .await
 }
 
+/// After a frame error the broker sends connection.close and keeps the
+/// socket open, reading and discarding what the client still sends, until
+/// the client answers with close-ok: closing at once with those bytes unread
+/// resets the connection, and a client can see the reset before the close.
+#[tokio::test]
+async fn a_frame_errors_close_waits_for_the_clients_close_ok() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::start().await?;
+        let mut c = RawConn::handshake(broker.uri()).await?;
+        let mut bad_end = raw::frame(
+            raw::FRAME_METHOD,
+            1,
+            &raw::Args::method(20, 10).shortstr("").0,
+        );
+        *bad_end.last_mut().unwrap() = 0;
+        // The frames a client had in flight behind the bad one.
+        bad_end.extend(raw::frame(raw::FRAME_BODY, 1, &[7u8; 16 * 1024]));
+        c.send(&bad_end).await?;
+        let close = loop {
+            let f = c
+                .read_method(Duration::from_secs(10))
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("EOF before connection.close"))?;
+            if f.method() == Some((10, 50)) {
+                break f;
+            }
+        };
+        assert_eq!(close.close_reason().map(|(code, _)| code), Some(501));
+        let _ = c.send(&[3, 0, 1, 0, 0, 0, 1, 9, 0xCE]).await;
+        assert!(
+            !c.wait_eof(Duration::from_millis(500)).await,
+            "the broker closed the socket before the client's close-ok"
+        );
+        c.send_method(0, raw::Args::method(10, 51)).await?;
+        assert!(
+            c.wait_eof(Duration::from_secs(2)).await,
+            "the socket should close after close-ok"
+        );
+        Ok(())
+    })
+    .await
+}
+
 #[tokio::test]
 async fn channel_error_leaves_other_channels_working() -> anyhow::Result<()> {
     bounded(T, async {

@@ -59,7 +59,7 @@ pub enum FrameError {
     Syntax(&'static str),
     /// Field tables nested deeper than `nesting::MAX_DEPTH`: 502 SYNTAX_ERROR
     /// (a limit RabbitMQ does not have; see `nesting`).
-    #[error("{0} frame with field tables nested deeper than {max} levels", max = super::nesting::MAX_DEPTH)]
+    #[error("{0} frame with field tables nested deeper than {max} levels", max = nesting::MAX_DEPTH)]
     TooDeep(&'static str),
 }
 

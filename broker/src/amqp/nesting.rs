@@ -16,6 +16,11 @@
 /// outermost table as 1. A deeper frame is a 502 SYNTAX_ERROR.
 pub const MAX_DEPTH: usize = 64;
 
+/// The fewest bytes a field table nested deeper than [`MAX_DEPTH`] takes:
+/// its length (4), one key (1), then a type octet and a length (5) for each
+/// of `MAX_DEPTH` containers below it.
+const SMALLEST_TOO_DEEP: usize = 4 + 1 + 5 * MAX_DEPTH;
+
 /// Where the tables sit in a frame payload, so that they can be walked
 /// before `amq-protocol` parses them.
 enum Field {
@@ -75,7 +80,7 @@ pub fn method_within_limit(payload: &[u8]) -> bool {
             Field::Short => Some(pos + 2),
             Field::Octet => Some(pos + 1),
             Field::ShortStr => payload.get(pos).map(|&n| pos + 1 + usize::from(n)),
-            Field::Table => return table_within_limit(&payload[pos.min(payload.len())..]),
+            Field::Table => return payload.get(pos..).is_none_or(table_within_limit),
         };
         match next {
             Some(n) if n <= payload.len() => pos = n,
@@ -123,6 +128,12 @@ pub fn properties_within_limit(payload: &[u8]) -> bool {
 /// [`MAX_DEPTH`] levels down, `true` when the walk ends or meets bytes the
 /// parser would refuse at the same point.
 pub fn table_within_limit(bytes: &[u8]) -> bool {
+    // Each level below the table costs at least 5 bytes (type octet and
+    // length): a table in fewer bytes than this cannot nest too deep, and
+    // most headers are that small, so the walk is skipped on their publishes.
+    if bytes.len() < SMALLEST_TOO_DEEP {
+        return true;
+    }
     /// An open container: where its bytes end, and whether its entries have keys.
     struct Open {
         end: usize,
@@ -265,6 +276,23 @@ mod tests {
         assert!(!method_within_limit(&declare(nested(MAX_DEPTH + 1))));
         assert!(properties_within_limit(&header(nested(MAX_DEPTH))));
         assert!(!properties_within_limit(&header(nested(MAX_DEPTH + 1))));
+    }
+
+    #[test]
+    fn the_smallest_table_too_deep_is_walked_and_refused() {
+        // An empty key, then MAX_DEPTH arrays in each other.
+        let inner = nested_arrays(MAX_DEPTH);
+        let mut table = ((1 + inner.len()) as u32).to_be_bytes().to_vec();
+        table.push(0);
+        table.extend_from_slice(&inner);
+        assert_eq!(table.len(), SMALLEST_TOO_DEEP);
+        assert!(!table_within_limit(&table));
+        // One level less fits, and is one level (5 bytes) shorter.
+        let inner = nested_arrays(MAX_DEPTH - 1);
+        let mut table = ((1 + inner.len()) as u32).to_be_bytes().to_vec();
+        table.push(0);
+        table.extend_from_slice(&inner);
+        assert!(table_within_limit(&table));
     }
 
     #[test]
