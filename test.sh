@@ -27,7 +27,9 @@ if [ "$(id -u)" = 0 ] && { ! command -v iptables >/dev/null || ! command -v ip >
   apt-get update
   DEBIAN_FRONTEND=noninteractive apt-get install -y iproute2 iptables
 fi
-cargo build --bin quorumq --bin quorumqctl
+# The same binaries as cluster-tests/faults/run.sh builds, so that both resolve
+# features alike and share one build of the broker.
+cargo build --bin quorumq --bin quorumqctl --bin quorumq-faults
 cargo test --workspace
 timeout 900 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/pika
 # The fault-injection suite, short profile: every workload and nemesis kind.
