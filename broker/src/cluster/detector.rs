@@ -25,6 +25,9 @@ pub const BEAT_MS: u64 = 100;
 /// A peer with no beat for this long is down (ms).
 pub const DEAD_AFTER_MS: u64 = 800;
 
+/// Why a peer is down when its beats stopped (its stream still open).
+const SILENT: &str = "no beat";
+
 #[derive(Debug, Clone)]
 struct PeerState {
     alive: bool,
@@ -33,6 +36,9 @@ struct PeerState {
     amqp_addr: String,
     /// The peer said it drains (its beats carry it).
     draining: bool,
+    /// Down only because its beats stopped arriving: its stream is still
+    /// open (paused, partitioned, or behind a slow link).
+    silent: bool,
 }
 
 /// Liveness of every peer as this node sees it.
@@ -169,6 +175,18 @@ impl Detector {
                 .unwrap_or(false)
     }
 
+    /// True when `node` is down only because its beats stopped arriving
+    /// within [`DEAD_AFTER_MS`]: its stream did not close, so it may be
+    /// alive behind a slow link (or paused, or partitioned).
+    pub fn is_silent(&self, node: u64) -> bool {
+        node != self.me
+            && self
+                .state
+                .lock()
+                .map(|s| s.get(&node).is_some_and(|p| !p.alive && p.silent))
+                .unwrap_or(false)
+    }
+
     /// The boot epoch `node` last reported (this node's own for itself).
     pub fn epoch_of(&self, node: u64) -> Option<u32> {
         if node == self.me {
@@ -268,6 +286,7 @@ impl Detector {
                 last_seen: now,
                 amqp_addr: String::new(),
                 draining: false,
+                silent: false,
             });
             let changed = !p.alive || p.epoch != b.epoch;
             if changed {
@@ -279,6 +298,7 @@ impl Detector {
                 );
             }
             p.alive = true;
+            p.silent = false;
             p.epoch = p.epoch.max(b.epoch);
             p.last_seen = now;
             p.amqp_addr = b.amqp_addr.clone();
@@ -302,6 +322,7 @@ impl Detector {
             .map(|mut s| match s.get_mut(&node) {
                 Some(p) if p.alive => {
                     p.alive = false;
+                    p.silent = why == SILENT;
                     true
                 }
                 _ => false,
@@ -328,7 +349,7 @@ impl Detector {
             })
             .unwrap_or_default();
         for node in silent {
-            self.mark_down(node, "no beat");
+            self.mark_down(node, SILENT);
         }
     }
 
@@ -472,5 +493,23 @@ mod tests {
         assert!(d.may_lead(2), "only this node drains");
         d.set_draining(false);
         assert!(d.may_lead(1));
+    }
+
+    /// A peer is silent only while it is down for want of beats: a closed
+    /// stream is not silence, and a beat ends both.
+    #[test]
+    fn silence_is_told_apart_from_a_closed_stream() {
+        let d = detector();
+        d.on_beat(&beat(2, false));
+        d.on_beat(&beat(3, false));
+        assert!(!d.is_silent(2), "alive");
+        d.mark_down(2, SILENT);
+        d.mark_down(3, "stream closed");
+        assert!(!d.is_alive(2) && d.is_silent(2));
+        assert!(!d.is_alive(3) && !d.is_silent(3), "its stream closed");
+        d.on_beat(&beat(2, false));
+        assert!(d.is_alive(2) && !d.is_silent(2));
+        assert!(!d.is_silent(1), "this node is never silent");
+        assert!(!d.is_silent(9), "a node never heard from is not silent");
     }
 }

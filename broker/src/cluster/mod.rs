@@ -10,6 +10,7 @@ pub mod drain;
 pub mod elections;
 pub mod forward;
 pub mod groups;
+pub mod in_flight;
 pub mod join;
 pub mod membership;
 pub mod peers;

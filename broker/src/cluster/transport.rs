@@ -29,6 +29,7 @@ use quorumq_proto::v1::{RaftRequest, SnapshotChunk};
 use super::commit_updates::CommitUpdates;
 use super::detector::Detector;
 use super::groups::GroupTable;
+use super::in_flight::InFlight;
 use super::peers::{Peers, MAX_MESSAGE_BYTES};
 use super::types::{NodeId, TypeConfig, META_GROUP};
 use raft_log::DurableIndex;
@@ -70,7 +71,19 @@ pub struct PeerClient {
     /// Queue groups: commit-index updates sent off the replication path
     /// (started with the first one).
     commits: Option<CommitUpdates>,
+    /// The append still running, which a retry may wait for (`in_flight`).
+    in_flight: Option<InFlight<AppendError>>,
+    /// A copy of this client that sends from other tasks (made at first use).
+    sender: Option<Arc<PeerClient>>,
 }
+
+/// The error of an append.
+type AppendError = RPCError<NodeId, BasicNode, RaftError<NodeId>>;
+
+/// How long an append may run on when no retry waits for it any more (ms):
+/// long enough for a 64-entry batch on a slow link, short enough that a
+/// call into a silently dropped connection is given up.
+const APPEND_LIMIT_MS: u64 = 10_000;
 
 #[derive(Debug, thiserror::Error)]
 enum TransportError {
@@ -100,6 +113,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             net: self.clone(),
             confirmed: None,
             commits: None,
+            in_flight: None,
+            sender: None,
         }
     }
 }
@@ -128,17 +143,27 @@ impl PeerClient {
         .await
     }
 
+    /// A copy of this client for other tasks (same peer, same group).
+    fn sender(&mut self) -> Arc<PeerClient> {
+        let (target, net) = (self.target, self.net.clone());
+        self.sender
+            .get_or_insert_with(|| {
+                Arc::new(PeerClient {
+                    target,
+                    net,
+                    confirmed: None,
+                    commits: None,
+                    in_flight: None,
+                    sender: None,
+                })
+            })
+            .clone()
+    }
+
     /// The background sender of this session's commit-index updates.
     fn commit_updates(&mut self) -> &CommitUpdates {
-        let (target, net) = (self.target, self.net.clone());
+        let client = self.sender();
         self.commits.get_or_insert_with(|| {
-            let client = PeerClient {
-                target,
-                net,
-                confirmed: None,
-                commits: None,
-            };
-            let client = Arc::new(client);
             CommitUpdates::start(move |update| {
                 let client = client.clone();
                 async move {
@@ -151,6 +176,61 @@ impl PeerClient {
                 }
             })
         })
+    }
+
+    /// Sends `rpc`, or waits for the running append it retries (`in_flight`),
+    /// for up to `ttl`.
+    async fn append(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        last: Option<LogId<NodeId>>,
+        ttl: Duration,
+    ) -> Result<AppendEntriesResponse<NodeId>, AppendError> {
+        let alive = self.net.detector.is_alive(self.target);
+        // A peer that only went silent may be behind a slow link (its beats
+        // wait behind this very append): its call goes on. One whose stream
+        // closed (it restarted, or its process died) gets a new call.
+        let retry = (alive || self.net.detector.is_silent(self.target))
+            && self
+                .in_flight
+                .as_ref()
+                .is_some_and(|f| f.answers(&rpc.vote, &rpc.prev_log_id));
+        if !retry {
+            // A different batch, or a peer gone: the old call is dropped.
+            self.in_flight = None;
+        }
+        let sender = self.sender();
+        let call = self.in_flight.get_or_insert_with(|| {
+            let limit = Duration::from_millis(APPEND_LIMIT_MS);
+            InFlight::start(rpc.vote, rpc.prev_log_id, last, async move {
+                sender.send_append(&rpc, limit).await
+            })
+        });
+        let target = self.target;
+        let lost = |text: String| {
+            RPCError::Network(NetworkError::new(&TransportError::Local(format!(
+                "append to node {target}: {text}"
+            ))))
+        };
+        match call.wait(ttl, last, lost).await {
+            Some(reply) => {
+                self.in_flight = None;
+                reply
+            }
+            None => {
+                let e = TransportError::Timeout {
+                    node: target,
+                    after: ttl,
+                };
+                if alive {
+                    // Retried at once by openraft; the retry waits for this call.
+                    Err(RPCError::Network(NetworkError::new(&e)))
+                } else {
+                    // openraft backs off; the call goes on meanwhile.
+                    Err(RPCError::Unreachable(Unreachable::new(&e)))
+                }
+            }
+        }
     }
 
     fn client(&self) -> Result<RaftTransportClient<PeerChannel>, TransportError> {
@@ -381,7 +461,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         let last = last_id.map_or(0, |l| l.index);
         let n = rpc.entries.len();
         tracing::trace!(target: "timeline", ev = "ae_send", group, target, last, n);
-        let r = self.send_append(&rpc, option.hard_ttl()).await;
+        let r = self.append(rpc, last_id, option.hard_ttl()).await;
         tracing::trace!(target: "timeline", ev = "ae_reply", group, target, last, n);
         self.confirmed = match &r {
             Ok(AppendEntriesResponse::Success) => last_id,

@@ -224,6 +224,30 @@ impl Net {
         }
     }
 
+    /// Limits the traffic *into* node `id` to `kbit` kbit/s (a tbf on the
+    /// host end of its veth): what every peer sends it crawls, what it sends
+    /// does not. No loss, no delay beyond the queueing.
+    ///
+    /// Errors: tc failed.
+    pub fn throttle_inbound(&self, id: u64, kbit: u32) -> anyhow::Result<()> {
+        let rate = format!("{kbit}kbit");
+        sh(&[
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            &self.veth(id),
+            "root",
+            "tbf",
+            "rate",
+            &rate,
+            "burst",
+            "16kbit",
+            "latency",
+            "400ms",
+        ])
+    }
+
     /// Removes every partition, loss and delay rule from every node.
     ///
     /// Errors: iptables failed (a missing qdisc is not an error).
@@ -231,6 +255,7 @@ impl Net {
         for id in 1..=self.nodes as u64 {
             self.in_ns(id, &["iptables", "-F"])?;
             let _ = self.in_ns(id, &["tc", "qdisc", "del", "dev", "eth0", "root"]);
+            let _ = sh(&["tc", "qdisc", "del", "dev", &self.veth(id), "root"]);
         }
         Ok(())
     }
