@@ -51,8 +51,8 @@ pub struct StoreOptions {
 /// the other replicas hold every committed entry. A full disk therefore stops the node (as etcd
 /// does) instead of leaving it up with dead Raft groups that still route publishes.
 pub fn fail_stop(e: &std::io::Error) {
-    tracing::error!(error = %e, "raft-log WAL sync failed: stopping the process (fail-stop)");
-    eprintln!("raft-log WAL sync failed: {e}; stopping the process (fail-stop)");
+    tracing::error!(error = %e, "raft-log write or sync failed: stopping the process (fail-stop)");
+    eprintln!("raft-log write or sync failed: {e}; stopping the process (fail-stop)");
     std::process::exit(70);
 }
 
@@ -88,6 +88,8 @@ pub struct NodeStore {
     wal: Arc<Wal>,
     flusher: Flusher,
     holders: Holders,
+    /// Called when a snapshot cannot be written ([`StoreOptions::on_sync_failure`]).
+    on_failure: fn(&std::io::Error),
 }
 
 /// Counts the live holders of a node's stores: every `NodeStore` clone, `LogStore` and
@@ -180,6 +182,7 @@ impl NodeStore {
             wal,
             flusher,
             holders: Holders::default(),
+            on_failure: opts.on_sync_failure,
         })
     }
 
@@ -227,7 +230,13 @@ impl NodeStore {
     {
         let tree = self.db.open_tree(keys::snap_tree(group))?;
         GroupStateMachine::open(
-            SnapshotStore::new(group, tree, self.snap_dir.clone(), self.holders.clone()),
+            SnapshotStore::new(
+                group,
+                tree,
+                self.snap_dir.clone(),
+                self.holders.clone(),
+                self.on_failure,
+            ),
             machine,
         )
     }

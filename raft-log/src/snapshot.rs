@@ -191,6 +191,8 @@ pub(crate) struct SnapshotStore {
     save_lock: Arc<tokio::sync::Mutex<()>>,
     /// Keeps [`crate::NodeStore::close`] waiting while the tree is held.
     holders: Holders,
+    /// Called when a snapshot file cannot be written (the node's fail-stop).
+    on_failure: fn(&std::io::Error),
 }
 
 impl Clone for SnapshotStore {
@@ -201,6 +203,7 @@ impl Clone for SnapshotStore {
             dir: self.dir.clone(),
             save_lock: self.save_lock.clone(),
             holders: self.holders.clone(),
+            on_failure: self.on_failure,
         }
     }
 }
@@ -211,6 +214,7 @@ impl SnapshotStore {
         tree: sled::Tree,
         dir: Arc<PathBuf>,
         holders: Holders,
+        on_failure: fn(&std::io::Error),
     ) -> Self {
         SnapshotStore {
             group,
@@ -218,6 +222,7 @@ impl SnapshotStore {
             dir,
             save_lock: Arc::new(tokio::sync::Mutex::new(())),
             holders,
+            on_failure,
         }
     }
 
@@ -306,10 +311,18 @@ impl SnapshotStore {
         let bytes = encode_file(&codec::encode(meta)?, data);
         let dir = self.dir.clone();
         let name = file_name(self.group);
-        tokio::task::spawn_blocking(move || write_atomically(&dir, &name, &bytes))
+        let written = tokio::task::spawn_blocking(move || write_atomically(&dir, &name, &bytes))
             .await
-            .map_err(|e| StoreError::Flush(std::io::Error::other(e.to_string())))?
-            .map_err(StoreError::Flush)?;
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|r| r);
+        if let Err(e) = written {
+            // openraft answers a failed snapshot by quitting the group's core, and the node
+            // stayed up leading a queue it could no longer serve (nobody elects past a live
+            // leader): the fault suite's disk-full left 1,020 dead letters held for good. A
+            // full disk stops the node instead, as a failed WAL write does.
+            (self.on_failure)(&e);
+            return Err(StoreError::Flush(e));
+        }
         // The file wins from now on; an earlier version's sled copy only takes space.
         if !self.tree.is_empty() {
             self.tree.clear()?;
@@ -354,7 +367,31 @@ mod tests {
             db.open_tree(keys::snap_tree(7)).unwrap(),
             Arc::new(snaps),
             Holders::default(),
+            |_| {},
         )
+    }
+
+    static FAILURES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    #[tokio::test]
+    async fn a_snapshot_that_cannot_be_written_reaches_the_failure_hook() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path().join("sled")).unwrap();
+        let snaps = dir.path().join("snapshots");
+        // A directory where the temporary file goes: the write fails, the read does not.
+        std::fs::create_dir_all(snaps.join(format!("{}.tmp", file_name(7)))).unwrap();
+        let s = SnapshotStore::new(
+            7,
+            db.open_tree(keys::snap_tree(7)).unwrap(),
+            Arc::new(snaps),
+            Holders::default(),
+            |_| {
+                FAILURES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            },
+        );
+        let e = s.save(&meta(10), b"ten").await.unwrap_err();
+        assert!(matches!(e, StoreError::Flush(_)), "{e}");
+        assert_eq!(FAILURES.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
