@@ -9,7 +9,7 @@
 //! suite does; CI runs as root.
 
 use cluster_tests::{
-    cluster::{declare_durable, retry, Cluster, Placement},
+    cluster::{declare_durable, retry, Cluster},
     confirm_channel, connect, consume_n, expect_no_delivery,
     faults::net::Net,
     open_consumer, publish_confirmed, quorum_args,
@@ -34,15 +34,8 @@ async fn a_cut_off_consumers_messages_go_to_live_consumers_and_it_resumes_after_
 ) -> anyhow::Result<()> {
     cluster_tests::bounded(Duration::from_secs(240), async {
         let net = Net::setup(3).map_err(|e| e.context("this test makes network namespaces and needs root"))?;
-        let places = (1..=3u64)
-            .map(|i| Placement {
-                host: net.addr(i),
-                netns: Some(net.ns(i)),
-                ..Placement::loopback(5672, 5680)
-            })
-            .collect();
         let root = tempfile::Builder::new().prefix("quorumq-liveness-").tempdir()?;
-        let cluster = Cluster::start_placed(root, places).await?;
+        let cluster = Cluster::start_placed(root, net.placements()).await?;
         let q = "liveness.q";
         let c1 = connect(&cluster.uri(1)).await?;
         let ch1 = confirm_channel(&c1).await?;

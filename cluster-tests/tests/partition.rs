@@ -7,7 +7,7 @@
 //! unacknowledged). Needs root, as the fault suite does; CI runs as root.
 
 use cluster_tests::{
-    cluster::{declare_durable, retry, Cluster, Placement},
+    cluster::{declare_durable, retry, Cluster},
     confirm_channel, connect,
     faults::net::Net,
     publish_confirmed, quorum_args,
@@ -20,17 +20,10 @@ async fn a_partitioned_leader_answers_its_writes_after_a_snapshot_install() -> a
     cluster_tests::bounded(Duration::from_secs(300), async {
         let net = Net::setup(3)
             .map_err(|e| e.context("this test makes network namespaces and needs root"))?;
-        let places = (1..=3u64)
-            .map(|i| Placement {
-                host: net.addr(i),
-                netns: Some(net.ns(i)),
-                ..Placement::loopback(5672, 5680)
-            })
-            .collect();
         let root = tempfile::Builder::new()
             .prefix("quorumq-partition-")
             .tempdir()?;
-        let cluster = Cluster::start_placed(root, places).await?;
+        let cluster = Cluster::start_placed(root, net.placements()).await?;
         let q = "part.q";
         let c1 = connect(&cluster.uri(1)).await?;
         let ch1 = confirm_channel(&c1).await?;

@@ -10,16 +10,13 @@
 //! note). Needs root, as the fault suite does; CI runs as root.
 
 use cluster_tests::{
-    cluster::{declare_durable, Cluster, Placement},
+    cluster::{declare_durable, Cluster},
     confirm_channel, connect,
+    dlx::passive_ready,
     faults::net::Net,
     publish_confirmed, quorum_args,
 };
-use lapin::{
-    options::{BasicPublishOptions, QueueDeclareOptions},
-    types::FieldTable,
-    BasicProperties,
-};
+use lapin::{options::BasicPublishOptions, BasicProperties};
 use std::time::Duration;
 
 /// Messages published while the link is slow.
@@ -32,17 +29,10 @@ async fn a_follower_on_a_slow_link_still_commits_when_the_quorum_needs_it() -> a
     cluster_tests::bounded(Duration::from_secs(300), async {
         let net = Net::setup(3)
             .map_err(|e| e.context("this test makes network namespaces and needs root"))?;
-        let places = (1..=3u64)
-            .map(|i| Placement {
-                host: net.addr(i),
-                netns: Some(net.ns(i)),
-                ..Placement::loopback(5672, 5680)
-            })
-            .collect();
         let root = tempfile::Builder::new()
             .prefix("quorumq-slow-link-")
             .tempdir()?;
-        let cluster = Cluster::start_placed(root, places).await?;
+        let cluster = Cluster::start_placed(root, net.placements()).await?;
         let q = "slow.q";
         let c1 = connect(&cluster.uri(1)).await?;
         let ch1 = confirm_channel(&c1).await?;
@@ -85,18 +75,8 @@ async fn a_follower_on_a_slow_link_still_commits_when_the_quorum_needs_it() -> a
 
         net.heal()?;
         cluster.sigcont(3)?;
-        let declared = ch1
-            .queue_declare(
-                q.into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await?;
         assert_eq!(
-            declared.message_count() as usize,
+            passive_ready(&ch1, q).await? as usize,
             MESSAGES + 1,
             "every confirmed message is in the queue"
         );

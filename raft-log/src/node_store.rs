@@ -28,7 +28,8 @@ pub struct StoreOptions {
     /// [`crate::MAX_ENTRY_BYTES`]); larger ones fail with [`StoreError::TooLarge`].
     pub max_entry_bytes: usize,
     /// Called when a WAL write, `fdatasync` or segment creation fails, before the error is
-    /// returned to the waiting appends (default [`fail_stop`]).
+    /// returned to the waiting appends, and when a snapshot file cannot be written (default
+    /// [`fail_stop`]).
     pub on_sync_failure: fn(&std::io::Error),
     /// The operator's explicit repair of a corrupt WAL: `(segment id, byte offset)` as the
     /// [`StoreError::Corrupt`] of an earlier open named it (see [`crate::parse_truncate_at`]);

@@ -195,6 +195,8 @@ pub(crate) struct SnapshotStore {
     on_failure: fn(&std::io::Error),
 }
 
+// By hand: a derived `Clone` does not count as reading `holders`, which is
+// held only for its count.
 impl Clone for SnapshotStore {
     fn clone(&self) -> Self {
         SnapshotStore {
@@ -360,6 +362,11 @@ mod tests {
     }
 
     fn store(dir: &Path, db: &sled::Db) -> SnapshotStore {
+        store_with(dir, db, |_| {})
+    }
+
+    /// Group 7's store under `dir/snapshots`, calling `on_failure` as a node's fail-stop.
+    fn store_with(dir: &Path, db: &sled::Db, on_failure: fn(&std::io::Error)) -> SnapshotStore {
         let snaps = dir.join("snapshots");
         std::fs::create_dir_all(&snaps).unwrap();
         SnapshotStore::new(
@@ -367,7 +374,7 @@ mod tests {
             db.open_tree(keys::snap_tree(7)).unwrap(),
             Arc::new(snaps),
             Holders::default(),
-            |_| {},
+            on_failure,
         )
     }
 
@@ -377,18 +384,15 @@ mod tests {
     async fn a_snapshot_that_cannot_be_written_reaches_the_failure_hook() {
         let dir = tempfile::tempdir().unwrap();
         let db = sled::open(dir.path().join("sled")).unwrap();
-        let snaps = dir.path().join("snapshots");
+        let s = store_with(dir.path(), &db, |_| {
+            FAILURES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        });
         // A directory where the temporary file goes: the write fails, the read does not.
-        std::fs::create_dir_all(snaps.join(format!("{}.tmp", file_name(7)))).unwrap();
-        let s = SnapshotStore::new(
-            7,
-            db.open_tree(keys::snap_tree(7)).unwrap(),
-            Arc::new(snaps),
-            Holders::default(),
-            |_| {
-                FAILURES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            },
-        );
+        let tmp = dir
+            .path()
+            .join("snapshots")
+            .join(format!("{}.tmp", file_name(7)));
+        std::fs::create_dir_all(tmp).unwrap();
         let e = s.save(&meta(10), b"ten").await.unwrap_err();
         assert!(matches!(e, StoreError::Flush(_)), "{e}");
         assert_eq!(FAILURES.load(std::sync::atomic::Ordering::SeqCst), 1);

@@ -280,19 +280,19 @@ mod tests {
 
     #[test]
     fn the_smallest_table_too_deep_is_walked_and_refused() {
-        // An empty key, then MAX_DEPTH arrays in each other.
-        let inner = nested_arrays(MAX_DEPTH);
-        let mut table = ((1 + inner.len()) as u32).to_be_bytes().to_vec();
-        table.push(0);
-        table.extend_from_slice(&inner);
-        assert_eq!(table.len(), SMALLEST_TOO_DEEP);
-        assert!(!table_within_limit(&table));
+        // An empty key, then `levels` arrays in each other.
+        let table = |levels| {
+            let inner = nested_arrays(levels);
+            let mut table = ((1 + inner.len()) as u32).to_be_bytes().to_vec();
+            table.push(0);
+            table.extend_from_slice(&inner);
+            table
+        };
+        let too_deep = table(MAX_DEPTH);
+        assert_eq!(too_deep.len(), SMALLEST_TOO_DEEP);
+        assert!(!table_within_limit(&too_deep));
         // One level less fits, and is one level (5 bytes) shorter.
-        let inner = nested_arrays(MAX_DEPTH - 1);
-        let mut table = ((1 + inner.len()) as u32).to_be_bytes().to_vec();
-        table.push(0);
-        table.extend_from_slice(&inner);
-        assert!(table_within_limit(&table));
+        assert!(table_within_limit(&table(MAX_DEPTH - 1)));
     }
 
     #[test]

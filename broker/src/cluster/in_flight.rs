@@ -102,21 +102,14 @@ mod tests {
         Vote::new_committed(term, 1)
     }
 
-    fn slow_success(
-        ms: u64,
-        sent: Arc<AtomicUsize>,
-    ) -> impl std::future::Future<Output = Reply<String>> {
-        sent.fetch_add(1, Ordering::SeqCst);
-        async move {
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            Ok(AppendEntriesResponse::Success)
-        }
+    async fn slow_success(ms: u64) -> Reply<String> {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        Ok(AppendEntriesResponse::Success)
     }
 
     #[tokio::test]
     async fn only_a_retry_from_the_same_leader_and_start_takes_the_reply() {
-        let sent = Arc::new(AtomicUsize::new(0));
-        let f = InFlight::start(vote(2), id(2, 10), id(2, 74), slow_success(0, sent));
+        let f = InFlight::start(vote(2), id(2, 10), id(2, 74), slow_success(0));
         assert!(f.answers(&vote(2), &id(2, 10)));
         assert!(!f.answers(&vote(3), &id(2, 10)), "another leader");
         assert!(!f.answers(&vote(2), &id(2, 11)), "another start");
@@ -125,13 +118,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_retry_waits_for_the_running_call_instead_of_sending_again() {
-        let sent = Arc::new(AtomicUsize::new(0));
-        let mut f = InFlight::start(
-            vote(2),
-            id(2, 10),
-            id(2, 74),
-            slow_success(300, sent.clone()),
-        );
+        let mut f = InFlight::start(vote(2), id(2, 10), id(2, 74), slow_success(300));
         // openraft's first two waits run out; the call goes on.
         assert!(f
             .wait(Duration::from_millis(100), id(2, 74), |e| e)
@@ -143,13 +130,36 @@ mod tests {
             .is_none());
         let reply = f.wait(Duration::from_secs(5), id(2, 74), |e| e).await;
         assert_eq!(reply, Some(Ok(AppendEntriesResponse::Success)));
-        assert_eq!(sent.load(Ordering::SeqCst), 1, "the batch was sent once");
+    }
+
+    #[tokio::test]
+    async fn the_call_runs_on_while_nobody_waits() {
+        // openraft drops its wait at its timeout; the call must not stop with
+        // it. Twenty 10 ms steps: a call polled only while waited for would
+        // still be a few steps in.
+        let steps = async {
+            for _ in 0..20 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Ok(AppendEntriesResponse::Success)
+        };
+        let mut f = InFlight::start(vote(2), id(2, 10), id(2, 74), steps);
+        assert!(f
+            .wait(Duration::from_millis(50), id(2, 74), |e| e)
+            .await
+            .is_none());
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let reply = f.wait(Duration::ZERO, id(2, 74), |e| e).await;
+        assert_eq!(
+            reply,
+            Some(Ok(AppendEntriesResponse::Success)),
+            "the reply was ready without another wait"
+        );
     }
 
     #[tokio::test]
     async fn a_longer_retry_gets_a_partial_success_and_a_shorter_one_a_success() {
-        let sent = Arc::new(AtomicUsize::new(0));
-        let mut f = InFlight::start(vote(2), id(2, 10), id(2, 40), slow_success(0, sent.clone()));
+        let mut f = InFlight::start(vote(2), id(2, 10), id(2, 40), slow_success(0));
         let reply = f.wait(Duration::from_secs(5), id(2, 74), |e| e).await;
         assert_eq!(
             reply,

@@ -186,15 +186,16 @@ impl PeerClient {
         last: Option<LogId<NodeId>>,
         ttl: Duration,
     ) -> Result<AppendEntriesResponse<NodeId>, AppendError> {
-        let alive = self.net.detector.is_alive(self.target);
+        let detector = &self.net.detector;
         // A peer that only went silent may be behind a slow link (its beats
         // wait behind this very append): its call goes on. One whose stream
-        // closed (it restarted, or its process died) gets a new call.
-        let retry = (alive || self.net.detector.is_silent(self.target))
-            && self
-                .in_flight
-                .as_ref()
-                .is_some_and(|f| f.answers(&rpc.vote, &rpc.prev_log_id));
+        // closed (it restarted, or its process died) gets a new call. The
+        // detector is asked only when there is a call to wait for.
+        let retry = self
+            .in_flight
+            .as_ref()
+            .is_some_and(|f| f.answers(&rpc.vote, &rpc.prev_log_id))
+            && (detector.is_alive(self.target) || detector.is_silent(self.target));
         if !retry {
             // A different batch, or a peer gone: the old call is dropped.
             self.in_flight = None;
@@ -222,7 +223,7 @@ impl PeerClient {
                     node: target,
                     after: ttl,
                 };
-                if alive {
+                if self.net.detector.is_alive(target) {
                     // Retried at once by openraft; the retry waits for this call.
                     Err(RPCError::Network(NetworkError::new(&e)))
                 } else {

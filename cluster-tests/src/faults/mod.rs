@@ -162,16 +162,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
                 "no sch_netem: delay = tbf + loss"
             };
             let desc = format!("network namespaces on {} ({netem})", net.subnet());
-            let places = (1..=NODES as u64)
-                .map(|i| Placement {
-                    host: net.addr(i),
-                    amqp_port: 5672,
-                    cluster_port: 5680,
-                    netns: Some(net.ns(i)),
-                    advertise: None,
-                    join: None,
-                })
-                .collect();
+            let places = net.placements();
             (Links::Namespaces(net), desc, places)
         }
         Err(e) => {

@@ -114,6 +114,18 @@ impl Net {
         format!("{}.{}", self.subnet, 10 + id)
     }
 
+    /// Where each node runs: node `i` in its namespace at [`Net::addr`],
+    /// AMQP on 5672 and the cluster on 5680, static peers.
+    pub fn placements(&self) -> Vec<crate::cluster::Placement> {
+        (1..=self.nodes as u64)
+            .map(|i| crate::cluster::Placement {
+                host: self.addr(i),
+                netns: Some(self.ns(i)),
+                ..crate::cluster::Placement::loopback(5672, 5680)
+            })
+            .collect()
+    }
+
     /// The subnet, e.g. `10.213.7.0/24`.
     pub fn subnet(&self) -> String {
         format!("{}.0/24", self.subnet)
