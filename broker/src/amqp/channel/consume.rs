@@ -1,0 +1,326 @@
+//! basic.qos, basic.consume, basic.cancel, basic.get, and the deliveries and
+//! cancellations a channel's consumers receive from their queues.
+
+use amq_protocol::protocol::basic;
+use amq_protocol::protocol::AMQPClass;
+use amq_protocol::types::AMQPValue;
+use bytes::Bytes;
+
+use super::{server_name, Channel, ConsumerEntry, Result, Unacked};
+use crate::amqp::codec;
+use crate::amqp::error::ProtocolError;
+use crate::consumers::QueueDelivery;
+use crate::message::StoredMessage;
+use crate::meta::access::Perm;
+use crate::queue::types::{ConsumerId, QueueCommand, QueueReply};
+
+impl Channel {
+    /// basic.consume: a consumer on a queue of this vhost (403 when the queue
+    /// is in exclusive use, 530 for a reused tag), then its checkout.
+    pub(super) async fn on_consume(&mut self, c: basic::Consume) -> Result<()> {
+        // RabbitMQ 3.12+ rabbit_channel: a new consumer over consumer_max_per_channel is a
+        // connection error, checked before the queue is looked up.
+        if let Some(max) = self.session.broker.config().consumer_max_per_channel {
+            let active = self.consumers.values().filter(|e| !e.cancelled).count() as u64;
+            if active >= max && !self.consumers.contains_key(c.consumer_tag.as_str()) {
+                return Err(ProtocolError::connection(
+                    530,
+                    format!("NOT_ALLOWED - reached maximum ({max}) of consumers per channel"),
+                ));
+            }
+        }
+        let name = self.default_queue_name(c.queue.as_str())?;
+        self.permit("queue", &name, Perm::Read)?;
+        let (_, handle) = self.lookup_queue(&name)?;
+        if handle.is_quorum() && self.global_prefetch {
+            return Err(ProtocolError::not_implemented(format!(
+                "queue '{name}' in vhost '{}' does not support global qos",
+                self.session.vhost
+            )));
+        }
+        let tag = if c.consumer_tag.as_str().is_empty() {
+            server_name("amq.ctag-")
+        } else {
+            c.consumer_tag.as_str().to_string()
+        };
+        let prefetch = {
+            if self.consumers.contains_key(&tag) {
+                return Err(ProtocolError::connection(
+                    530,
+                    format!("NOT_ALLOWED - attempt to reuse consumer tag '{tag}'"),
+                ));
+            }
+            self.prefetch
+        };
+        if !handle.try_add_consumer(c.exclusive) {
+            return Err(ProtocolError::channel(
+                403,
+                format!(
+                    "ACCESS_REFUSED - queue '{name}' in vhost '{}' in exclusive use",
+                    self.session.vhost
+                ),
+            ));
+        }
+        let id = self.session.register_consumer(self.key, handle.group);
+        self.consumers.insert(
+            tag.clone(),
+            ConsumerEntry {
+                id,
+                queue: handle.clone(),
+                no_ack: c.no_ack,
+                exclusive: c.exclusive,
+                cancelled: false,
+            },
+        );
+        if !c.nowait {
+            self.send(AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(
+                basic::ConsumeOk {
+                    consumer_tag: tag.as_str().into(),
+                },
+            )));
+        }
+        let reply = handle
+            .call(QueueCommand::Checkout {
+                now_ms: crate::now_ms(),
+                consumer: id,
+                prefetch: u32::from(prefetch),
+                no_ack: c.no_ack,
+            })
+            .await;
+        if let Err(e) = reply {
+            return Err(ProtocolError::internal(e));
+        }
+        Ok(())
+    }
+
+    pub(super) async fn on_cancel(&mut self, c: basic::Cancel) -> Result<()> {
+        let tag = c.consumer_tag.as_str().to_string();
+        let entry = self
+            .consumers
+            .get(&tag)
+            .map(|e| (e.id, e.queue.clone(), e.exclusive));
+        if let Some((id, handle, exclusive)) = entry {
+            let _ = handle
+                .call(QueueCommand::Cancel {
+                    now_ms: crate::now_ms(),
+                    consumer: id,
+                })
+                .await;
+            handle.remove_consumer(exclusive);
+            self.session.unregister_consumer(id);
+            if let Some(e) = self.consumers.get_mut(&tag) {
+                e.cancelled = true;
+            }
+            self.session.broker.maybe_auto_delete(&handle).await;
+        }
+        if !c.nowait {
+            self.deferred
+                .push(AMQPClass::Basic(basic::AMQPMethod::CancelOk(
+                    basic::CancelOk {
+                        consumer_tag: tag.as_str().into(),
+                    },
+                )));
+        }
+        Ok(())
+    }
+
+    pub(super) async fn on_get(&mut self, g: basic::Get) -> Result<()> {
+        let name = self.default_queue_name(g.queue.as_str())?;
+        self.permit("queue", &name, Perm::Read)?;
+        let (_, handle) = self.lookup_queue(&name)?;
+        let sac = handle.is_quorum()
+            && self
+                .session
+                .broker
+                .effective_config(&self.session.vhost, &name)
+                .single_active_consumer;
+        if sac {
+            return Err(ProtocolError::channel(
+                405,
+                format!(
+                    "RESOURCE_LOCKED - cannot obtain access to locked queue '{name}' in vhost '{}'. basic.get operations are not supported by quorum queues with single active consumer",
+                    self.session.vhost
+                ),
+            ));
+        }
+        let slot = match self.get_slots.get(&handle.group) {
+            Some((id, _)) => *id,
+            None => {
+                let id = self.session.register_consumer(self.key, handle.group);
+                self.get_slots.insert(handle.group, (id, handle.clone()));
+                id
+            }
+        };
+        let reply = handle
+            .call(QueueCommand::Dequeue {
+                now_ms: crate::now_ms(),
+                consumer: slot,
+                no_ack: g.no_ack,
+            })
+            .await
+            .map_err(ProtocolError::internal)?;
+        let counts = handle.counts_deliveries();
+        let QueueReply::Dequeued(Some((delivery, left))) = reply else {
+            self.send(AMQPClass::Basic(basic::AMQPMethod::GetEmpty(
+                basic::GetEmpty {},
+            )));
+            return Ok(());
+        };
+        let Some(msg) = delivery
+            .payload
+            .as_deref()
+            .and_then(|p| StoredMessage::decode(p).ok())
+        else {
+            return Err(ProtocolError::internal("stored message is missing"));
+        };
+        self.next_tag += 1;
+        let tag = self.next_tag;
+        if !g.no_ack {
+            self.add_unacked(
+                tag,
+                Unacked {
+                    queue: handle.clone(),
+                    consumer: slot,
+                    msg: delivery.id,
+                },
+            );
+        }
+        self.send(AMQPClass::Basic(basic::AMQPMethod::GetOk(basic::GetOk {
+            delivery_tag: tag,
+            redelivered: delivery.delivery_count > 0,
+            exchange: msg.exchange.as_str().into(),
+            routing_key: msg.routing_key.as_str().into(),
+            message_count: left as u32,
+        })));
+        crate::metrics::COUNTERS.delivered(delivery.delivery_count > 0);
+        // RabbitMQ 3.10 adds x-delivery-count to every basic.get from a quorum
+        // queue (spec §2.7), never on a classic queue.
+        let props = if counts {
+            with_delivery_count(&msg.properties, delivery.delivery_count)
+        } else {
+            msg.properties.clone()
+        };
+        codec::write_content(
+            &mut self.out,
+            self.number,
+            &props,
+            &msg.body,
+            self.session.frame_max,
+        );
+        Ok(())
+    }
+
+    /// A consumer's queue was deleted: drop the consumer and send
+    /// basic.cancel (consumer_cancel_notify, as RabbitMQ).
+    pub(super) fn on_consumer_cancelled(&mut self, id: ConsumerId) {
+        let Some(tag) = self
+            .consumers
+            .iter()
+            .find(|(_, c)| c.id == id && !c.cancelled)
+            .map(|(t, _)| t.clone())
+        else {
+            return;
+        };
+        self.consumers.remove(&tag);
+        self.unacked.retain(|_, u| u.consumer != id);
+        self.unacked_index = None;
+        self.session.unregister_consumer(id);
+        if !self.closing {
+            self.send(AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
+                consumer_tag: tag.as_str().into(),
+                nowait: true,
+            })));
+        }
+    }
+
+    /// A queue handed a message to one of this connection's consumers.
+    pub(super) fn on_delivery(&mut self, d: QueueDelivery) {
+        let found = if self.closing {
+            None
+        } else {
+            self.consumers
+                .iter()
+                .find(|(_, c)| c.id == d.consumer)
+                .map(|(tag, c)| (tag.clone(), c.no_ack, c.queue.clone()))
+        };
+        let Some((tag, no_ack, queue)) = found else {
+            tracing::debug!(target: "deliveries", consumer = ?d.consumer, id = d.delivery.id, "dropped: no such consumer on this channel");
+            return;
+        };
+        let counts = queue.counts_deliveries();
+        if d.delivery.resend {
+            if self.holds_unacked(d.consumer, d.delivery.id) {
+                // A new leader re-sent a delivery this consumer already has.
+                tracing::debug!(target: "deliveries", consumer = ?d.consumer, id = d.delivery.id, "resend of a held delivery dropped");
+                return;
+            }
+        }
+        let Some(msg) = d
+            .delivery
+            .payload
+            .as_deref()
+            .and_then(|p| StoredMessage::decode(p).ok())
+        else {
+            tracing::error!(queue = %queue.name, id = d.delivery.id, "delivered message has no stored payload");
+            return;
+        };
+        if !d.delivery.resend {
+            // The new leader's re-sends are over: regular deliveries follow.
+            self.unacked_index = None;
+        }
+        self.next_tag += 1;
+        let dtag = self.next_tag;
+        tracing::debug!(target: "deliveries", consumer = ?d.consumer, id = d.delivery.id, dtag, "to client");
+        if !no_ack {
+            self.add_unacked(
+                dtag,
+                Unacked {
+                    queue,
+                    consumer: d.consumer,
+                    msg: d.delivery.id,
+                },
+            );
+        }
+        self.send(AMQPClass::Basic(basic::AMQPMethod::Deliver(
+            basic::Deliver {
+                consumer_tag: tag.as_str().into(),
+                delivery_tag: dtag,
+                redelivered: d.delivery.delivery_count > 0,
+                exchange: msg.exchange.as_str().into(),
+                routing_key: msg.routing_key.as_str().into(),
+            },
+        )));
+        crate::metrics::COUNTERS.delivered(d.delivery.delivery_count > 0);
+        if d.delivery.delivery_count > 0 && counts {
+            let props = with_delivery_count(&msg.properties, d.delivery.delivery_count);
+            codec::write_content(
+                &mut self.out,
+                self.number,
+                &props,
+                &msg.body,
+                self.session.frame_max,
+            );
+        } else {
+            codec::write_content(
+                &mut self.out,
+                self.number,
+                &msg.properties,
+                &msg.body,
+                self.session.frame_max,
+            );
+        }
+    }
+}
+
+/// Raw properties with an `x-delivery-count` header (long), spec §2.7.
+fn with_delivery_count(raw: &Bytes, count: u32) -> Bytes {
+    let Ok((_, props)) = basic::parse_properties(&raw[..]) else {
+        return raw.clone();
+    };
+    let mut headers = props.headers().clone().unwrap_or_default();
+    headers.insert(
+        "x-delivery-count".into(),
+        AMQPValue::LongLongInt(i64::from(count)),
+    );
+    codec::encode_properties(&props.with_headers(headers))
+}
