@@ -7,21 +7,19 @@
 //! Socket writes go through a writer task so a slow reader never stalls frame
 //! processing.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use amq_protocol::protocol::{channel, connection, AMQPClass};
+use amq_protocol::protocol::{connection, AMQPClass};
 use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
 use bytes::BytesMut;
-use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::channel::{Channel, Completion, Escalation, Input, Session};
+use super::channel::{Channel, Escalation, Session};
+use super::channels::Channels;
 use super::codec::{self, FrameReader, InFrame};
 use super::error::ProtocolError;
 use crate::consumers::ConnEvent;
@@ -37,24 +35,6 @@ pub const HEARTBEAT: u16 = 60;
 const LOGIN_REFUSED_DELAY: Duration = Duration::from_secs(1);
 /// Time allowed for the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Frame bytes held for busy channels above which the socket is not read until
-/// they catch up (bytes): a client pipelining behind a channel that waits on
-/// Raft cannot grow the broker's memory without bound.
-const HELD_INPUT_MAX: usize = 8 << 20;
-
-/// A channel's run: the channel back, and a connection-level error it raised.
-type Run = BoxFuture<'static, (Box<Channel>, Option<Escalation>)>;
-
-/// One open channel as the connection sees it: the channel itself while it
-/// is idle (None while a run holds it), and the inputs waiting for its next
-/// run, in arrival order.
-struct Slot {
-    channel: Option<Box<Channel>>,
-    inputs: VecDeque<Input>,
-    /// Frame bytes among `inputs` (counted in `Conn::held_bytes`).
-    held: usize,
-}
-
 /// Per-connection state shared by the channel handlers.
 pub struct Conn {
     pub(super) broker: Arc<Broker>,
@@ -64,24 +44,9 @@ pub struct Conn {
     pub(super) out: BytesMut,
     pub(super) frame_max: u32,
     pub(super) channel_max: u16,
-    /// What the channels share, once the connection is open.
-    session: Option<Arc<Session>>,
-    /// The channels by [`Channel::key`]: the open ones, and closed ones
-    /// still finishing their close.
-    slots: HashMap<u64, Slot>,
-    /// Open channel numbers and their keys. A channel the client closed
-    /// (channel.close or close-ok routed to it) leaves this table at once,
-    /// so the client may open the number again straight away.
-    numbers: HashMap<u16, u64>,
-    /// The key of the next channel opened.
-    next_key: u64,
-    /// Channel runs in progress.
-    runs: FuturesUnordered<Run>,
-    /// Frame bytes waiting for busy channels (see [`HELD_INPUT_MAX`]).
-    held_bytes: usize,
+    /// The connection's channels.
+    channels: Channels,
     pub(super) mailbox: mpsc::UnboundedSender<ConnEvent>,
-    /// Confirm waits of confirm-mode publishes.
-    pub(super) pending: FuturesUnordered<BoxFuture<'static, Completion>>,
     /// Publishing under a resource alarm (RabbitMQ rabbit_reader `connection_state`).
     throttle: Throttle,
     /// The alarms in force, for the `connection.blocked` reason.
@@ -209,14 +174,8 @@ async fn serve_io<R, W>(
         out: BytesMut::with_capacity(64 * 1024),
         frame_max: FRAME_MAX,
         channel_max: CHANNEL_MAX,
-        session: None,
-        slots: HashMap::new(),
-        numbers: HashMap::new(),
-        next_key: 0,
-        runs: FuturesUnordered::new(),
-        held_bytes: 0,
+        channels: Channels::default(),
         mailbox: mtx,
-        pending: FuturesUnordered::new(),
         throttle: Throttle::Running,
         alarm: crate::alarms::Alarm::default(),
         saw_publish: false,
@@ -249,7 +208,7 @@ async fn serve_io<R, W>(
         }
     };
     tracing::debug!(?peer, id, "connection open");
-    conn.session = Some(Arc::new(Session::new(
+    conn.channels.open(Arc::new(Session::new(
         conn.broker.clone(),
         id,
         conn.vhost.clone(),
@@ -309,7 +268,7 @@ async fn serve_io<R, W>(
         }
         step = tokio::select! {
             biased;
-            Some((channel, escalation)) = conn.runs.next() => {
+            Some((channel, escalation)) = conn.channels.runs.next() => {
                 conn.on_run_done(channel, escalation, &mut closing_since, &mut mrx);
                 Step::Continue
             }
@@ -320,7 +279,10 @@ async fn serve_io<R, W>(
                     conn.serve_frames(&mut reader, &mut closing_since)
                 }
             },
-            Some(c) = conn.pending.next() => { conn.on_completions(c); Step::Continue }
+            Some(c) = conn.channels.confirms.next() => {
+                conn.channels.on_completions(c, &mut conn.out);
+                Step::Continue
+            }
             Ok(()) = alarms.changed() => {
                 let alarm = *alarms.borrow_and_update();
                 if conn.on_alarm(alarm) {
@@ -338,8 +300,8 @@ async fn serve_io<R, W>(
                 Step::Continue
             }
             Some(d) = mrx.recv() => {
-                conn.on_event(d);
-                while let Ok(d) = mrx.try_recv() { conn.on_event(d); }
+                conn.channels.on_event(d, &mut conn.out);
+                while let Ok(d) = mrx.try_recv() { conn.channels.on_event(d, &mut conn.out); }
                 Step::Continue
             }
             _ = ticker.tick() => {
@@ -586,77 +548,22 @@ impl Conn {
         None
     }
 
-    /// A delivery or cancellation for one of the connection's consumers: to
-    /// its channel, at once when the channel is idle, else after the inputs it
-    /// already has.
-    fn on_event(&mut self, e: ConnEvent) {
-        let (consumer, input) = match e {
-            ConnEvent::Delivery(d) => (d.consumer, Input::Delivery(d)),
-            ConnEvent::Cancelled(id) => (id, Input::Cancelled(id)),
-        };
-        let ch = self.session.as_ref().and_then(|s| s.channel_of(consumer));
-        let Some(slot) = ch.and_then(|ch| self.slots.get_mut(&ch)) else {
-            tracing::debug!(target: "deliveries", ?consumer, "dropped: no such consumer on this connection");
-            return;
-        };
-        match slot.channel.as_mut() {
-            Some(c) => {
-                // An idle channel's output is empty: it writes straight into ours.
-                std::mem::swap(&mut self.out, c.output());
-                c.on_event(input);
-                std::mem::swap(&mut self.out, c.output());
-            }
-            None => slot.inputs.push_back(input),
-        }
-    }
-
     /// True while the socket is read: not blocked by an alarm, and busy
-    /// channels hold fewer than [`HELD_INPUT_MAX`] bytes of frames.
+    /// channels do not hold too many frames ([`Channels::holding_too_much`]).
     fn reading(&self) -> bool {
-        self.throttle != Throttle::Blocked && self.held_bytes <= HELD_INPUT_MAX
+        self.throttle != Throttle::Blocked && !self.channels.holding_too_much()
     }
 
-    /// Appends channel `c`'s output to the connection's.
-    fn take_output(out: &mut BytesMut, c: &mut Channel) {
-        let o = c.output();
-        if o.is_empty() {
-        } else if out.is_empty() {
-            std::mem::swap(out, o);
-        } else {
-            out.extend_from_slice(o);
-            o.clear();
-        }
-    }
-
-    /// Starts a run for every idle channel that has inputs.
-    fn launch_ready(&mut self) {
-        for slot in self.slots.values_mut() {
-            if slot.inputs.is_empty() {
-                continue;
-            }
-            let Some(channel) = slot.channel.take() else {
-                continue;
-            };
-            let inputs = std::mem::take(&mut slot.inputs);
-            self.held_bytes -= std::mem::take(&mut slot.held);
-            self.runs.push(Box::pin(channel.run(inputs)));
-        }
-    }
-
-    /// A channel's run ended: its frames are written, deliveries already
-    /// queued for the connection go out before its deferred frames (a
-    /// basic.cancel-ok follows the consumer's last delivery), a closed
-    /// channel is forgotten, and inputs that arrived meanwhile start its next
-    /// run. A connection-level error closes the connection.
+    /// A channel's run ended ([`Channels::on_run_done`]); a connection-level
+    /// error it raised closes the connection.
     fn on_run_done(
         &mut self,
-        mut channel: Box<Channel>,
+        channel: Box<Channel>,
         escalation: Option<Escalation>,
         closing_since: &mut Option<Instant>,
         mrx: &mut mpsc::UnboundedReceiver<ConnEvent>,
     ) {
-        Self::take_output(&mut self.out, &mut channel);
-        self.pending.extend(channel.take_confirm_waits());
+        self.channels.on_run_done(channel, &mut self.out, mrx);
         if let Some(e) = escalation {
             if closing_since.is_none() {
                 let (ProtocolError::Channel { code, text }
@@ -664,135 +571,6 @@ impl Conn {
                 tracing::info!(code, %text, "closing connection");
                 self.close_connection(code, text, e.class_id, e.method_id);
                 *closing_since = Some(Instant::now());
-            }
-        }
-        let ch = channel.key();
-        let ended = channel.ended();
-        if let Some(slot) = self.slots.get_mut(&ch) {
-            slot.channel = Some(channel);
-        }
-        while let Ok(e) = mrx.try_recv() {
-            self.on_event(e);
-        }
-        if let Some(c) = self.slots.get_mut(&ch).and_then(|s| s.channel.as_mut()) {
-            c.flush_deferred();
-            Self::take_output(&mut self.out, c);
-        }
-        if ended {
-            if let Some(slot) = self.slots.remove(&ch) {
-                self.held_bytes -= slot.held;
-            }
-            self.numbers.retain(|_, k| *k != ch);
-        } else {
-            self.launch_ready();
-        }
-    }
-
-    /// Hands a frame to channel `ch` (opening it on channel.open).
-    ///
-    /// Errors: 504 CHANNEL_ERROR for a channel that is not open, 530
-    /// NOT_ALLOWED past channel_max (connection errors).
-    fn route(&mut self, ch: u16, frame: InFrame) -> Result<(), ProtocolError> {
-        if !self.numbers.contains_key(&ch) {
-            match &frame {
-                InFrame::Method(_, AMQPClass::Channel(channel::AMQPMethod::Open(_))) => {
-                    if ch > self.channel_max {
-                        return Err(ProtocolError::connection(
-                            530,
-                            format!("NOT_ALLOWED - channel number {ch} exceeds channel_max"),
-                        ));
-                    }
-                    let Some(session) = self.session.clone() else {
-                        return Err(ProtocolError::command_invalid("connection is not open"));
-                    };
-                    let key = self.next_key;
-                    self.next_key += 1;
-                    self.numbers.insert(ch, key);
-                    self.slots.insert(
-                        key,
-                        Slot {
-                            channel: Some(Channel::new(ch, key, session)),
-                            inputs: VecDeque::new(),
-                            held: 0,
-                        },
-                    );
-                    self.send(
-                        ch,
-                        AMQPClass::Channel(channel::AMQPMethod::OpenOk(channel::OpenOk {})),
-                    );
-                    return Ok(());
-                }
-                InFrame::Method(_, AMQPClass::Channel(channel::AMQPMethod::Close(_))) => {
-                    self.send(
-                        ch,
-                        AMQPClass::Channel(channel::AMQPMethod::CloseOk(channel::CloseOk {})),
-                    );
-                    return Ok(());
-                }
-                InFrame::Method(_, AMQPClass::Channel(channel::AMQPMethod::CloseOk(_))) => {
-                    return Ok(());
-                }
-                _ => {
-                    return Err(ProtocolError::connection(
-                        504,
-                        format!("CHANNEL_ERROR - expected 'channel.open' for channel {ch}"),
-                    ))
-                }
-            }
-        }
-        let closes = matches!(
-            &frame,
-            InFrame::Method(
-                _,
-                AMQPClass::Channel(channel::AMQPMethod::Close(_) | channel::AMQPMethod::CloseOk(_))
-            )
-        );
-        let key = if closes {
-            self.numbers.remove(&ch)
-        } else {
-            self.numbers.get(&ch).copied()
-        };
-        let Some(slot) = key.and_then(|k| self.slots.get_mut(&k)) else {
-            return Ok(());
-        };
-        let size = match &frame {
-            InFrame::Body(_, b) => b.len() + 64,
-            _ => 64,
-        };
-        slot.held += size;
-        self.held_bytes += size;
-        slot.inputs.push_back(Input::Frame(frame));
-        Ok(())
-    }
-
-    /// Confirm-mode publishes completed: `first`, and every other completion
-    /// already ready, are recorded before confirms are sent, so a burst goes
-    /// out as one `multiple` ack rather than one frame per wake-up. (The
-    /// futures complete in any order — `FuturesUnordered` yields a woken
-    /// earlier publish after newer, never-polled ones — and the tracker puts
-    /// them back in publish order.) A busy channel gets them as inputs.
-    fn on_completions(&mut self, first: Completion) {
-        use futures::FutureExt;
-        let mut touched: Vec<u64> = Vec::new();
-        let mut next = Some(first);
-        while let Some(Completion::Confirm { channel, seq, ok }) = next {
-            if let Some(slot) = self.slots.get_mut(&channel) {
-                match slot.channel.as_mut() {
-                    Some(c) => {
-                        c.confirmed(seq, ok);
-                        if !touched.contains(&channel) {
-                            touched.push(channel);
-                        }
-                    }
-                    None => slot.inputs.push_back(Input::Confirmed { seq, ok }),
-                }
-            }
-            next = self.pending.next().now_or_never().flatten();
-        }
-        for ch in touched {
-            if let Some(c) = self.slots.get_mut(&ch).and_then(|s| s.channel.as_mut()) {
-                c.send_confirms();
-                Self::take_output(&mut self.out, c);
             }
         }
     }
@@ -849,7 +627,7 @@ impl Conn {
     ) -> Step {
         let step = self.on_bytes(reader, closing_since);
         self.maybe_block();
-        self.launch_ready();
+        self.channels.launch_ready();
         step
     }
 
@@ -932,7 +710,10 @@ impl Conn {
                 )),
                 InFrame::Method(ch, _)
                 | InFrame::Header { channel: ch, .. }
-                | InFrame::Body(ch, _) => self.route(ch, frame),
+                | InFrame::Body(ch, _) => {
+                    self.channels
+                        .route(ch, frame, self.channel_max, &mut self.out)
+                }
             };
             if let Err(e) = result {
                 match e {
@@ -952,32 +733,7 @@ impl Conn {
     /// Releases everything the connection held: consumers, unacked
     /// messages (returned to their queues), exclusive queues.
     async fn cleanup(&mut self) {
-        // Frames read before the end are served (an ack before connection.close
-        // still settles), and runs in progress hold their channels' consumers:
-        // both finish first.
-        loop {
-            self.launch_ready();
-            let Some((mut channel, escalation)) = self.runs.next().await else {
-                break;
-            };
-            Self::take_output(&mut self.out, &mut channel);
-            let ch = channel.key();
-            if channel.ended() {
-                self.slots.remove(&ch);
-            } else if let Some(slot) = self.slots.get_mut(&ch) {
-                if escalation.is_some() {
-                    slot.inputs.clear();
-                }
-                slot.channel = Some(channel);
-            }
-        }
-        for (_, slot) in self.slots.drain() {
-            if let Some(mut c) = slot.channel {
-                c.release().await;
-            }
-        }
-        self.numbers.clear();
-        self.held_bytes = 0;
+        self.channels.close_all(&mut self.out).await;
         // Exclusive queues are found in the topology (owner = this
         // connection), not tracked a second time here.
         let owned: Vec<(String, String)> = self

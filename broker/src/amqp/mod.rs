@@ -2,6 +2,7 @@
 //! It translates frames into domain calls and back; it owns no queue logic.
 
 pub mod channel;
+pub mod channels;
 pub mod codec;
 pub mod confirms;
 pub mod connection;
