@@ -1,7 +1,8 @@
 //! Everything between nodes: the openraft type configuration, the node
 //! table and its channels, the group-tagged Raft transport (client and
-//! server), forwarding to leaders, deliveries to remote consumers, the
-//! failure detector and the elections it starts, and per-group Raft settings.
+//! server), finding and forwarding to leaders (`route`), deliveries to
+//! remote consumers, the failure detector and the elections it starts, and
+//! per-group Raft settings.
 
 pub mod commit_updates;
 pub mod deliveries;
@@ -14,6 +15,7 @@ pub mod in_flight;
 pub mod join;
 pub mod membership;
 pub mod peers;
+pub mod route;
 pub mod secret;
 pub mod server;
 pub mod status;

@@ -16,12 +16,16 @@
 //! - `queries`: read-only accessors for the broker
 //!
 //! The impure shell: `host` (applies, carries out effects), `handle` (the
-//! proposer), `early` (replies handed to local proposals as they apply).
+//! queue reference channels call), `proposer` (batch, dedupe, resend),
+//! `early` (replies handed to local proposals as they apply), `error` (why a
+//! proposal failed).
 
 pub mod bodies;
 pub mod early;
+pub mod error;
 pub mod handle;
 pub mod host;
+mod proposer;
 pub mod replica;
 pub mod runtime;
 pub mod supervise;
