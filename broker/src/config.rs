@@ -130,6 +130,12 @@ pub struct Config {
 /// CPU per message (README "Benchmark").
 pub const DEFAULT_SYNC_INTERVAL_US: u64 = 300;
 
+/// Default of [`Config::channel_max`]: channels per connection, RabbitMQ's default
+/// `channel_max` (2047). The AMQP front end offers the same number before a connection is
+/// tuned (`amqp::connection::CHANNEL_MAX`, kept equal by a test); defined here so the
+/// configuration does not import the connection.
+pub const DEFAULT_CHANNEL_MAX: u16 = 2047;
+
 /// Default of [`Config::worker_threads`]: one less than `cpus` (the CPUs the node may use),
 /// at least one. The rest of a node's work runs outside the runtime's workers: the WAL's
 /// flusher thread (record writes and `fdatasync`), the kernel's TCP and block I/O. Workers
@@ -178,7 +184,7 @@ impl Default for Config {
             vm_memory_high_watermark_bytes: None,
             disk_free_limit_bytes: crate::alarms::DEFAULT_DISK_FREE_LIMIT_BYTES,
             connection_max: None,
-            channel_max: crate::amqp::connection::CHANNEL_MAX,
+            channel_max: DEFAULT_CHANNEL_MAX,
             consumer_max_per_channel: None,
             loopback_users: vec!["guest".into()],
             cluster_secret_file: None,
@@ -350,6 +356,11 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_channel_max_is_the_one_connections_offer() {
+        assert_eq!(DEFAULT_CHANNEL_MAX, crate::amqp::connection::CHANNEL_MAX);
+    }
 
     #[test]
     fn worker_threads_leave_a_cpu_to_the_flusher_and_the_kernel() {
