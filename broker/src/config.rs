@@ -130,6 +130,10 @@ pub struct Config {
 /// CPU per message (README "Benchmark").
 pub const DEFAULT_SYNC_INTERVAL_US: u64 = 300;
 
+/// Default of [`Config::channel_max`]: channels per connection, RabbitMQ's default
+/// `channel_max` (2047). The AMQP front end starts a connection with it before tuning.
+pub const DEFAULT_CHANNEL_MAX: u16 = 2047;
+
 /// Default of [`Config::worker_threads`]: one less than `cpus` (the CPUs the node may use),
 /// at least one. The rest of a node's work runs outside the runtime's workers: the WAL's
 /// flusher thread (record writes and `fdatasync`), the kernel's TCP and block I/O. Workers
@@ -178,7 +182,7 @@ impl Default for Config {
             vm_memory_high_watermark_bytes: None,
             disk_free_limit_bytes: crate::alarms::DEFAULT_DISK_FREE_LIMIT_BYTES,
             connection_max: None,
-            channel_max: crate::amqp::connection::CHANNEL_MAX,
+            channel_max: DEFAULT_CHANNEL_MAX,
             consumer_max_per_channel: None,
             loopback_users: vec!["guest".into()],
             cluster_secret_file: None,

@@ -10,6 +10,7 @@ pub mod config;
 pub mod connections;
 pub mod consumers;
 pub mod dead_letter;
+pub mod error;
 pub mod http;
 pub mod liveness;
 pub mod message;

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::cluster::detector::Liveness;
-use crate::node::Broker;
+use crate::queue::registry::Queues;
 use crate::queue::{QueueCommand, SeenNode};
 
 /// Sweep interval when the detector reports no change (ms).
@@ -29,9 +29,9 @@ const SWEEP_MS: u64 = 2000;
 /// The same queue and node get no second proposal within this long (ms).
 const RETRY_MS: u64 = 2000;
 
-/// Runs the sweep until the broker is gone or stopping.
-pub async fn run(broker: Weak<Broker>) {
-    let Some(mut changes) = broker.upgrade().map(|b| b.detector().subscribe()) else {
+/// Runs the sweep until the node's queues are gone or stopping.
+pub async fn run(queues: Weak<Queues>) {
+    let Some(mut changes) = queues.upgrade().map(|b| b.detector().subscribe()) else {
         return;
     };
     // (group, node) -> when its last command was proposed.
@@ -42,7 +42,7 @@ pub async fn run(broker: Weak<Broker>) {
             r = changes.changed() => if r.is_err() { return },
             _ = tokio::time::sleep(Duration::from_millis(SWEEP_MS)) => {}
         }
-        let Some(b) = broker.upgrade() else { return };
+        let Some(b) = queues.upgrade() else { return };
         if b.is_stopping() {
             return;
         }

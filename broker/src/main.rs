@@ -350,7 +350,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     // Hand queue leaderships to other members first (a rolling restart then
     // costs each queue one hand-over, not a failure detection + election).
     tracing::info!("shutting down: draining");
-    quorumq::cluster::drain::drain(&broker, DRAIN_FOR).await;
+    quorumq::cluster::drain::drain(broker.queues(), DRAIN_FOR).await;
     tracing::info!("shutting down");
     server.abort();
     if let Some(s) = amqps_server {

@@ -1,99 +1,60 @@
 //! The composition root of a node: storage, the cluster plumbing (peers,
-//! failure detector, transport services, elections), the meta group, the
-//! queue replicas and references, the consumer table, and the lookups the
-//! AMQP front end calls.
+//! failure detector, transport services, elections), the meta group, and
+//! the node's queues ([`Queues`]); the lookups the AMQP front end and the
+//! management API call, most of them handed on to [`Queues`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use amq_protocol::types::FieldTable;
-use openraft::BasicNode;
 use raft_log::{NodeStore, StoreOptions};
 use tokio::sync::watch;
 
 use crate::amqp::error::ProtocolError;
+use crate::cluster::bootstrap::initialize;
 use crate::cluster::deliveries::RemoteDeliveries;
 use crate::cluster::detector::Detector;
-use crate::cluster::forward::{Forwarded, Forwarder};
+use crate::cluster::forward::Forwarder;
 use crate::cluster::groups::GroupTable;
 use crate::cluster::join;
+use crate::cluster::meta_group::MetaGroup;
 use crate::cluster::peers::Peers;
 use crate::cluster::secret::ClusterSecret;
 use crate::cluster::server::ClusterServices;
-use crate::cluster::status::{ClusterStatus, NodeStatus, QueueStatus};
+use crate::cluster::status::{self, ClusterStatus, QueueStatus};
 use crate::cluster::transport::Network;
-use crate::cluster::types::{GroupCommand, GroupReply, Origin, Raft, TypeConfig, META_GROUP};
-use crate::cluster::{elections, meta_raft_config, raft_config};
+use crate::cluster::types::{Origin, Raft, TypeConfig, META_GROUP};
+use crate::cluster::{elections, meta_raft_config};
 use crate::config::Config;
 use crate::consumers::ConsumerRegistry;
+pub use crate::error::NodeError;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::host::MetaHost;
-use crate::meta::{QueueDeclare, QueueKind, QueueRecord, QueueType};
-use crate::queue::bodies::{MemBodies, SegmentBodies, MEMORY_BUDGET};
-use crate::queue::handle::{QueueHandle, Route};
-use crate::queue::host::{QueueContext, QueueHost};
-use crate::queue::replica::{MetaReplica, QueueReplica};
-use crate::queue::runtime;
-use crate::queue::types::{QueueCommand, QueueConfig};
-use crate::queue::QueueMachine;
+use crate::meta::{QueueDeclare, QueueRecord};
+use crate::queue::handle::QueueHandle;
+use crate::queue::registry::{Queues, QueuesParts};
+use crate::queue::replica::MetaReplica;
+use crate::queue::types::QueueConfig;
 
 /// sled page cache (bytes); sled holds only snapshots and node records.
 const CACHE_BYTES: u64 = 16 * 1024 * 1024;
-/// Default `x-quorum-initial-group-size` (RabbitMQ: 3, capped at the cluster size).
-const DEFAULT_GROUP_SIZE: u64 = 3;
-/// How long a meta write waits for a leader (elections, forwarding).
-const META_WRITE_FOR: Duration = Duration::from_secs(30);
-/// A new queue's preferred leader campaigns this many times, this often,
-/// until a leader is known (about the election sweep's grace for new
-/// replicas, cluster::elections).
-const PREFERRED_CAMPAIGNS: u32 = 20;
-const PREFERRED_CAMPAIGN_EVERY: Duration = Duration::from_millis(50);
-/// How long a new queue's other members wait for the preferred leader's
-/// first append before initializing the group themselves.
-const UNINITIALIZED_GRACE: Duration = Duration::from_secs(2);
-
-/// Errors starting a node.
-#[derive(Debug, thiserror::Error)]
-pub enum NodeError {
-    #[error("storage: {0}")]
-    Store(#[from] raft_log::StoreError),
-    #[error("sled: {0}")]
-    Sled(#[from] sled::Error),
-    #[error("raft: {0}")]
-    Raft(String),
-    #[error("io: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("config: {0}")]
-    Config(String),
-}
 
 /// A running node.
 pub struct Broker {
     config: Config,
     store: NodeStore,
-    origin: Origin,
-    meta_raft: Raft,
-    meta: Arc<Mutex<MetaHost>>,
+    meta: Arc<MetaGroup>,
     meta_changed: watch::Sender<u64>,
     /// Bumped when a vhost or user is deleted (or a meta snapshot installed): open
     /// connections check theirs ([`Broker::subscribe_revocations`]).
     access_revoked: watch::Sender<u64>,
-    queues: RwLock<HashMap<u64, Arc<QueueHandle>>>,
-    consumers: Arc<ConsumerRegistry>,
+    /// The node's queues: handles, groups, placement, membership following.
+    queues: Arc<Queues>,
     next_connection: AtomicU64,
-    /// Serializes group creation and deletion.
-    groups_lock: tokio::sync::Mutex<()>,
-    /// Bumped on every event a held dead letter may be waiting for:
-    /// exchange/binding/queue changes, a queue unblocking publishers.
-    events: watch::Sender<u64>,
-    stopping: AtomicBool,
     peers: Arc<Peers>,
-    groups: Arc<GroupTable>,
     detector: Arc<Detector>,
-    forwarder: Arc<Forwarder>,
     /// Memory and disk alarms (publishers blocked while raised).
     alarms: Arc<crate::alarms::Alarms>,
     /// Open client connections here and on the peers (connection limits).
@@ -185,7 +146,7 @@ impl Broker {
                 .with_notifier(meta_changed.clone())
                 .with_revocation_notifier(access_revoked.clone()),
         )?;
-        let meta = sm.machine();
+        let meta_host = sm.machine();
         let log = store.log_store::<TypeConfig>(META_GROUP)?;
         let raft_cfg = Arc::new(meta_raft_config().map_err(|e| NodeError::Raft(e.to_string()))?);
         let meta_raft = Raft::new(
@@ -229,24 +190,29 @@ impl Broker {
             consumers: consumers.clone(),
             origin,
         };
+        let meta = Arc::new(MetaGroup::new(me, meta_raft, meta_host, forwarder.clone()));
+        let queues = Queues::new(QueuesParts {
+            origin,
+            bodies_root: dir.join("bodies"),
+            snapshot_interval: config.snapshot_interval,
+            store: store.clone(),
+            meta: meta.clone(),
+            consumers,
+            peers: peers.clone(),
+            groups,
+            detector: detector.clone(),
+            forwarder,
+        });
         let broker = Arc::new(Broker {
             config,
             store,
-            origin,
-            meta_raft,
             meta,
             meta_changed,
             access_revoked,
-            queues: RwLock::new(HashMap::new()),
-            consumers,
+            queues,
             next_connection: AtomicU64::new(1),
-            groups_lock: tokio::sync::Mutex::new(()),
-            events: watch::Sender::new(0),
-            stopping: AtomicBool::new(false),
             peers,
-            groups,
             detector,
-            forwarder,
             alarms,
             connections,
         });
@@ -263,30 +229,31 @@ impl Broker {
         self.detector.spawn();
         elections::spawn(
             self.node_id(),
-            Arc::downgrade(&self.groups),
+            Arc::downgrade(self.queues.groups()),
             self.detector.clone(),
         );
         let single = self.peers.others().is_empty();
-        if single && self.meta_raft.current_leader().await != Some(self.node_id()) {
+        if single && self.meta.raft().current_leader().await != Some(self.node_id()) {
             // A single voter would wait a whole election timeout.
-            let _ = self.meta_raft.trigger().elect().await;
+            let _ = self.meta.raft().trigger().elect().await;
         }
         let waited = self
-            .meta_raft
+            .meta
+            .raft()
             .wait(Some(Duration::from_secs(if single { 30 } else { 10 })))
             .metrics(|m| m.current_leader.is_some(), "meta leader elected")
             .await;
         if waited.is_err() {
             tracing::warn!("no meta leader yet (waiting for a majority of the cluster's nodes); serving anyway");
         }
-        self.drop_own_local_queues().await;
+        self.queues.drop_own_local_queues().await;
         self.reconcile().await;
         tokio::spawn(reconciler(Arc::downgrade(self)));
-        tokio::spawn(crate::liveness::run(Arc::downgrade(self)));
+        tokio::spawn(crate::liveness::run(Arc::downgrade(&self.queues)));
         tokio::spawn(membership_watch(Arc::downgrade(self)));
         if let Some(old) = self.config.replaces {
             tokio::spawn(crate::cluster::membership::replace(
-                Arc::downgrade(self),
+                Arc::downgrade(&self.queues),
                 old,
             ));
         }
@@ -312,7 +279,7 @@ impl Broker {
     }
 
     /// A queue.declare through this node (AMQP or the management API): replica placement
-    /// for a new quorum queue ([`Broker::place`]), and the vhost's default queue type
+    /// for a new quorum queue ([`Queues::place`]), and the vhost's default queue type
     /// written into the arguments when they name none (so every replica applies the same
     /// type). The caller sets `server_named` and checks permissions.
     #[allow(clippy::too_many_arguments)]
@@ -328,7 +295,7 @@ impl Broker {
         connection: u64,
     ) -> QueueDeclare {
         let members = if durable && !exclusive && !auto_delete && !passive {
-            self.place(&arguments)
+            self.queues.place(&arguments)
         } else {
             Vec::new()
         };
@@ -373,21 +340,12 @@ impl Broker {
 
     /// The meta group's Raft handle (cluster membership, topology).
     pub fn meta_raft(&self) -> &Raft {
-        &self.meta_raft
+        self.meta.raft()
     }
 
     /// The cluster's nodes and their gRPC channels.
     pub fn peers(&self) -> &Arc<Peers> {
         &self.peers
-    }
-
-    /// Directory of a quorum queue's body segments.
-    fn bodies_dir(&self, group: u64) -> PathBuf {
-        self.config
-            .data_dir
-            .join(format!("node-{}", self.config.node_id))
-            .join("bodies")
-            .join(group.to_string())
     }
 
     /// The node's configuration.
@@ -397,7 +355,12 @@ impl Broker {
 
     /// The consumer table.
     pub fn consumers(&self) -> &Arc<ConsumerRegistry> {
-        &self.consumers
+        self.queues.consumers()
+    }
+
+    /// The node's queues (handles, groups, placement, membership following).
+    pub fn queues(&self) -> &Arc<Queues> {
+        &self.queues
     }
 
     /// A fresh connection id.
@@ -432,74 +395,23 @@ impl Broker {
 
     /// Reads the topology of the local replica.
     pub fn with_topology<R>(&self, f: impl FnOnce(&crate::meta::Topology) -> R) -> Option<R> {
-        self.meta.lock().ok().map(|m| f(m.topology()))
+        self.meta.with_topology(f)
     }
 
-    /// Proposes a topology change to the meta group: on this node when it
-    /// leads, else forwarded to the leader; returns once the local replica
-    /// applied it too (so this node's routing sees its own writes).
+    /// Proposes a topology change to the meta group ([`MetaGroup::write`]):
+    /// on this node when it leads, else forwarded to the leader; returns once
+    /// the local replica applied it too (so this node's routing sees its own
+    /// writes).
     ///
     /// Errors: 541 INTERNAL_ERROR when no meta leader answered in 30 s.
     pub async fn meta_write(&self, cmd: MetaCommand) -> Result<MetaReply, ProtocolError> {
-        let started = std::time::Instant::now();
-        let me = self.node_id();
-        let mut last = String::from("no meta leader");
-        while started.elapsed() < META_WRITE_FOR {
-            let leader = self.meta_raft.metrics().borrow().current_leader;
-            match leader {
-                Some(l) if l == me => {
-                    match self
-                        .meta_raft
-                        .client_write(GroupCommand::Meta(cmd.clone()))
-                        .await
-                    {
-                        Ok(resp) => {
-                            return match resp.data {
-                                GroupReply::Meta(r) => Ok(r),
-                                _ => Err(ProtocolError::internal("unexpected meta reply")),
-                            }
-                        }
-                        Err(e) => last = e.to_string(),
-                    }
-                }
-                Some(l) => {
-                    let bytes = raft_log::codec::encode(&cmd).map_err(ProtocolError::internal)?;
-                    match self
-                        .forwarder
-                        .propose(l, META_GROUP, bytes.into(), Duration::from_secs(10))
-                        .await
-                    {
-                        Forwarded::Reply(GroupReply::Meta(r), index) => {
-                            self.await_meta_applied(index).await;
-                            return Ok(r);
-                        }
-                        Forwarded::Reply(..) => {
-                            return Err(ProtocolError::internal("unexpected meta reply"))
-                        }
-                        other => last = format!("{other:?}"),
-                    }
-                }
-                None => {}
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Err(ProtocolError::internal(format!("meta group: {last}")))
-    }
-
-    /// Waits (≤ 5 s) until the local meta replica applied log index
-    /// `index` (a write this node forwarded), so its routing sees it.
-    async fn await_meta_applied(&self, index: u64) {
-        let _ = self
-            .meta_raft
-            .wait(Some(Duration::from_secs(5)))
-            .applied_index_at_least(Some(index), "forwarded meta write applied locally")
-            .await;
+        self.meta.write(cmd).await
     }
 
     /// Signals a topology change or a queue regaining room, so held
     /// dead letters are retried at once (not after the fallback timer).
     pub fn topology_changed(&self) {
-        self.events.send_modify(|g| *g = g.wrapping_add(1));
+        self.queues.topology_changed()
     }
 
     /// Subscribes to revocations: the value moves each time this node's meta replica
@@ -510,27 +422,22 @@ impl Broker {
 
     /// Subscribes to [`Broker::topology_changed`] signals.
     pub fn subscribe_events(&self) -> watch::Receiver<u64> {
-        self.events.subscribe()
+        self.queues.subscribe_events()
     }
 
     /// The record and handle of queue `name`.
     pub fn queue(&self, vhost: &str, name: &str) -> Option<(QueueRecord, Arc<QueueHandle>)> {
-        let rec = self.with_topology(|t| t.queue(vhost, name).cloned())??;
-        let handle = self.queues.read().ok()?.get(&rec.group_id).cloned()?;
-        Some((rec, handle))
+        self.queues.queue(vhost, name)
     }
 
     /// Handle by group id.
     pub fn queue_by_group(&self, group: u64) -> Option<Arc<QueueHandle>> {
-        self.queues.read().ok()?.get(&group).cloned()
+        self.queues.queue_by_group(group)
     }
 
     /// All queue handles on this node.
     pub fn queue_handles(&self) -> Vec<Arc<QueueHandle>> {
-        self.queues
-            .read()
-            .map(|q| q.values().cloned().collect())
-            .unwrap_or_default()
+        self.queues.queue_handles()
     }
 
     /// Routes a publish: target queue handles, in the topology's order.
@@ -541,387 +448,20 @@ impl Broker {
         routing_keys: &[String],
         headers: Option<&FieldTable>,
     ) -> Result<Vec<Arc<QueueHandle>>, ProtocolError> {
-        let names = {
-            let meta = self
-                .meta
-                .lock()
-                .map_err(|_| ProtocolError::internal("meta lock poisoned"))?;
-            let topo = meta.topology();
-            let names = topo.route(vhost, exchange, routing_keys, headers)?;
-            names
-                .into_iter()
-                .filter_map(|n| topo.queue(vhost, &n).map(|r| r.group_id))
-                .collect::<Vec<u64>>()
-        };
-        let queues = self
-            .queues
-            .read()
-            .map_err(|_| ProtocolError::internal("queue table poisoned"))?;
-        Ok(names
-            .iter()
-            .filter_map(|g| queues.get(g).cloned())
-            .collect())
+        self.queues.route(vhost, exchange, routing_keys, headers)
     }
 
     /// Effective configuration of a queue (arguments + policy).
     pub fn effective_config(&self, vhost: &str, name: &str) -> QueueConfig {
-        self.with_topology(|t| t.effective_config(vhost, name))
-            .flatten()
-            .map(|(c, warnings, _)| {
-                for w in warnings {
-                    tracing::warn!(queue = name, "{w}");
-                }
-                c
-            })
-            .unwrap_or_default()
+        self.queues.effective_config(vhost, name)
     }
 
-    /// Replica placement of a new quorum queue declared on this node:
-    /// `x-quorum-initial-group-size` nodes (default 3, capped at the
-    /// cluster size), this node first (its preferred leader, RabbitMQ's
-    /// `client-local` leader locator), then the nodes holding the fewest
-    /// replicas, live ones before down ones, lower ids first.
-    pub fn place(&self, arguments: &FieldTable) -> Vec<u64> {
-        let size = match arguments.inner().get("x-quorum-initial-group-size") {
-            Some(v) => crate::meta::value::as_integer(v)
-                .and_then(|n| u64::try_from(n).ok())
-                .unwrap_or(DEFAULT_GROUP_SIZE),
-            None => DEFAULT_GROUP_SIZE,
-        };
-        let me = self.node_id();
-        let mut nodes: Vec<u64> = self.peers.all().into_iter().map(|(id, _)| id).collect();
-        if !nodes.contains(&me) {
-            nodes.push(me);
-        }
-        let size = (size.max(1) as usize).min(nodes.len());
-        let mut load: HashMap<u64, usize> = HashMap::new();
-        self.with_topology(|t| {
-            for q in t.queues() {
-                for m in &q.members {
-                    *load.entry(*m).or_default() += 1;
-                }
-            }
-        });
-        let mut others: Vec<u64> = nodes.into_iter().filter(|n| *n != me).collect();
-        others.sort_by_key(|n| {
-            (
-                !self.detector.is_alive(*n),
-                load.get(n).copied().unwrap_or(0),
-                *n,
-            )
-        });
-        let mut members = vec![me];
-        members.extend(others.into_iter().take(size - 1));
-        members
-    }
-
-    /// The reference to a declared queue, opening this node's replica of it
-    /// (a member) or a forwarding reference (not a member) if there is none
-    /// yet. The declaring node waits (≤ 5 s) for the new group's leader.
+    /// The reference to a declared queue ([`Queues::ensure_queue`]).
     pub async fn ensure_queue(
         self: &Arc<Self>,
         rec: &QueueRecord,
     ) -> Result<Arc<QueueHandle>, ProtocolError> {
-        if let Some(h) = self.queue_by_group(rec.group_id) {
-            return Ok(h);
-        }
-        let handle = {
-            let _guard = self.groups_lock.lock().await;
-            if let Some(h) = self.queue_by_group(rec.group_id) {
-                return Ok(h);
-            }
-            let handle = self
-                .open_queue(rec)
-                .await
-                .map_err(ProtocolError::internal)?;
-            if let Ok(mut q) = self.queues.write() {
-                q.insert(rec.group_id, handle.clone());
-            }
-            handle
-        };
-        self.topology_changed();
-        if let Some(route) = handle.route() {
-            route.wait_leader(Duration::from_secs(5)).await;
-        }
-        Ok(handle)
-    }
-
-    fn context(
-        &self,
-        rec: &QueueRecord,
-    ) -> (
-        Arc<QueueContext>,
-        tokio::sync::mpsc::UnboundedReceiver<crate::queue::host::LeaderEffect>,
-    ) {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let ctx = Arc::new(QueueContext {
-            group: rec.group_id,
-            vhost: rec.vhost.clone(),
-            name: rec.name.clone(),
-            node: self.config.node_id,
-            consumers: self.consumers.clone(),
-            effects: tx,
-            closed: AtomicBool::new(false),
-            closing: tokio::sync::Notify::new(),
-            live: AtomicBool::new(false),
-            early: Default::default(),
-        });
-        (ctx, rx)
-    }
-
-    /// Opens this node's replica of quorum queue group `group`: body store,
-    /// log, state machine and Raft (not initialized: see the callers), and
-    /// registers it with the transport.
-    /// Returns the Raft handle, the host, and whether openraft restores the
-    /// replica as leader from its vote ([`restores_as_leader`]).
-    ///
-    /// Errors: storage cannot be opened; openraft refuses the config.
-    async fn open_replica(
-        &self,
-        group: u64,
-        ctx: &Arc<QueueContext>,
-        config: QueueConfig,
-    ) -> Result<(Raft, Arc<Mutex<QueueHost>>, bool), NodeError> {
-        let me = self.config.node_id;
-        let machine = QueueMachine::new(config);
-        let bodies = SegmentBodies::open(&self.bodies_dir(group), MEMORY_BUDGET)?;
-        let host = QueueHost::new(machine, Box::new(bodies), ctx.clone());
-        // The leader syncs its log while it replicates (raft_log::durable).
-        let mut log = self
-            .store
-            .log_store::<TypeConfig>(group)?
-            .ack_own_entries(me);
-        let restored_leader = restores_as_leader(&mut log, me).await;
-        let durable = log.durable();
-        let sm = self
-            .store
-            .state_machine::<TypeConfig, QueueHost>(group, host)?
-            .apply_when_durable(durable.clone());
-        let host = sm.machine();
-        if let Ok(mut h) = host.lock() {
-            h.finish_open();
-        }
-        let cfg = Arc::new(
-            raft_config(group, self.config.snapshot_interval)
-                .map_err(|e| NodeError::Raft(e.to_string()))?,
-        );
-        let raft = Raft::new(
-            me,
-            cfg,
-            Network {
-                group,
-                peers: self.peers.clone(),
-                groups: self.groups.clone(),
-                durable: Some(durable),
-                detector: self.detector.clone(),
-            },
-            log,
-            sm,
-        )
-        .await
-        .map_err(|e| NodeError::Raft(e.to_string()))?;
-        self.groups.insert(
-            group,
-            Arc::new(QueueReplica {
-                raft: raft.clone(),
-                host: host.clone(),
-            }),
-        );
-        Ok((raft, host, restored_leader))
-    }
-
-    async fn open_queue(
-        self: &Arc<Self>,
-        rec: &QueueRecord,
-    ) -> Result<Arc<QueueHandle>, NodeError> {
-        let me = self.config.node_id;
-        let (ctx, rx) = self.context(rec);
-        let config = self.effective_config(&rec.vhost, &rec.name);
-        // Declared classic, or local (untyped non-durable/exclusive/auto-delete).
-        let classic = QueueType::of_args(&rec.arguments) != QueueType::Quorum;
-        let declared_quorum = crate::meta::queue_args::declared_quorum(&rec.arguments);
-        let handle = match rec.kind {
-            QueueKind::Quorum if !rec.members.contains(&me) => {
-                let route = Route::new(
-                    rec.group_id,
-                    None,
-                    rec.members.clone(),
-                    self.forwarder.clone(),
-                );
-                // No replica here: nothing to run but the forwarding proposer
-                // (the runtime starts if this node becomes a member).
-                return Ok(Arc::new(
-                    QueueHandle::remote(
-                        rec.vhost.clone(),
-                        rec.name.clone(),
-                        ctx,
-                        route,
-                        self.origin,
-                    )
-                    .classic(classic)
-                    .declared_quorum(declared_quorum)
-                    .with_idle_effects(rx),
-                ));
-            }
-            QueueKind::Quorum => {
-                let (raft, host, restored_leader) = self
-                    .open_replica(rec.group_id, &ctx, config.clone())
-                    .await?;
-                ctx.live.store(true, Ordering::Release);
-                // openraft's initialize campaigns at once. Only the preferred
-                // leader (first member) and sole members initialize now; the
-                // others take the membership from the leader's first append,
-                // or initialize themselves (and campaign) after a grace if
-                // none came (the preferred leader died before it could lead).
-                let preferred = rec.members.first() == Some(&me);
-                if preferred || rec.members == [me] {
-                    initialize(&raft, &rec.members).await?;
-                } else {
-                    let (raft, members) = (raft.clone(), rec.members.clone());
-                    tokio::spawn(async move {
-                        tokio::time::sleep(UNINITIALIZED_GRACE).await;
-                        if let Err(e) = initialize(&raft, &members).await {
-                            tracing::warn!(error = %e, "initializing a queue replica failed");
-                        }
-                    });
-                }
-                if restored_leader {
-                    tokio::spawn(mark_restored_leadership(
-                        raft.clone(),
-                        self.origin,
-                        rec.name.clone(),
-                    ));
-                }
-                // In a new group the preferred leader (first member) campaigns
-                // until a leader is known (the other members open their
-                // replicas when they apply the queue record, a little later);
-                // the election sweep takes over after its grace. A group with a
-                // term is reopening (restart): its leader may be alive, and a
-                // campaign from a replica that missed entries would only
-                // depose it (openraft 0.9 has no pre-vote); a sole member
-                // campaigns all the same.
-                let fresh = raft.metrics().borrow().current_term == 0;
-                let sole = rec.members == [me];
-                if (fresh || sole) && rec.members.first() == Some(&me) {
-                    let raft = raft.clone();
-                    tokio::spawn(async move {
-                        // The first campaign was openraft's initialize (new
-                        // group) or is the first one here (sole member).
-                        if !fresh {
-                            let _ = raft.trigger().elect().await;
-                        }
-                        for _ in 0..PREFERRED_CAMPAIGNS {
-                            tokio::time::sleep(PREFERRED_CAMPAIGN_EVERY).await;
-                            if raft.current_leader().await.is_some() {
-                                return;
-                            }
-                            let _ = raft.trigger().elect().await;
-                        }
-                    });
-                }
-                let route = Route::new(
-                    rec.group_id,
-                    Some(raft),
-                    rec.members.clone(),
-                    self.forwarder.clone(),
-                );
-                let h = Arc::new(
-                    QueueHandle::replica(
-                        rec.vhost.clone(),
-                        rec.name.clone(),
-                        host,
-                        ctx,
-                        route,
-                        self.origin,
-                        self.store.flusher().busy_hint(),
-                    )
-                    .classic(classic)
-                    .declared_quorum(declared_quorum),
-                );
-                // Consumers of this node's earlier boots are gone (spec §2.3),
-                // and policy changes made while the queue was down apply.
-                let h2 = h.clone();
-                let epoch = self.origin.epoch;
-                tokio::spawn(async move {
-                    let _ = h2
-                        .call(QueueCommand::NodeRestarted {
-                            now_ms: crate::now_ms(),
-                            node: me,
-                            epoch,
-                        })
-                        .await;
-                    let _ = h2
-                        .call(QueueCommand::UpdateConfig {
-                            now_ms: crate::now_ms(),
-                            config,
-                        })
-                        .await;
-                });
-                h
-            }
-            QueueKind::Local { .. } => {
-                let machine = QueueMachine::new(config);
-                let host = QueueHost::new(machine, Box::new(MemBodies::default()), ctx.clone());
-                ctx.live.store(true, Ordering::Release);
-                Arc::new(
-                    QueueHandle::local(
-                        rec.vhost.clone(),
-                        rec.name.clone(),
-                        Arc::new(Mutex::new(host)),
-                        ctx,
-                    )
-                    .classic(classic)
-                    .declared_quorum(declared_quorum),
-                )
-            }
-        };
-        runtime::spawn(Arc::downgrade(self), handle.clone(), rx);
-        Ok(handle)
-    }
-
-    /// Brings this node's replica of `rec` in line with its member list
-    /// (`add_member` / `delete_member` changed it): a new member opens an
-    /// empty replica, which the leader then fills (as a learner, then a
-    /// voter); a removed one shuts its replica down and deletes its
-    /// storage. Channels keep the queue's handle either way: its commands
-    /// are forwarded once no replica is here.
-    async fn follow_membership(self: &Arc<Self>, rec: &QueueRecord, h: &Arc<QueueHandle>) {
-        let me = self.node_id();
-        let member = rec.members.contains(&me);
-        if member == h.has_replica() {
-            return;
-        }
-        let _guard = self.groups_lock.lock().await;
-        if member == h.has_replica() || self.queue_by_group(rec.group_id).is_none() {
-            return;
-        }
-        if member {
-            let config = self.effective_config(&rec.vhost, &rec.name);
-            match self.open_replica(rec.group_id, h.context(), config).await {
-                Ok((raft, host, _)) => {
-                    h.context().live.store(true, Ordering::Release);
-                    h.set_replica(Some((raft, host)));
-                    if let Some(rx) = h.take_idle_effects() {
-                        runtime::spawn(Arc::downgrade(self), h.clone(), rx);
-                    }
-                    tracing::info!(queue = %rec.name, "this node became a member of the queue: replica opened");
-                }
-                Err(e) => {
-                    tracing::error!(queue = %rec.name, error = %e, "opening the replica of a new member failed")
-                }
-            }
-        } else {
-            self.groups.remove(rec.group_id);
-            let raft = h.set_replica(None);
-            h.context().live.store(false, Ordering::Release);
-            if let Some(raft) = raft {
-                if let Err(e) = raft.shutdown().await {
-                    tracing::warn!(queue = %rec.name, error = %e, "raft shutdown failed");
-                }
-            }
-            self.delete_replica_storage(rec.group_id);
-            tracing::info!(queue = %rec.name, "this node is no longer a member of the queue: replica removed");
-        }
+        self.queues.ensure_queue(rec).await
     }
 
     /// Deletes a queue: the meta record, then the group and its storage
@@ -931,134 +471,20 @@ impl Broker {
         vhost: &str,
         name: &str,
     ) -> Result<Option<QueueRecord>, ProtocolError> {
-        let reply = self
-            .meta_write(MetaCommand::DeleteQueue {
-                vhost: vhost.into(),
-                name: name.into(),
-            })
-            .await?;
-        let MetaReply::QueueDeleted(rec) = reply else {
-            return Ok(None);
-        };
-        if let Some(rec) = &rec {
-            self.drop_queue_group(rec.group_id).await;
-        }
-        Ok(rec)
-    }
-
-    async fn drop_queue_group(&self, group: u64) {
-        let _guard = self.groups_lock.lock().await;
-        let handle = self.queues.write().ok().and_then(|mut q| q.remove(&group));
-        if let Some(h) = handle {
-            self.consumers.cancel_group(group);
-            self.groups.remove(group);
-            h.shutdown().await;
-            if h.is_quorum() && h.has_replica() {
-                self.delete_replica_storage(group);
-            }
-        }
-    }
-
-    /// Deletes a shut-down replica's log, snapshot and body segments.
-    fn delete_replica_storage(&self, group: u64) {
-        if let Err(e) = self.store.drop_group(group) {
-            tracing::warn!(group, error = %e, "failed to drop group storage");
-        }
-        if let Err(e) = std::fs::remove_dir_all(self.bodies_dir(group)) {
-            tracing::warn!(group, error = %e, "failed to remove body segments");
-        }
+        self.queues.delete_queue(vhost, name).await
     }
 
     /// Deletes an auto-delete queue once its last consumer is gone.
     pub async fn maybe_auto_delete(&self, handle: &Arc<QueueHandle>) {
-        let auto = self
-            .with_topology(|t| {
-                t.queue(&handle.vhost, &handle.name)
-                    .map(|r| r.auto_delete && r.group_id == handle.group)
-            })
-            .flatten()
-            .unwrap_or(false);
-        if auto && handle.unused_after_consumers() {
-            if let Err(e) = self.delete_queue(&handle.vhost, &handle.name).await {
-                tracing::warn!(queue = %handle.name, error = ?e, "auto-delete failed");
-            }
-        }
+        self.queues.maybe_auto_delete(handle).await
     }
 
-    /// Local (non-replicated) queues this node held in an earlier boot are
-    /// gone with it: their records go.
-    async fn drop_own_local_queues(&self) {
-        let me = self.node_id();
-        let stale: Vec<QueueRecord> = self
-            .with_topology(|t| {
-                t.queues()
-                    .filter(|q| matches!(q.kind, QueueKind::Local { node } if node == me))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
-        for rec in stale {
-            let _ = self
-                .meta_write(MetaCommand::DeleteQueue {
-                    vhost: rec.vhost.clone(),
-                    name: rec.name.clone(),
-                })
-                .await;
-        }
-    }
-
-    /// Brings the node's queues in line with the topology: opens replicas
-    /// and references for new quorum queues (a node that was down creates
-    /// its replicas now), drops those of deleted queues, updates member
-    /// lists, fixes the cluster id.
-    async fn reconcile(self: &Arc<Self>) {
-        let me = self.node_id();
-        let (records, cluster_id) = self
-            .with_topology(|t| {
-                let recs: Vec<QueueRecord> = t
-                    .queues()
-                    .filter(|q| {
-                        q.kind == QueueKind::Quorum || q.kind == QueueKind::Local { node: me }
-                    })
-                    .cloned()
-                    .collect();
-                (recs, t.cluster_id())
-            })
-            .unwrap_or_default();
+    /// Brings the node in line with the topology: fixes the cluster id,
+    /// then the queues ([`Queues::reconcile`]).
+    async fn reconcile(&self) {
+        let cluster_id = self.with_topology(|t| t.cluster_id()).unwrap_or_default();
         self.adopt_cluster_id(cluster_id).await;
-        for rec in &records {
-            match self.queue_by_group(rec.group_id) {
-                Some(h) => {
-                    if let Some(r) = h.route() {
-                        r.update_members(&rec.members);
-                    }
-                    if rec.kind == QueueKind::Quorum {
-                        self.follow_membership(rec, &h).await;
-                    }
-                }
-                None if rec.kind == QueueKind::Quorum => {
-                    if let Err(e) = self.ensure_queue(rec).await {
-                        tracing::error!(queue = %rec.name, error = ?e, "failed to open queue");
-                    }
-                }
-                None => {}
-            }
-        }
-        // Handles first, then the topology: a handle exists only after its
-        // record was applied, so one whose record is missing from the
-        // topology read afterwards was deleted (group ids are never reused).
-        // Comparing with `records` instead would drop a queue declared while
-        // this pass was opening others.
-        let handles: Vec<u64> = self.queue_handles().iter().map(|h| h.group).collect();
-        let Some(live) =
-            self.with_topology(|t| t.queues().map(|q| q.group_id).collect::<HashSet<u64>>())
-        else {
-            return;
-        };
-        let gone = handles.into_iter().filter(|g| !live.contains(g));
-        for g in gone {
-            self.drop_queue_group(g).await;
-        }
+        self.queues.reconcile().await;
     }
 
     /// Learns (or, as meta leader, fixes) the cluster id.
@@ -1074,7 +500,8 @@ impl Broker {
             return Ok(());
         };
         let initialized = self
-            .meta_raft
+            .meta
+            .raft()
             .is_initialized()
             .await
             .map_err(|e| NodeError::Raft(e.to_string()))?;
@@ -1121,9 +548,11 @@ impl Broker {
         }
     }
 
+    /// Takes the cluster id `in_meta` of the topology (0: none yet; the
+    /// meta leader sets one), unless this node's data belongs to another.
     async fn adopt_cluster_id(&self, in_meta: u64) {
         if in_meta == 0 {
-            if self.meta_raft.metrics().borrow().current_leader == Some(self.node_id()) {
+            if self.meta.raft().metrics().borrow().current_leader == Some(self.node_id()) {
                 let id = rand::random::<u64>() | 1;
                 let _ = self.meta_write(MetaCommand::SetClusterId(id)).await;
             }
@@ -1152,7 +581,7 @@ impl Broker {
     }
 
     /// An operator's topology change (quorumqctl, the management API): [`Broker::meta_write`],
-    /// then the policies' effect on this node's queues ([`Broker::refresh_configs`]).
+    /// then the policies' effect on this node's queues ([`Queues::refresh_configs`]).
     ///
     /// Errors: the change's AMQP error (its code and RabbitMQ's text), or 541 when no meta
     /// leader answered.
@@ -1160,101 +589,26 @@ impl Broker {
         match self.meta_write(cmd).await? {
             MetaReply::Error(e) => Err(e.into()),
             reply => {
-                self.refresh_configs().await;
+                self.queues.refresh_configs().await;
                 Ok(reply)
             }
         }
     }
 
-    /// Applies changed policies: every queue whose effective configuration
-    /// changed gets an `UpdateConfig` (spec §1.6).
-    pub async fn refresh_configs(&self) {
-        for h in self.queue_handles() {
-            let config = self.effective_config(&h.vhost, &h.name);
-            let current = h.read(|host| host.machine().config().clone());
-            if current.as_ref() != Some(&config) {
-                let _ = h
-                    .call(QueueCommand::UpdateConfig {
-                        now_ms: crate::now_ms(),
-                        config,
-                    })
-                    .await;
-            }
-        }
-        self.topology_changed();
-    }
-
     /// The cluster as this node sees it (nodes, liveness, meta leader).
     pub fn cluster_status(&self) -> ClusterStatus {
-        // The meta group's members (a forgotten node is not one), with the
-        // addresses known here; every known address while the membership
-        // is not known yet.
-        let known: BTreeMap<u64, String> = self.peers.all().into_iter().collect();
-        let metrics = self.meta_raft.metrics().borrow().clone();
-        let mut ids: BTreeMap<u64, String> = metrics
-            .membership_config
-            .membership()
-            .nodes()
-            .map(|(id, _)| (*id, known.get(id).cloned().unwrap_or_default()))
-            .collect();
-        if ids.is_empty() {
-            ids = known;
-        }
-        ClusterStatus {
-            nodes: ids
-                .into_iter()
-                .map(|(id, addr)| NodeStatus {
-                    id,
-                    cluster_addr: addr,
-                    amqp_addr: self.detector.amqp_addr_of(id).unwrap_or_default(),
-                    running: self.detector.is_alive(id),
-                })
-                .collect(),
-            meta_leader: metrics.current_leader,
-        }
+        status::cluster_status(&self.peers, self.meta.raft(), &self.detector)
     }
 
     /// Placement (leader, members, online members) and counts of a queue.
     pub async fn queue_status(&self, rec: &QueueRecord) -> QueueStatus {
-        let mut members = rec.members.clone();
-        members.sort_unstable();
-        let online = members
-            .iter()
-            .copied()
-            .filter(|m| self.detector.is_alive(*m))
-            .collect();
-        let Some(h) = self.queue_by_group(rec.group_id) else {
-            // Not opened here yet (the reconciler is about to).
-            return QueueStatus {
-                members,
-                online,
-                ..QueueStatus::default()
-            };
-        };
-        let (mut st, leader) = match h.route() {
-            Some(r) => (r.status(h.local_status()).await, r.leader()),
-            None => (h.local_status().unwrap_or_default(), Some(self.node_id())),
-        };
-        st.online = online;
-        st.leader = leader.filter(|l| self.detector.is_alive(*l));
-        st.members = members;
-        st
+        self.queues.queue_status(rec).await
     }
 
     /// Quorum queues this node leads, and quorum queue replicas it holds
     /// (counts; `quorumqctl status` and `cluster_status`).
     pub fn leaders_and_replicas(&self) -> (u64, u64) {
-        let me = self.node_id();
-        let (mut leaders, mut replicas) = (0, 0);
-        for h in self.queue_handles() {
-            if let Some(raft) = h.route().and_then(|r| r.raft()) {
-                replicas += 1;
-                if raft.metrics().borrow().current_leader == Some(me) {
-                    leaders += 1;
-                }
-            }
-        }
-        (leaders, replicas)
+        self.queues.leaders_and_replicas()
     }
 
     /// Why this node does not serve clients now (None: it does): stopping,
@@ -1265,7 +619,7 @@ impl Broker {
             Some("stopping")
         } else if self.detector.is_draining() {
             Some("draining")
-        } else if self.meta_raft.metrics().borrow().current_leader.is_none() {
+        } else if self.meta.raft().metrics().borrow().current_leader.is_none() {
             Some("no meta leader (no quorum reachable, or not joined yet)")
         } else {
             None
@@ -1274,16 +628,13 @@ impl Broker {
 
     /// True once shutdown began.
     pub fn is_stopping(&self) -> bool {
-        self.stopping.load(Ordering::Acquire)
+        self.queues.is_stopping()
     }
 
     /// Graceful stop: Raft groups shut down, storage flushed.
     pub async fn shutdown(&self) {
-        self.stopping.store(true, Ordering::Release);
-        for h in self.queue_handles() {
-            h.shutdown().await;
-        }
-        let _ = self.meta_raft.shutdown().await;
+        self.queues.shutdown().await;
+        let _ = self.meta.raft().shutdown().await;
         if let Err(e) = self.store.flush().await {
             tracing::warn!(error = %e, "final flush failed");
         }
@@ -1313,7 +664,7 @@ async fn reconciler(broker: std::sync::Weak<Broker>) {
 /// `--join` carry theirs) and remembers every known peer address in sled,
 /// so a restarted node finds its peers by itself.
 async fn membership_watch(broker: std::sync::Weak<Broker>) {
-    let Some(mut metrics) = broker.upgrade().map(|b| b.meta_raft.metrics()) else {
+    let Some(mut metrics) = broker.upgrade().map(|b| b.meta.raft().metrics()) else {
         return;
     };
     let mut seen = None;
@@ -1347,29 +698,6 @@ async fn membership_watch(broker: std::sync::Weak<Broker>) {
         if metrics.changed().await.is_err() {
             return;
         }
-    }
-}
-
-/// Initializes a fresh group with `voters` (every member calls this with
-/// the same list, so the first log entry is the same everywhere); a group
-/// that already has state keeps it. Node addresses live in [`Peers`], not in
-/// the membership, so every member writes an identical entry.
-async fn initialize(raft: &Raft, voters: &[u64]) -> Result<(), NodeError> {
-    if raft
-        .is_initialized()
-        .await
-        .map_err(|e| NodeError::Raft(e.to_string()))?
-    {
-        return Ok(());
-    }
-    let members: BTreeMap<u64, BasicNode> =
-        voters.iter().map(|v| (*v, BasicNode::new(""))).collect();
-    match raft.initialize(members).await {
-        Ok(()) => Ok(()),
-        Err(openraft::error::RaftError::APIError(
-            openraft::error::InitializeError::NotAllowed(_),
-        )) => Ok(()),
-        Err(e) => Err(NodeError::Raft(e.to_string())),
     }
 }
 
@@ -1421,68 +749,4 @@ fn next_epoch(store: &NodeStore) -> Result<u32, NodeError> {
     db.insert("node/epoch", &epoch.to_be_bytes())?;
     store.sync_sled()?;
     Ok(epoch)
-}
-
-/// True when openraft will restore this replica as leader at startup: its
-/// persisted vote is its own and committed (openraft 0.9
-/// `Engine::startup`). Such a leader appends no blank entry in this boot.
-async fn restores_as_leader<S>(log: &mut S, me: u64) -> bool
-where
-    S: openraft::storage::RaftLogStorage<TypeConfig>,
-{
-    matches!(log.read_vote().await, Ok(Some(v)) if v.is_committed() && v.leader_id().voted_for() == Some(me))
-}
-
-/// Appends [`GroupCommand::LeaderRestored`] for a replica restored as
-/// leader, so the queue re-issues its leader-only effects (deliveries of
-/// checked-out messages, held dead letters, timers) once every entry
-/// before it is applied, as a new leader's blank entry does. Gives up when
-/// leadership moved (the new leader's blank entry does the same) or after
-/// a few failed tries.
-async fn mark_restored_leadership(raft: Raft, origin: Origin, queue: String) {
-    for _ in 0..10 {
-        match raft
-            .client_write(GroupCommand::LeaderRestored { origin })
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(%queue, "queue leader restored from its vote: re-issued its deliveries and timers");
-                return;
-            }
-            Err(openraft::error::RaftError::APIError(
-                openraft::error::ClientWriteError::ForwardToLeader(_),
-            )) => return,
-            Err(e) => {
-                tracing::debug!(%queue, error = %e, "marking a restored leadership failed; retrying");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use openraft::storage::RaftLogStorage;
-    use openraft::Vote;
-
-    use super::*;
-
-    /// openraft restores a replica as leader only from its own committed
-    /// vote; that is when `LeaderRestored` must be appended.
-    #[tokio::test]
-    async fn restores_as_leader_only_from_its_own_committed_vote() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = NodeStore::open(dir.path(), 1 << 20).unwrap();
-        let mut log = store.log_store::<TypeConfig>(1).unwrap();
-        assert!(!restores_as_leader(&mut log, 2).await, "no vote yet");
-        let cases = [
-            (Vote::new(3, 2), false),           // own, not granted by a quorum
-            (Vote::new_committed(4, 1), false), // another node's leadership
-            (Vote::new_committed(5, 2), true),  // own, committed
-        ];
-        for (vote, restored) in cases {
-            log.save_vote(&vote).await.unwrap();
-            assert_eq!(restores_as_leader(&mut log, 2).await, restored, "{vote:?}");
-        }
-    }
 }

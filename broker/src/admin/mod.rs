@@ -70,7 +70,15 @@ impl AdminService {
     /// add_member / delete_member: one queue, one node ([`membership::change_member`]).
     async fn change_member(&self, r: MemberRequest, change: Change) -> MemberResult {
         let vhost = vhost_or_default(&r.vhost);
-        membership::change_member(&self.broker, &vhost, &r.queue, r.node, change, r.forwarded).await
+        membership::change_member(
+            self.broker.queues(),
+            &vhost,
+            &r.queue,
+            r.node,
+            change,
+            r.forwarded,
+        )
+        .await
     }
 }
 
@@ -129,7 +137,7 @@ impl Admin for AdminService {
                         .ok()
                         .map(Response::into_inner)
                 } else {
-                    match membership::admin_client(&self.broker, n.id) {
+                    match membership::admin_client(self.broker.queues(), n.id) {
                         Ok(mut c) => {
                             tokio::time::timeout(NODE_STATUS_TIMEOUT, c.status(StatusRequest {}))
                                 .await
@@ -163,7 +171,7 @@ impl Admin for AdminService {
     }
 
     async fn drain(&self, _req: Request<DrainRequest>) -> Result<Response<DrainReply>, Status> {
-        let r = drain::drain(&self.broker, DRAIN_FOR).await;
+        let r = drain::drain(self.broker.queues(), DRAIN_FOR).await;
         Ok(Response::new(DrainReply {
             moved: r.moved,
             kept: r.kept,
@@ -176,7 +184,7 @@ impl Admin for AdminService {
     }
 
     async fn revive(&self, _req: Request<ReviveRequest>) -> Result<Response<AdminReply>, Status> {
-        drain::revive(&self.broker);
+        drain::revive(self.broker.queues());
         Ok(Response::new(AdminReply {
             ok: true,
             error: String::new(),
@@ -204,7 +212,7 @@ impl Admin for AdminService {
     async fn grow(&self, req: Request<GrowRequest>) -> Result<Response<MemberResults>, Status> {
         let r = req.into_inner();
         let results = membership::grow(
-            &self.broker,
+            self.broker.queues(),
             r.node,
             &r.strategy,
             &r.vhost_pattern,
@@ -217,7 +225,7 @@ impl Admin for AdminService {
 
     async fn shrink(&self, req: Request<ShrinkRequest>) -> Result<Response<MemberResults>, Status> {
         let r = req.into_inner();
-        let mut results = membership::shrink(&self.broker, r.node).await;
+        let mut results = membership::shrink(self.broker.queues(), r.node).await;
         if r.errors_only {
             results.retain(|x| !x.ok);
         }
@@ -230,7 +238,7 @@ impl Admin for AdminService {
     ) -> Result<Response<ForgetReply>, Status> {
         let r = req.into_inner();
         Ok(Response::new(
-            match membership::forget_node(&self.broker, r.node, r.forwarded).await {
+            match membership::forget_node(self.broker.queues(), r.node, r.forwarded).await {
                 Ok(queues) => ForgetReply {
                     ok: true,
                     error: String::new(),
@@ -251,7 +259,7 @@ impl Admin for AdminService {
     ) -> Result<Response<RebalanceReply>, Status> {
         let r = req.into_inner();
         let (nodes, moved) =
-            membership::rebalance(&self.broker, &r.vhost_pattern, &r.queue_pattern)
+            membership::rebalance(self.broker.queues(), &r.vhost_pattern, &r.queue_pattern)
                 .await
                 .map_err(Status::invalid_argument)?;
         Ok(Response::new(RebalanceReply {
@@ -269,7 +277,7 @@ impl Admin for AdminService {
     ) -> Result<Response<AdminReply>, Status> {
         let group = req.into_inner().group_id;
         Ok(Response::new(
-            match membership::campaign(&self.broker, group).await {
+            match membership::campaign(self.broker.queues(), group).await {
                 Ok(()) => AdminReply {
                     ok: true,
                     error: String::new(),

@@ -27,8 +27,6 @@ use crate::node::Broker;
 
 /// Largest frame we accept and offer (bytes), as RabbitMQ's default.
 pub const FRAME_MAX: u32 = 131_072;
-/// Channels per connection we offer, as RabbitMQ's default.
-pub const CHANNEL_MAX: u16 = 2047;
 /// Heartbeat we offer (seconds), as RabbitMQ's default.
 pub const HEARTBEAT: u16 = 60;
 /// How long a refused login waits before its answer (slows password guessing).
@@ -173,7 +171,7 @@ async fn serve_io<R, W>(
         vhost: "/".into(),
         out: BytesMut::with_capacity(64 * 1024),
         frame_max: FRAME_MAX,
-        channel_max: CHANNEL_MAX,
+        channel_max: crate::config::DEFAULT_CHANNEL_MAX,
         channels: Channels::default(),
         mailbox: mtx,
         throttle: Throttle::Running,

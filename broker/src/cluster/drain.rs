@@ -20,7 +20,7 @@ use futures::StreamExt;
 
 use super::membership;
 use super::LEADER_LEASE_MS;
-use crate::node::Broker;
+use crate::queue::registry::Queues;
 
 /// How many queues hand over at once.
 const PARALLEL: usize = 64;
@@ -40,13 +40,13 @@ pub struct HandOff {
 /// Marks this node draining and moves every queue leadership it holds to
 /// another member, giving up on a queue after `within`. The node stays
 /// draining (it leads nothing, campaigns for nothing) until [`revive`].
-pub async fn drain(broker: &Arc<Broker>, within: Duration) -> HandOff {
-    broker.detector().set_draining(true);
-    let me = broker.node_id();
-    let meta = step_down_from_meta(broker);
+pub async fn drain(queues: &Arc<Queues>, within: Duration) -> HandOff {
+    queues.detector().set_draining(true);
+    let me = queues.node_id();
+    let meta = step_down_from_meta(queues);
     let mut result = HandOff::default();
     let mut led: Vec<(String, u64, crate::cluster::types::Raft)> = Vec::new();
-    for h in broker.queue_handles() {
+    for h in queues.queue_handles() {
         let Some(raft) = h.route().and_then(|r| r.raft()) else {
             continue;
         };
@@ -75,7 +75,7 @@ pub async fn drain(broker: &Arc<Broker>, within: Duration) -> HandOff {
     let deadline = tokio::time::Instant::now() + within;
     let outcomes: Vec<(String, Result<bool, String>)> = futures::stream::iter(led)
         .map(|(name, group, raft)| async move {
-            let r = hand_off(broker, group, &raft, deadline).await;
+            let r = hand_off(queues, group, &raft, deadline).await;
             (name, r)
         })
         .buffer_unordered(PARALLEL)
@@ -100,9 +100,9 @@ pub async fn drain(broker: &Arc<Broker>, within: Duration) -> HandOff {
 
 /// Ends draining: this node may lead and campaign again (leaderships come
 /// back through elections or `rebalance`, as after RabbitMQ's `revive`).
-pub fn revive(broker: &Broker) {
-    broker.detector().set_draining(false);
-    let meta = broker.meta_raft().runtime_config();
+pub fn revive(queues: &Queues) {
+    queues.detector().set_draining(false);
+    let meta = queues.meta().raft().runtime_config();
     meta.heartbeat(true);
     meta.elect(true);
     tracing::info!("revived: leading queues again");
@@ -111,15 +111,15 @@ pub fn revive(broker: &Broker) {
 /// Moves one group's leadership away from this node: Ok(true) once another
 /// member leads, Ok(false) when no other live voter exists.
 async fn hand_off(
-    broker: &Arc<Broker>,
+    queues: &Arc<Queues>,
     group: u64,
     raft: &crate::cluster::types::Raft,
     deadline: tokio::time::Instant,
 ) -> Result<bool, String> {
-    let me = broker.node_id();
+    let me = queues.node_id();
     let candidates = {
         let m = raft.metrics().borrow().clone();
-        let detector = broker.detector();
+        let detector = queues.detector();
         let mut c: Vec<(u64, u64)> = m
             .membership_config
             .membership()
@@ -159,7 +159,7 @@ async fn hand_off(
             {
                 return Ok(true);
             }
-            match membership::ask_campaign(broker, *node, group).await {
+            match membership::ask_campaign(queues, *node, group).await {
                 Ok(()) => {
                     // The new leader's first append reaches this replica.
                     let _ = raft
@@ -179,9 +179,9 @@ async fn hand_off(
 /// stops campaigning and, if it leads, stops its heartbeats, so the other
 /// voters time out and elect one of themselves. Resolves once another node
 /// leads (at most [`META_STEP_DOWN_FOR`]; a single node keeps leading).
-fn step_down_from_meta(broker: &Arc<Broker>) -> impl std::future::Future<Output = ()> {
-    let raft = broker.meta_raft().clone();
-    let me = broker.node_id();
+fn step_down_from_meta(queues: &Arc<Queues>) -> impl std::future::Future<Output = ()> {
+    let raft = queues.meta().raft().clone();
+    let me = queues.node_id();
     raft.runtime_config().elect(false);
     let leads = raft.metrics().borrow().current_leader == Some(me);
     let others = raft

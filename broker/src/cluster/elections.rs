@@ -29,7 +29,7 @@ const RETRY_MS: u64 = 250;
 const LEASE_MARGIN_MS: u64 = 15;
 /// A replica that has not heard from a leader since it opened does not
 /// campaign for this long (ms). A new queue's preferred leader (the
-/// declaring node) campaigns by itself meanwhile (`Broker::open_queue`). A
+/// declaring node) campaigns by itself meanwhile (`Queues::open_queue`). A
 /// reopened replica (every one, when the node starts) gives its leader time
 /// to reach it: until the failure detector has reached the peers every
 /// leader looks down, and a replica that missed entries would depose a live

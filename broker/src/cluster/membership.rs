@@ -20,7 +20,7 @@ use quorumq_proto::v1::{MemberRequest, MemberResult};
 
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::{QueueKind, QueueRecord};
-use crate::node::Broker;
+use crate::queue::registry::Queues;
 
 /// How long a new member may take to catch up before `add_member` gives
 /// up (it stays a learner; `delete_member` removes it).
@@ -42,7 +42,7 @@ pub enum Change {
 /// queue, unknown node, not a member, the last member, no leader, or the
 /// Raft change failing.
 pub async fn change_member(
-    broker: &Arc<Broker>,
+    queues: &Arc<Queues>,
     vhost: &str,
     name: &str,
     node: u64,
@@ -56,14 +56,14 @@ pub async fn change_member(
         ok: result.is_ok(),
         result: result.unwrap_or_else(|e| e),
     };
-    let Some((rec, handle)) = broker.queue(vhost, name) else {
+    let Some((rec, handle)) = queues.queue(vhost, name) else {
         return row(0, Err(format!("no queue '{name}' in vhost '{vhost}'")));
     };
     let size = rec.members.len();
     if rec.kind != QueueKind::Quorum {
         return row(size, Err(format!("'{name}' is not a replicated queue")));
     }
-    if !broker.cluster_status().nodes.iter().any(|n| n.id == node) {
+    if !cluster_status(queues).nodes.iter().any(|n| n.id == node) {
         return row(size, Err(format!("node {node} is not a cluster member")));
     }
     let Some(route) = handle.route() else {
@@ -74,17 +74,17 @@ pub async fn change_member(
             return row(size, Err("the queue's leader moved; try again".into()));
         }
         if let Some(leader) = route.leader() {
-            return forward(broker, leader, vhost, name, node, change, true)
+            return forward(queues, leader, vhost, name, node, change, true)
                 .await
                 .unwrap_or_else(|e| row(size, Err(e)));
         }
         // A node that is no member of the queue does not follow its leader: a member does
         // (and forwards to it). Members never take this path, so requests cannot circle.
-        let me = broker.node_id();
+        let me = queues.node_id();
         let mut last = Err("the queue has no leader".to_string());
         if !rec.members.contains(&me) {
             for &member in &rec.members {
-                last = forward(broker, member, vhost, name, node, change, false).await;
+                last = forward(queues, member, vhost, name, node, change, false).await;
                 if last.is_ok() {
                     break;
                 }
@@ -93,8 +93,8 @@ pub async fn change_member(
         return last.unwrap_or_else(|e| row(size, Err(e)));
     };
     let result = match change {
-        Change::Add => add(broker, &raft, &rec, node).await,
-        Change::Remove => remove(broker, &raft, &rec, node).await,
+        Change::Add => add(queues, &raft, &rec, node).await,
+        Change::Remove => remove(queues, &raft, &rec, node).await,
     };
     let size = match (&result, change) {
         (Ok(_), Change::Add) if !rec.members.contains(&node) => size + 1,
@@ -107,7 +107,7 @@ pub async fn change_member(
 /// The `change_member` request, asked of node `to`: the queue's leader (`forwarded`), or a
 /// member that forwards it to the leader it follows.
 async fn forward(
-    broker: &Arc<Broker>,
+    queues: &Arc<Queues>,
     to: u64,
     vhost: &str,
     name: &str,
@@ -115,7 +115,7 @@ async fn forward(
     change: Change,
     forwarded: bool,
 ) -> Result<MemberResult, String> {
-    let mut client = admin_client(broker, to).map_err(|e| format!("node {to}: {e}"))?;
+    let mut client = admin_client(queues, to).map_err(|e| format!("node {to}: {e}"))?;
     let req = MemberRequest {
         vhost: vhost.to_string(),
         queue: name.to_string(),
@@ -132,7 +132,7 @@ async fn forward(
 }
 
 async fn add(
-    broker: &Arc<Broker>,
+    queues: &Arc<Queues>,
     raft: &crate::cluster::types::Raft,
     rec: &QueueRecord,
     node: u64,
@@ -143,7 +143,7 @@ async fn add(
     let mut members = rec.members.clone();
     if !members.contains(&node) {
         members.push(node);
-        set_members(broker, rec, members).await?;
+        set_members(queues, rec, members).await?;
     }
     match tokio::time::timeout(
         CATCH_UP_FOR,
@@ -167,7 +167,7 @@ async fn add(
 }
 
 async fn remove(
-    broker: &Arc<Broker>,
+    queues: &Arc<Queues>,
     raft: &crate::cluster::types::Raft,
     rec: &QueueRecord,
     node: u64,
@@ -182,10 +182,10 @@ async fn remove(
         .await
         .map_err(|e| format!("removing node {node}: {e}"))?;
     let members: Vec<u64> = rec.members.iter().copied().filter(|m| *m != node).collect();
-    set_members(broker, rec, members.clone()).await?;
+    set_members(queues, rec, members.clone()).await?;
     let online = members
         .iter()
-        .filter(|m| broker.detector().is_alive(**m))
+        .filter(|m| queues.detector().is_alive(**m))
         .count();
     let quorum = members.len() / 2 + 1;
     Ok(if online < quorum {
@@ -198,14 +198,19 @@ async fn remove(
     })
 }
 
+/// The cluster as this node sees it ([`super::status::cluster_status`]).
+fn cluster_status(queues: &Queues) -> super::status::ClusterStatus {
+    super::status::cluster_status(queues.peers(), queues.meta().raft(), queues.detector())
+}
+
 /// The admin API of node `node`, over the shared peer channel.
 ///
 /// Errors: no address is known for the node.
 pub(crate) fn admin_client(
-    broker: &Broker,
+    queues: &Queues,
     node: u64,
 ) -> Result<AdminClient<super::secret::PeerChannel>, String> {
-    broker
+    queues
         .peers()
         .channel(node)
         .map(AdminClient::new)
@@ -234,12 +239,13 @@ pub fn is_voter(raft: &crate::cluster::types::Raft, node: u64) -> bool {
 }
 
 async fn set_members(
-    broker: &Arc<Broker>,
+    queues: &Arc<Queues>,
     rec: &QueueRecord,
     members: Vec<u64>,
 ) -> Result<(), String> {
-    match broker
-        .meta_write(MetaCommand::SetQueueMembers {
+    match queues
+        .meta()
+        .write(MetaCommand::SetQueueMembers {
             vhost: rec.vhost.clone(),
             name: rec.name.clone(),
             group_id: rec.group_id,
@@ -260,7 +266,7 @@ async fn set_members(
 ///
 /// Errors: a pattern is not a valid regex; the strategy is neither.
 pub async fn grow(
-    broker: &Arc<Broker>,
+    queues: &Arc<Queues>,
     node: u64,
     strategy: &str,
     vhost_pattern: &str,
@@ -273,7 +279,7 @@ pub async fn grow(
     };
     let vp = regex::Regex::new(vhost_pattern).map_err(|e| e.to_string())?;
     let qp = regex::Regex::new(queue_pattern).map_err(|e| e.to_string())?;
-    let targets = select(broker, |q| {
+    let targets = select(queues, |q| {
         !q.members.contains(&node)
             && vp.is_match(&q.vhost)
             && qp.is_match(&q.name)
@@ -281,7 +287,7 @@ pub async fn grow(
     });
     let mut out = Vec::new();
     for (vhost, name) in targets {
-        out.push(change_member(broker, &vhost, &name, node, Change::Add, false).await);
+        out.push(change_member(queues, &vhost, &name, node, Change::Add, false).await);
     }
     Ok(out)
 }
@@ -289,18 +295,19 @@ pub async fn grow(
 /// `shrink NODE`: removes `node` from every quorum queue it is a member
 /// of (a queue where it is the last member reports an error). One row per
 /// queue, in vhost then name order.
-pub async fn shrink(broker: &Arc<Broker>, node: u64) -> Vec<MemberResult> {
-    let targets = select(broker, |q| q.members.contains(&node));
+pub async fn shrink(queues: &Arc<Queues>, node: u64) -> Vec<MemberResult> {
+    let targets = select(queues, |q| q.members.contains(&node));
     let mut out = Vec::new();
     for (vhost, name) in targets {
-        out.push(change_member(broker, &vhost, &name, node, Change::Remove, false).await);
+        out.push(change_member(queues, &vhost, &name, node, Change::Remove, false).await);
     }
     out
 }
 
 /// Replicated queues matching `pred`, as (vhost, name), sorted.
-fn select(broker: &Broker, pred: impl Fn(&QueueRecord) -> bool) -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> = broker
+fn select(queues: &Queues, pred: impl Fn(&QueueRecord) -> bool) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = queues
+        .meta()
         .with_topology(|t| {
             t.queues()
                 .filter(|q| q.kind == QueueKind::Quorum && pred(q))
@@ -324,35 +331,34 @@ const TRANSFER_FOR: Duration = Duration::from_secs(3);
 ///
 /// Errors: a pattern is not a valid regex.
 pub async fn rebalance(
-    broker: &Arc<Broker>,
+    queues: &Arc<Queues>,
     vhost_pattern: &str,
     queue_pattern: &str,
 ) -> Result<(Vec<(u64, u32)>, Vec<String>), String> {
     let vp = regex::Regex::new(vhost_pattern).map_err(|e| e.to_string())?;
     let qp = regex::Regex::new(queue_pattern).map_err(|e| e.to_string())?;
-    let mut queues: Vec<(QueueRecord, Option<u64>)> = Vec::new();
-    for (vhost, name) in select(broker, |q| vp.is_match(&q.vhost) && qp.is_match(&q.name)) {
-        if let Some((rec, h)) = broker.queue(&vhost, &name) {
+    let mut placed: Vec<(QueueRecord, Option<u64>)> = Vec::new();
+    for (vhost, name) in select(queues, |q| vp.is_match(&q.vhost) && qp.is_match(&q.name)) {
+        if let Some((rec, h)) = queues.queue(&vhost, &name) {
             let leader = h.route().and_then(|r| r.leader());
-            queues.push((rec, leader));
+            placed.push((rec, leader));
         }
     }
-    let mut count: std::collections::BTreeMap<u64, u32> = broker
-        .cluster_status()
+    let mut count: std::collections::BTreeMap<u64, u32> = cluster_status(queues)
         .nodes
         .iter()
-        .filter(|n| broker.detector().is_alive(n.id))
+        .filter(|n| queues.detector().is_alive(n.id))
         .map(|n| (n.id, 0))
         .collect();
-    for (_, l) in &queues {
+    for (_, l) in &placed {
         if let Some(l) = l {
             *count.entry(*l).or_default() += 1;
         }
     }
-    let led = queues.iter().filter(|(_, l)| l.is_some()).count() as u32;
+    let led = placed.iter().filter(|(_, l)| l.is_some()).count() as u32;
     let share = led.div_ceil(count.len().max(1) as u32);
     let mut moved = Vec::new();
-    for (rec, leader) in &queues {
+    for (rec, leader) in &placed {
         let Some(from) = *leader else { continue };
         if count.get(&from).copied().unwrap_or(0) <= share {
             continue;
@@ -361,7 +367,7 @@ pub async fn rebalance(
             .members
             .iter()
             .copied()
-            .filter(|m| *m != from && broker.detector().may_lead(*m))
+            .filter(|m| *m != from && queues.detector().may_lead(*m))
             .min_by_key(|m| (count.get(m).copied().unwrap_or(0), *m))
         else {
             continue;
@@ -369,7 +375,7 @@ pub async fn rebalance(
         if count.get(&to).copied().unwrap_or(0) + 1 >= count.get(&from).copied().unwrap_or(0) {
             continue;
         }
-        match ask_campaign(broker, to, rec.group_id).await {
+        match ask_campaign(queues, to, rec.group_id).await {
             Ok(()) => {
                 *count.entry(from).or_default() -= 1;
                 *count.entry(to).or_default() += 1;
@@ -388,14 +394,14 @@ pub async fn rebalance(
 
 /// Has node `node` campaign in `group` (itself when it is this node).
 pub(crate) async fn ask_campaign(
-    broker: &Arc<Broker>,
+    queues: &Arc<Queues>,
     node: u64,
     group: u64,
 ) -> Result<(), String> {
-    if node == broker.node_id() {
-        return campaign(broker, group).await;
+    if node == queues.node_id() {
+        return campaign(queues, group).await;
     }
-    let r = admin_client(broker, node)?
+    let r = admin_client(queues, node)?
         .campaign(quorumq_proto::v1::CampaignRequest { group_id: group })
         .await
         .map_err(|e| e.message().to_string())?
@@ -412,13 +418,13 @@ pub(crate) async fn ask_campaign(
 /// their lease, for up to [`TRANSFER_FOR`].
 ///
 /// Errors: no replica of the group here, or not the leader in time.
-pub async fn campaign(broker: &Arc<Broker>, group: u64) -> Result<(), String> {
-    let me = broker.node_id();
-    let raft = broker
+pub async fn campaign(queues: &Arc<Queues>, group: u64) -> Result<(), String> {
+    let me = queues.node_id();
+    let raft = queues
         .queue_by_group(group)
         .and_then(|h| h.route().and_then(|r| r.raft()))
         .ok_or_else(|| format!("node {me} holds no replica of group {group}"))?;
-    if broker.detector().is_draining() {
+    if queues.detector().is_draining() {
         return Err(format!("node {me} is draining"));
     }
     let deadline = tokio::time::Instant::now() + TRANSFER_FOR;
@@ -449,10 +455,10 @@ pub async fn campaign(broker: &Arc<Broker>, group: u64) -> Result<(), String> {
 /// bodies when the log it needs was purged, else the log; each queue is tried 30 times a
 /// second apart). Gives up forgetting after 10 minutes. A node that is no cluster member
 /// (already forgotten) is skipped.
-pub async fn replace(broker: std::sync::Weak<Broker>, old: u64) {
+pub async fn replace(queues: std::sync::Weak<Queues>, old: u64) {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(600);
     let rows = loop {
-        let Some(b) = broker.upgrade() else { return };
+        let Some(b) = queues.upgrade() else { return };
         if b.is_stopping() {
             return;
         }
@@ -476,7 +482,7 @@ pub async fn replace(broker: std::sync::Weak<Broker>, old: u64) {
         drop(b);
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     };
-    let Some(b) = broker.upgrade() else { return };
+    let Some(b) = queues.upgrade() else { return };
     let me = b.node_id();
     for row in rows {
         for attempt in 1.. {
@@ -500,22 +506,22 @@ pub async fn replace(broker: std::sync::Weak<Broker>, old: u64) {
 /// Errors: the node is running, unknown, this node itself, no meta leader,
 /// or the meta membership change failed.
 pub async fn forget_node(
-    broker: &Arc<Broker>,
+    queues: &Arc<Queues>,
     node: u64,
     forwarded: bool,
 ) -> Result<Vec<MemberResult>, String> {
-    if node == broker.node_id() {
+    if node == queues.node_id() {
         return Err(format!("node {node} is the node asked; ask another one"));
     }
-    if broker.detector().is_alive(node) {
+    if queues.detector().is_alive(node) {
         return Err(format!("node {node} is running; stop it first"));
     }
-    let meta = broker.meta_raft().clone();
+    let meta = queues.meta().raft().clone();
     let leader = meta.metrics().borrow().current_leader;
     match leader {
-        Some(l) if l == broker.node_id() => {}
+        Some(l) if l == queues.node_id() => {}
         Some(l) if !forwarded => {
-            let r = admin_client(broker, l)
+            let r = admin_client(queues, l)
                 .map_err(|e| format!("the meta leader: {e}"))?
                 .forget_cluster_node(quorumq_proto::v1::ForgetRequest {
                     node,
@@ -537,9 +543,9 @@ pub async fn forget_node(
     if membership.get_node(&node).is_none() {
         return Err(format!("node {node} is not a cluster member"));
     }
-    let queues = shrink(broker, node).await;
+    let rows = shrink(queues, node).await;
     meta.change_membership(removal(&meta, node), false)
         .await
         .map_err(|e| format!("removing node {node} from the meta group: {e}"))?;
-    Ok(queues)
+    Ok(rows)
 }

@@ -1,8 +1,11 @@
 //! Everything between nodes: the openraft type configuration, the node
 //! table and its channels, the group-tagged Raft transport (client and
-//! server), forwarding to leaders, deliveries to remote consumers, the
-//! failure detector and the elections it starts, and per-group Raft settings.
+//! server), finding and forwarding to leaders (`route`, the meta group's
+//! `meta_group`), deliveries to remote consumers, the failure detector and
+//! the elections it starts, placing and bootstrapping groups (`placement`,
+//! `bootstrap`), membership changes, and per-group Raft settings.
 
+pub mod bootstrap;
 pub mod commit_updates;
 pub mod deliveries;
 pub mod detector;
@@ -13,7 +16,10 @@ pub mod groups;
 pub mod in_flight;
 pub mod join;
 pub mod membership;
+pub mod meta_group;
 pub mod peers;
+pub mod placement;
+pub mod route;
 pub mod secret;
 pub mod server;
 pub mod status;

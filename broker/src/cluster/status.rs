@@ -2,6 +2,12 @@
 //! queue's replicas and leader are (`quorumqctl cluster_status`,
 //! `list_queues`).
 
+use std::collections::BTreeMap;
+
+use super::detector::Detector;
+use super::peers::Peers;
+use super::types::Raft;
+
 /// One node of the cluster as seen from the node answering.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeStatus {
@@ -44,4 +50,37 @@ pub struct QueueStatus {
     /// Message bodies the leader replica could not read back intact since it opened (count;
     /// each was logged; > 0 = the queue is unhealthy: those messages stay undelivered).
     pub unreadable_bodies: u64,
+}
+
+/// The cluster as this node sees it (nodes, liveness, meta leader).
+///
+/// `peers`: the addresses known here; `meta_raft`: the meta group (its
+/// membership and leader); `detector`: liveness and AMQP addresses.
+pub fn cluster_status(peers: &Peers, meta_raft: &Raft, detector: &Detector) -> ClusterStatus {
+    // The meta group's members (a forgotten node is not one), with the
+    // addresses known here; every known address while the membership
+    // is not known yet.
+    let known: BTreeMap<u64, String> = peers.all().into_iter().collect();
+    let metrics = meta_raft.metrics().borrow().clone();
+    let mut ids: BTreeMap<u64, String> = metrics
+        .membership_config
+        .membership()
+        .nodes()
+        .map(|(id, _)| (*id, known.get(id).cloned().unwrap_or_default()))
+        .collect();
+    if ids.is_empty() {
+        ids = known;
+    }
+    ClusterStatus {
+        nodes: ids
+            .into_iter()
+            .map(|(id, addr)| NodeStatus {
+                id,
+                cluster_addr: addr,
+                amqp_addr: detector.amqp_addr_of(id).unwrap_or_default(),
+                running: detector.is_alive(id),
+            })
+            .collect(),
+        meta_leader: metrics.current_leader,
+    }
 }

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use super::cycle::is_cycle;
 use super::rewrite::{rewrite, DeadLettered};
 use crate::message::StoredMessage;
-use crate::node::Broker;
 use crate::queue::handle::QueueHandle;
+use crate::queue::services::QueueServices;
 use crate::queue::types::{DeadLetterReason, DeadLetterTarget, EnqueueMsg, MsgId, QueueCommand};
 
 /// Logs `text` the first time `key` is seen (RabbitMQ logs each cycle once).
@@ -30,7 +30,7 @@ pub fn log_once(key: String, text: impl FnOnce() -> String) {
 /// queues (cycles removed, spec §4) and the message, or None when the DLX
 /// does not exist.
 pub fn prepare(
-    broker: &Broker,
+    services: &dyn QueueServices,
     source: &QueueHandle,
     reason: DeadLetterReason,
     target: &DeadLetterTarget,
@@ -38,7 +38,7 @@ pub fn prepare(
 ) -> Option<(DeadLettered, Vec<Arc<QueueHandle>>)> {
     let msg = StoredMessage::decode(payload).ok()?;
     let dl = rewrite(&msg, &source.name, reason, target, crate::now_ms() / 1000);
-    let routed = broker
+    let routed = services
         .route(
             &source.vhost,
             &target.exchange,
@@ -60,14 +60,14 @@ pub fn prepare(
 
 /// Publishes message `id` of `source`, dead-lettered for `reason`.
 pub async fn publish(
-    broker: &Broker,
+    services: &dyn QueueServices,
     source: &QueueHandle,
     id: MsgId,
     reason: DeadLetterReason,
     target: &DeadLetterTarget,
     payload: &Bytes,
 ) {
-    let Some((dl, targets)) = prepare(broker, source, reason, target, payload) else {
+    let Some((dl, targets)) = prepare(services, source, reason, target, payload) else {
         tracing::debug!(queue = %source.name, id, "dead-letter exchange missing; message dropped");
         return;
     };

@@ -14,8 +14,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::at_most_once::{log_once, prepare};
-use crate::node::Broker;
 use crate::queue::handle::QueueHandle;
+use crate::queue::services::QueueServices;
 use crate::queue::supervise::supervise;
 use crate::queue::types::{
     DeadLetterStrategy, EnqueueMsg, EnqueueOutcome, MsgId, QueueCommand, QueueReply,
@@ -34,14 +34,14 @@ pub struct Worker {
 
 impl Worker {
     /// Starts the worker of `queue`.
-    pub fn spawn(broker: Weak<Broker>, queue: Arc<QueueHandle>) -> Worker {
+    pub fn spawn(services: Weak<dyn QueueServices>, queue: Arc<QueueHandle>) -> Worker {
         let wake = Arc::new(Notify::new());
         let notify = wake.clone();
         let name = queue.name.clone();
         // Restarted if it panics: held dead letters must keep moving.
         let task = tokio::spawn(async move {
             supervise("dead-letter worker", &name, |_| {
-                run(broker.clone(), queue.clone(), notify.clone())
+                run(services.clone(), queue.clone(), notify.clone())
             })
             .await
         });
@@ -60,8 +60,8 @@ impl Drop for Worker {
     }
 }
 
-async fn run(broker: Weak<Broker>, queue: Arc<QueueHandle>, wake: Arc<Notify>) {
-    let Some(mut events) = broker.upgrade().map(|b| b.subscribe_events()) else {
+async fn run(services: Weak<dyn QueueServices>, queue: Arc<QueueHandle>, wake: Arc<Notify>) {
+    let Some(mut events) = services.upgrade().map(|b| b.events()) else {
         return;
     };
     // Targets that already committed a copy, per held message: a retry
@@ -69,14 +69,14 @@ async fn run(broker: Weak<Broker>, queue: Arc<QueueHandle>, wake: Arc<Notify>) {
     let mut settled_targets: HashMap<MsgId, HashSet<u64>> = HashMap::new();
     loop {
         events.borrow_and_update();
-        let Some(b) = broker.upgrade() else { return };
+        let Some(b) = services.upgrade() else { return };
         if b.is_stopping() {
             return;
         }
         // The worker runs beside the leader only (spec §5.8); a new leader is
         // woken by the held messages it re-announces.
         let progress =
-            queue.is_local_leader() && forward_round(&b, &queue, &mut settled_targets).await;
+            queue.is_local_leader() && forward_round(&*b, &queue, &mut settled_targets).await;
         drop(b);
         if progress {
             continue;
@@ -96,7 +96,7 @@ async fn run(broker: Weak<Broker>, queue: Arc<QueueHandle>, wake: Arc<Notify>) {
 
 /// One pass over the held messages; true if any was settled.
 async fn forward_round(
-    broker: &Broker,
+    services: &dyn QueueServices,
     queue: &QueueHandle,
     settled_targets: &mut HashMap<MsgId, HashSet<u64>>,
 ) -> bool {
@@ -130,7 +130,7 @@ async fn forward_round(
         let Some(payload) = payload else {
             continue;
         };
-        let Some((dl, targets)) = prepare(broker, queue, reason, target, &payload) else {
+        let Some((dl, targets)) = prepare(services, queue, reason, target, &payload) else {
             log_once(format!("nodlx:{}:{}", queue.name, target.exchange), || {
                 format!("Cannot forward any dead-letter messages from source quorum queue '{}' because its configured dead-letter-exchange '{}' does not exist. This message will not be logged again.", queue.name, target.exchange)
             });

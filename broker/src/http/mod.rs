@@ -17,6 +17,7 @@ pub mod api;
 pub mod auth;
 pub mod definitions;
 pub mod json;
+pub mod metrics;
 
 use std::sync::{Arc, OnceLock};
 
@@ -68,7 +69,7 @@ async fn metrics(State(started): State<Started>) -> Response {
     let Some(broker) = started.get().cloned() else {
         return ApiError::starting().into_response();
     };
-    let text = crate::metrics::scrape(&broker).await;
+    let text = metrics::scrape(&broker).await;
     (
         [(
             axum::http::header::CONTENT_TYPE,

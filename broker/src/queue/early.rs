@@ -22,7 +22,7 @@ use std::sync::Mutex;
 
 use tokio::sync::oneshot;
 
-use super::handle::QueueError;
+use super::error::QueueError;
 use super::types::QueueReply;
 
 /// The senders of one entry's proposals, in the entry's order.

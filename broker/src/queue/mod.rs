@@ -15,15 +15,23 @@
 //! - `expiry`: message TTL, queue TTL (x-expires), the expiry timer
 //! - `queries`: read-only accessors for the broker
 //!
-//! The impure shell: `host` (applies, carries out effects), `handle` (the
-//! proposer), `early` (replies handed to local proposals as they apply).
+//! The impure shell: `registry` (the node's queues: open, follow
+//! membership, reconcile, route, delete), `services` (what a queue's
+//! runtime may ask of them), `runtime` (leader-only effects), `host`
+//! (applies, carries out effects), `handle` (the queue reference channels
+//! call), `proposer` (batch, dedupe, resend), `early` (replies handed to
+//! local proposals as they apply), `error` (why a proposal failed).
 
 pub mod bodies;
 pub mod early;
+pub mod error;
 pub mod handle;
 pub mod host;
+mod proposer;
+pub mod registry;
 pub mod replica;
 pub mod runtime;
+pub mod services;
 pub mod supervise;
 pub mod types;
 

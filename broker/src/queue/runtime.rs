@@ -9,10 +9,10 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::handle::QueueHandle;
 use super::host::LeaderEffect;
+use super::services::QueueServices;
 use super::supervise::supervise;
 use super::types::QueueCommand;
 use crate::dead_letter;
-use crate::node::Broker;
 
 /// How often a queue with `x-expires` ticks (ms).
 const IDLE_TICK_MS: u64 = 500;
@@ -21,7 +21,7 @@ const IDLE_TICK_MS: u64 = 500;
 /// Restarted if it panics ([`supervise`]); a restarted runtime ticks at once,
 /// so the machine re-arms the expiry timer the panic lost.
 pub fn spawn(
-    broker: Weak<Broker>,
+    services: Weak<dyn QueueServices>,
     queue: Arc<QueueHandle>,
     effects: UnboundedReceiver<LeaderEffect>,
 ) {
@@ -29,10 +29,10 @@ pub fn spawn(
     let name = queue.name.clone();
     tokio::spawn(async move {
         supervise("runtime", &name, |restarts| {
-            let (broker, queue, effects) = (broker.clone(), queue.clone(), effects.clone());
+            let (services, queue, effects) = (services.clone(), queue.clone(), effects.clone());
             async move {
                 let mut effects = effects.lock().await;
-                run(broker, queue, &mut effects, restarts > 0).await
+                run(services, queue, &mut effects, restarts > 0).await
             }
         })
         .await
@@ -40,16 +40,16 @@ pub fn spawn(
 }
 
 async fn run(
-    broker: Weak<Broker>,
+    services: Weak<dyn QueueServices>,
     queue: Arc<QueueHandle>,
     effects: &mut UnboundedReceiver<LeaderEffect>,
     restarted: bool,
 ) {
     let mut next_tick: Option<u64> = restarted.then(crate::now_ms);
-    let worker = dead_letter::worker::Worker::spawn(broker.clone(), queue.clone());
+    let worker = dead_letter::worker::Worker::spawn(services.clone(), queue.clone());
     let mut expires_check = tokio::time::interval(Duration::from_millis(IDLE_TICK_MS));
     loop {
-        if queue.context().is_closed() || broker.upgrade().is_none_or(|b| b.is_stopping()) {
+        if queue.context().is_closed() || services.upgrade().is_none_or(|b| b.is_stopping()) {
             break;
         }
         // Only a queue with x-expires needs a periodic tick; an idle queue
@@ -67,7 +67,7 @@ async fn run(
                         next_tick = Some(next_tick.map_or(at_ms, |t| t.min(at_ms)));
                     }
                     LeaderEffect::QueueExpired => {
-                        if let Some(b) = broker.upgrade() {
+                        if let Some(b) = services.upgrade() {
                             tracing::info!(queue = %queue.name, "queue expired (x-expires), deleting");
                             let b2 = b.clone();
                             let (vhost, name) = (queue.vhost.clone(), queue.name.clone());
@@ -75,15 +75,15 @@ async fn run(
                         }
                     }
                     LeaderEffect::DeadLetter { id, reason, target, payload } => {
-                        if let Some(b) = broker.upgrade() {
-                            dead_letter::at_most_once::publish(&b, &queue, id, reason, &target, &payload).await;
+                        if let Some(b) = services.upgrade() {
+                            dead_letter::at_most_once::publish(&*b, &queue, id, reason, &target, &payload).await;
                         }
                     }
                     LeaderEffect::DeadLetterHeld { .. } => worker.wake(),
                     LeaderEffect::PublishersBlocked(blocked) => {
                         tracing::debug!(queue = %queue.name, blocked, "reject-publish state changed");
                         if !blocked {
-                            if let Some(b) = broker.upgrade() { b.topology_changed(); }
+                            if let Some(b) = services.upgrade() { b.topology_changed(); }
                         }
                     }
                 }

@@ -1,0 +1,167 @@
+//! Starting a Raft group on this node: initializing it with its voters,
+//! the campaigns of a new queue's preferred leader, and the leadership a
+//! replica restores from its vote at startup.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use openraft::BasicNode;
+
+use super::types::{GroupCommand, Origin, Raft, TypeConfig};
+use crate::error::NodeError;
+
+/// A new queue's preferred leader campaigns this many times, this often,
+/// until a leader is known (about the election sweep's grace for new
+/// replicas, cluster::elections).
+const PREFERRED_CAMPAIGNS: u32 = 20;
+const PREFERRED_CAMPAIGN_EVERY: Duration = Duration::from_millis(50);
+/// How long a new queue's other members wait for the preferred leader's
+/// first append before initializing the group themselves.
+const UNINITIALIZED_GRACE: Duration = Duration::from_secs(2);
+
+/// Initializes a fresh group with `voters` (every member calls this with
+/// the same list, so the first log entry is the same everywhere); a group
+/// that already has state keeps it. Node addresses live in [`Peers`](super::peers::Peers), not in
+/// the membership, so every member writes an identical entry.
+pub async fn initialize(raft: &Raft, voters: &[u64]) -> Result<(), NodeError> {
+    if raft
+        .is_initialized()
+        .await
+        .map_err(|e| NodeError::Raft(e.to_string()))?
+    {
+        return Ok(());
+    }
+    let members: BTreeMap<u64, BasicNode> =
+        voters.iter().map(|v| (*v, BasicNode::new(""))).collect();
+    match raft.initialize(members).await {
+        Ok(()) => Ok(()),
+        Err(openraft::error::RaftError::APIError(
+            openraft::error::InitializeError::NotAllowed(_),
+        )) => Ok(()),
+        Err(e) => Err(NodeError::Raft(e.to_string())),
+    }
+}
+
+/// Initializes this node's replica (`me`) of a queue group with `members`:
+/// at once on the preferred leader (first member) and a sole member, after
+/// [`UNINITIALIZED_GRACE`] on the others (in a background task).
+///
+/// Errors: openraft refuses the initialization.
+pub async fn initialize_member(raft: &Raft, members: &[u64], me: u64) -> Result<(), NodeError> {
+    // openraft's initialize campaigns at once. Only the preferred
+    // leader (first member) and sole members initialize now; the
+    // others take the membership from the leader's first append,
+    // or initialize themselves (and campaign) after a grace if
+    // none came (the preferred leader died before it could lead).
+    let preferred = members.first() == Some(&me);
+    if preferred || members == [me] {
+        initialize(raft, members).await?;
+    } else {
+        let (raft, members) = (raft.clone(), members.to_vec());
+        tokio::spawn(async move {
+            tokio::time::sleep(UNINITIALIZED_GRACE).await;
+            if let Err(e) = initialize(&raft, &members).await {
+                tracing::warn!(error = %e, "initializing a queue replica failed");
+            }
+        });
+    }
+    Ok(())
+}
+
+/// Has this node (`me`), when it is the preferred leader of a queue group
+/// with `members`, campaign until a leader is known (in a background task;
+/// [`PREFERRED_CAMPAIGNS`] times, every [`PREFERRED_CAMPAIGN_EVERY`]).
+pub fn campaign_if_preferred(raft: &Raft, members: &[u64], me: u64) {
+    // In a new group the preferred leader (first member) campaigns
+    // until a leader is known (the other members open their
+    // replicas when they apply the queue record, a little later);
+    // the election sweep takes over after its grace. A group with a
+    // term is reopening (restart): its leader may be alive, and a
+    // campaign from a replica that missed entries would only
+    // depose it (openraft 0.9 has no pre-vote); a sole member
+    // campaigns all the same.
+    let fresh = raft.metrics().borrow().current_term == 0;
+    let sole = members == [me];
+    if (fresh || sole) && members.first() == Some(&me) {
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            // The first campaign was openraft's initialize (new
+            // group) or is the first one here (sole member).
+            if !fresh {
+                let _ = raft.trigger().elect().await;
+            }
+            for _ in 0..PREFERRED_CAMPAIGNS {
+                tokio::time::sleep(PREFERRED_CAMPAIGN_EVERY).await;
+                if raft.current_leader().await.is_some() {
+                    return;
+                }
+                let _ = raft.trigger().elect().await;
+            }
+        });
+    }
+}
+
+/// True when openraft will restore this replica as leader at startup: its
+/// persisted vote is its own and committed (openraft 0.9
+/// `Engine::startup`). Such a leader appends no blank entry in this boot.
+pub async fn restores_as_leader<S>(log: &mut S, me: u64) -> bool
+where
+    S: openraft::storage::RaftLogStorage<TypeConfig>,
+{
+    matches!(log.read_vote().await, Ok(Some(v)) if v.is_committed() && v.leader_id().voted_for() == Some(me))
+}
+
+/// Appends [`GroupCommand::LeaderRestored`] for a replica restored as
+/// leader, so the queue re-issues its leader-only effects (deliveries of
+/// checked-out messages, held dead letters, timers) once every entry
+/// before it is applied, as a new leader's blank entry does. Gives up when
+/// leadership moved (the new leader's blank entry does the same) or after
+/// a few failed tries.
+pub async fn mark_restored_leadership(raft: Raft, origin: Origin, queue: String) {
+    for _ in 0..10 {
+        match raft
+            .client_write(GroupCommand::LeaderRestored { origin })
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(%queue, "queue leader restored from its vote: re-issued its deliveries and timers");
+                return;
+            }
+            Err(openraft::error::RaftError::APIError(
+                openraft::error::ClientWriteError::ForwardToLeader(_),
+            )) => return,
+            Err(e) => {
+                tracing::debug!(%queue, error = %e, "marking a restored leadership failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::storage::RaftLogStorage;
+    use openraft::Vote;
+    use raft_log::NodeStore;
+
+    use super::*;
+
+    /// openraft restores a replica as leader only from its own committed
+    /// vote; that is when `LeaderRestored` must be appended.
+    #[tokio::test]
+    pub async fn restores_as_leader_only_from_its_own_committed_vote() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = NodeStore::open(dir.path(), 1 << 20).unwrap();
+        let mut log = store.log_store::<TypeConfig>(1).unwrap();
+        assert!(!restores_as_leader(&mut log, 2).await, "no vote yet");
+        let cases = [
+            (Vote::new(3, 2), false),           // own, not granted by a quorum
+            (Vote::new_committed(4, 1), false), // another node's leadership
+            (Vote::new_committed(5, 2), true),  // own, committed
+        ];
+        for (vote, restored) in cases {
+            log.save_vote(&vote).await.unwrap();
+            assert_eq!(restores_as_leader(&mut log, 2).await, restored, "{vote:?}");
+        }
+    }
+}

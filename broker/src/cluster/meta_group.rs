@@ -1,0 +1,108 @@
+//! The meta group as the rest of the node uses it: the local replica's
+//! topology to read, and writes proposed to the group's leader (on this
+//! node when it leads, else forwarded over gRPC).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::forward::{Forwarded, Forwarder};
+use super::types::{GroupCommand, GroupReply, Raft, META_GROUP};
+use crate::amqp::error::ProtocolError;
+use crate::meta::command::{MetaCommand, MetaReply};
+use crate::meta::host::MetaHost;
+
+/// How long a meta write waits for a leader (elections, forwarding).
+const META_WRITE_FOR: Duration = Duration::from_secs(30);
+
+/// This node's member of the meta group: its Raft handle, its replica's
+/// state machine, and the forwarder that reaches the leader.
+pub struct MetaGroup {
+    me: u64,
+    raft: Raft,
+    host: Arc<Mutex<MetaHost>>,
+    forwarder: Arc<Forwarder>,
+}
+
+impl MetaGroup {
+    /// This node's (`me`) meta group: its Raft handle, the state machine
+    /// `host` it applies to, and the `forwarder` to the leader.
+    pub fn new(me: u64, raft: Raft, host: Arc<Mutex<MetaHost>>, forwarder: Arc<Forwarder>) -> Self {
+        MetaGroup {
+            me,
+            raft,
+            host,
+            forwarder,
+        }
+    }
+
+    /// The meta group's Raft handle (cluster membership, topology).
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// Reads the topology of the local replica.
+    pub fn with_topology<R>(&self, f: impl FnOnce(&crate::meta::Topology) -> R) -> Option<R> {
+        self.host.lock().ok().map(|m| f(m.topology()))
+    }
+
+    /// Proposes a topology change to the meta group: on this node when it
+    /// leads, else forwarded to the leader; returns once the local replica
+    /// applied it too (so this node's routing sees its own writes).
+    ///
+    /// Errors: 541 INTERNAL_ERROR when no meta leader answered in 30 s.
+    pub async fn write(&self, cmd: MetaCommand) -> Result<MetaReply, ProtocolError> {
+        let started = std::time::Instant::now();
+        let me = self.me;
+        let mut last = String::from("no meta leader");
+        while started.elapsed() < META_WRITE_FOR {
+            let leader = self.raft.metrics().borrow().current_leader;
+            match leader {
+                Some(l) if l == me => {
+                    match self
+                        .raft
+                        .client_write(GroupCommand::Meta(cmd.clone()))
+                        .await
+                    {
+                        Ok(resp) => {
+                            return match resp.data {
+                                GroupReply::Meta(r) => Ok(r),
+                                _ => Err(ProtocolError::internal("unexpected meta reply")),
+                            }
+                        }
+                        Err(e) => last = e.to_string(),
+                    }
+                }
+                Some(l) => {
+                    let bytes = raft_log::codec::encode(&cmd).map_err(ProtocolError::internal)?;
+                    match self
+                        .forwarder
+                        .propose(l, META_GROUP, bytes.into(), Duration::from_secs(10))
+                        .await
+                    {
+                        Forwarded::Reply(GroupReply::Meta(r), index) => {
+                            self.await_applied(index).await;
+                            return Ok(r);
+                        }
+                        Forwarded::Reply(..) => {
+                            return Err(ProtocolError::internal("unexpected meta reply"))
+                        }
+                        other => last = format!("{other:?}"),
+                    }
+                }
+                None => {}
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(ProtocolError::internal(format!("meta group: {last}")))
+    }
+
+    /// Waits (≤ 5 s) until the local meta replica applied log index
+    /// `index` (a write this node forwarded), so its routing sees it.
+    async fn await_applied(&self, index: u64) {
+        let _ = self
+            .raft
+            .wait(Some(Duration::from_secs(5)))
+            .applied_index_at_least(Some(index), "forwarded meta write applied locally")
+            .await;
+    }
+}

@@ -1,0 +1,764 @@
+//! The queues of a node: the table of queue references, the Raft groups
+//! behind them, their storage and the consumer table; opening, following
+//! membership changes, reconciling with the topology, placing, routing and
+//! deleting queues; the lookups the front ends call. The node (`crate::node`)
+//! composes it.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use amq_protocol::types::FieldTable;
+use futures::future::BoxFuture;
+use raft_log::NodeStore;
+use tokio::sync::watch;
+
+use super::bodies::{MemBodies, SegmentBodies, MEMORY_BUDGET};
+use super::handle::QueueHandle;
+use super::host::{QueueContext, QueueHost};
+use super::replica::QueueReplica;
+use super::runtime;
+use super::services::QueueServices;
+use super::types::{QueueCommand, QueueConfig};
+use super::QueueMachine;
+use crate::amqp::error::ProtocolError;
+use crate::cluster::detector::Detector;
+use crate::cluster::forward::Forwarder;
+use crate::cluster::groups::GroupTable;
+use crate::cluster::meta_group::MetaGroup;
+use crate::cluster::peers::Peers;
+use crate::cluster::route::Route;
+use crate::cluster::status::QueueStatus;
+use crate::cluster::transport::Network;
+use crate::cluster::types::{Origin, Raft, TypeConfig};
+use crate::cluster::{bootstrap, placement, raft_config};
+use crate::consumers::ConsumerRegistry;
+use crate::error::NodeError;
+use crate::meta::command::{MetaCommand, MetaReply};
+use crate::meta::{QueueKind, QueueRecord, QueueType};
+
+/// What [`Queues::new`] is made of: this node's shared plumbing.
+pub struct QueuesParts {
+    /// This node and its boot epoch (proposals are tagged with it).
+    pub origin: Origin,
+    /// Root of the body segment directories (`<data_dir>/node-<id>/bodies`).
+    pub bodies_root: PathBuf,
+    /// A queue group snapshots every this many log entries.
+    pub snapshot_interval: u64,
+    /// The node's storage (Raft logs, snapshots).
+    pub store: NodeStore,
+    /// The meta group (topology reads and writes).
+    pub meta: Arc<MetaGroup>,
+    /// The consumer table.
+    pub consumers: Arc<ConsumerRegistry>,
+    /// The cluster's nodes and their channels.
+    pub peers: Arc<Peers>,
+    /// The transport's table of groups served here.
+    pub groups: Arc<GroupTable>,
+    /// The node-level failure detector.
+    pub detector: Arc<Detector>,
+    /// Forwarding to group leaders on other nodes.
+    pub forwarder: Arc<Forwarder>,
+}
+
+/// The queues of this node (see the module docs).
+pub struct Queues {
+    origin: Origin,
+    bodies_root: PathBuf,
+    snapshot_interval: u64,
+    store: NodeStore,
+    meta: Arc<MetaGroup>,
+    handles: RwLock<HashMap<u64, Arc<QueueHandle>>>,
+    consumers: Arc<ConsumerRegistry>,
+    /// Serializes group creation and deletion.
+    groups_lock: tokio::sync::Mutex<()>,
+    /// Bumped on every event a held dead letter may be waiting for:
+    /// exchange/binding/queue changes, a queue unblocking publishers.
+    events: watch::Sender<u64>,
+    stopping: AtomicBool,
+    peers: Arc<Peers>,
+    groups: Arc<GroupTable>,
+    detector: Arc<Detector>,
+    forwarder: Arc<Forwarder>,
+}
+
+impl Queues {
+    /// No queues yet: [`Queues::reconcile`] opens those of the topology.
+    pub fn new(parts: QueuesParts) -> Arc<Queues> {
+        Arc::new(Queues {
+            origin: parts.origin,
+            bodies_root: parts.bodies_root,
+            snapshot_interval: parts.snapshot_interval,
+            store: parts.store,
+            meta: parts.meta,
+            handles: RwLock::new(HashMap::new()),
+            consumers: parts.consumers,
+            groups_lock: tokio::sync::Mutex::new(()),
+            events: watch::Sender::new(0),
+            stopping: AtomicBool::new(false),
+            peers: parts.peers,
+            groups: parts.groups,
+            detector: parts.detector,
+            forwarder: parts.forwarder,
+        })
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> u64 {
+        self.origin.node
+    }
+
+    /// The meta group (topology reads, writes to its leader).
+    pub fn meta(&self) -> &Arc<MetaGroup> {
+        &self.meta
+    }
+
+    /// The node-level failure detector.
+    pub fn detector(&self) -> &Arc<Detector> {
+        &self.detector
+    }
+
+    /// The cluster's nodes and their gRPC channels.
+    pub fn peers(&self) -> &Arc<Peers> {
+        &self.peers
+    }
+
+    /// The transport's table of the groups served here.
+    pub fn groups(&self) -> &Arc<GroupTable> {
+        &self.groups
+    }
+
+    /// The consumer table.
+    pub fn consumers(&self) -> &Arc<ConsumerRegistry> {
+        &self.consumers
+    }
+
+    /// What the queue runtimes and dead-letter workers may call back.
+    fn services(self: &Arc<Self>) -> Weak<dyn QueueServices> {
+        let weak: Weak<Queues> = Arc::downgrade(self);
+        weak
+    }
+
+    /// Signals a topology change or a queue regaining room, so held
+    /// dead letters are retried at once (not after the fallback timer).
+    pub fn topology_changed(&self) {
+        self.events.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// Subscribes to [`Queues::topology_changed`] signals.
+    pub fn subscribe_events(&self) -> watch::Receiver<u64> {
+        self.events.subscribe()
+    }
+
+    /// True once shutdown began.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Stops every queue group (node stopping): later proposals fail.
+    pub async fn shutdown(&self) {
+        self.stopping.store(true, Ordering::Release);
+        for h in self.queue_handles() {
+            h.shutdown().await;
+        }
+    }
+
+    /// The record and handle of queue `name`.
+    pub fn queue(&self, vhost: &str, name: &str) -> Option<(QueueRecord, Arc<QueueHandle>)> {
+        let rec = self
+            .meta
+            .with_topology(|t| t.queue(vhost, name).cloned())??;
+        let handle = self.handles.read().ok()?.get(&rec.group_id).cloned()?;
+        Some((rec, handle))
+    }
+
+    /// Handle by group id.
+    pub fn queue_by_group(&self, group: u64) -> Option<Arc<QueueHandle>> {
+        self.handles.read().ok()?.get(&group).cloned()
+    }
+
+    /// All queue handles on this node.
+    pub fn queue_handles(&self) -> Vec<Arc<QueueHandle>> {
+        self.handles
+            .read()
+            .map(|q| q.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Routes a publish: target queue handles, in the topology's order.
+    pub fn route(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        routing_keys: &[String],
+        headers: Option<&FieldTable>,
+    ) -> Result<Vec<Arc<QueueHandle>>, ProtocolError> {
+        let names = self
+            .meta
+            .with_topology(|topo| {
+                let names = topo.route(vhost, exchange, routing_keys, headers)?;
+                Ok::<_, ProtocolError>(
+                    names
+                        .into_iter()
+                        .filter_map(|n| topo.queue(vhost, &n).map(|r| r.group_id))
+                        .collect::<Vec<u64>>(),
+                )
+            })
+            .ok_or_else(|| ProtocolError::internal("meta lock poisoned"))??;
+        let queues = self
+            .handles
+            .read()
+            .map_err(|_| ProtocolError::internal("queue table poisoned"))?;
+        Ok(names
+            .iter()
+            .filter_map(|g| queues.get(g).cloned())
+            .collect())
+    }
+
+    /// Effective configuration of a queue (arguments + policy).
+    pub fn effective_config(&self, vhost: &str, name: &str) -> QueueConfig {
+        self.meta
+            .with_topology(|t| t.effective_config(vhost, name))
+            .flatten()
+            .map(|(c, warnings, _)| {
+                for w in warnings {
+                    tracing::warn!(queue = name, "{w}");
+                }
+                c
+            })
+            .unwrap_or_default()
+    }
+
+    /// Replica placement of a new quorum queue declared on this node
+    /// ([`placement::place`]): `x-quorum-initial-group-size` nodes, this
+    /// node first.
+    pub fn place(&self, arguments: &FieldTable) -> Vec<u64> {
+        placement::place(
+            self.node_id(),
+            arguments,
+            &self.peers,
+            &self.detector,
+            &self.meta,
+        )
+    }
+
+    /// The reference to a declared queue, opening this node's replica of it
+    /// (a member) or a forwarding reference (not a member) if there is none
+    /// yet. The declaring node waits (≤ 5 s) for the new group's leader.
+    pub async fn ensure_queue(
+        self: &Arc<Self>,
+        rec: &QueueRecord,
+    ) -> Result<Arc<QueueHandle>, ProtocolError> {
+        if let Some(h) = self.queue_by_group(rec.group_id) {
+            return Ok(h);
+        }
+        let handle = {
+            let _guard = self.groups_lock.lock().await;
+            if let Some(h) = self.queue_by_group(rec.group_id) {
+                return Ok(h);
+            }
+            let handle = self
+                .open_queue(rec)
+                .await
+                .map_err(ProtocolError::internal)?;
+            if let Ok(mut q) = self.handles.write() {
+                q.insert(rec.group_id, handle.clone());
+            }
+            handle
+        };
+        self.topology_changed();
+        if let Some(route) = handle.route() {
+            route.wait_leader(Duration::from_secs(5)).await;
+        }
+        Ok(handle)
+    }
+
+    /// The shared context of queue `rec` on this node, and the receiver of
+    /// its leader effects (for its runtime).
+    fn context(
+        &self,
+        rec: &QueueRecord,
+    ) -> (
+        Arc<QueueContext>,
+        tokio::sync::mpsc::UnboundedReceiver<crate::queue::host::LeaderEffect>,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let ctx = Arc::new(QueueContext {
+            group: rec.group_id,
+            vhost: rec.vhost.clone(),
+            name: rec.name.clone(),
+            node: self.origin.node,
+            consumers: self.consumers.clone(),
+            effects: tx,
+            closed: AtomicBool::new(false),
+            closing: tokio::sync::Notify::new(),
+            live: AtomicBool::new(false),
+            early: Default::default(),
+        });
+        (ctx, rx)
+    }
+
+    /// Directory of a quorum queue's body segments.
+    fn bodies_dir(&self, group: u64) -> PathBuf {
+        self.bodies_root.join(group.to_string())
+    }
+
+    /// Opens this node's replica of quorum queue group `group`: body store,
+    /// log, state machine and Raft (not initialized: see the callers), and
+    /// registers it with the transport.
+    /// Returns the Raft handle, the host, and whether openraft restores the
+    /// replica as leader from its vote ([`bootstrap::restores_as_leader`]).
+    ///
+    /// Errors: storage cannot be opened; openraft refuses the config.
+    async fn open_replica(
+        &self,
+        group: u64,
+        ctx: &Arc<QueueContext>,
+        config: QueueConfig,
+    ) -> Result<(Raft, Arc<Mutex<QueueHost>>, bool), NodeError> {
+        let me = self.origin.node;
+        let machine = QueueMachine::new(config);
+        let bodies = SegmentBodies::open(&self.bodies_dir(group), MEMORY_BUDGET)?;
+        let host = QueueHost::new(machine, Box::new(bodies), ctx.clone());
+        // The leader syncs its log while it replicates (raft_log::durable).
+        let mut log = self
+            .store
+            .log_store::<TypeConfig>(group)?
+            .ack_own_entries(me);
+        let restored_leader = bootstrap::restores_as_leader(&mut log, me).await;
+        let durable = log.durable();
+        let sm = self
+            .store
+            .state_machine::<TypeConfig, QueueHost>(group, host)?
+            .apply_when_durable(durable.clone());
+        let host = sm.machine();
+        if let Ok(mut h) = host.lock() {
+            h.finish_open();
+        }
+        let cfg = Arc::new(
+            raft_config(group, self.snapshot_interval)
+                .map_err(|e| NodeError::Raft(e.to_string()))?,
+        );
+        let raft = Raft::new(
+            me,
+            cfg,
+            Network {
+                group,
+                peers: self.peers.clone(),
+                groups: self.groups.clone(),
+                durable: Some(durable),
+                detector: self.detector.clone(),
+            },
+            log,
+            sm,
+        )
+        .await
+        .map_err(|e| NodeError::Raft(e.to_string()))?;
+        self.groups.insert(
+            group,
+            Arc::new(QueueReplica {
+                raft: raft.clone(),
+                host: host.clone(),
+            }),
+        );
+        Ok((raft, host, restored_leader))
+    }
+
+    /// Opens this node's queue for `rec`: its replica (a member of a quorum
+    /// queue, bootstrapped by [`bootstrap`]), a forwarding reference (not a
+    /// member), or a local queue; starts its runtime.
+    ///
+    /// Errors: the replica's storage or Raft cannot be opened.
+    async fn open_queue(
+        self: &Arc<Self>,
+        rec: &QueueRecord,
+    ) -> Result<Arc<QueueHandle>, NodeError> {
+        let me = self.origin.node;
+        let (ctx, rx) = self.context(rec);
+        let config = self.effective_config(&rec.vhost, &rec.name);
+        // Declared classic, or local (untyped non-durable/exclusive/auto-delete).
+        let classic = QueueType::of_args(&rec.arguments) != QueueType::Quorum;
+        let declared_quorum = crate::meta::queue_args::declared_quorum(&rec.arguments);
+        let handle = match rec.kind {
+            QueueKind::Quorum if !rec.members.contains(&me) => {
+                let route = Route::new(
+                    rec.group_id,
+                    None,
+                    rec.members.clone(),
+                    self.forwarder.clone(),
+                );
+                // No replica here: nothing to run but the forwarding proposer
+                // (the runtime starts if this node becomes a member).
+                return Ok(Arc::new(
+                    QueueHandle::remote(
+                        rec.vhost.clone(),
+                        rec.name.clone(),
+                        ctx,
+                        route,
+                        self.origin,
+                    )
+                    .classic(classic)
+                    .declared_quorum(declared_quorum)
+                    .with_idle_effects(rx),
+                ));
+            }
+            QueueKind::Quorum => {
+                let (raft, host, restored_leader) = self
+                    .open_replica(rec.group_id, &ctx, config.clone())
+                    .await?;
+                ctx.live.store(true, Ordering::Release);
+                // The preferred leader and a sole member initialize now, the
+                // others after a grace (see `bootstrap`).
+                bootstrap::initialize_member(&raft, &rec.members, me).await?;
+                if restored_leader {
+                    tokio::spawn(bootstrap::mark_restored_leadership(
+                        raft.clone(),
+                        self.origin,
+                        rec.name.clone(),
+                    ));
+                }
+                // A new group's preferred leader campaigns until a leader is
+                // known (see `bootstrap`).
+                bootstrap::campaign_if_preferred(&raft, &rec.members, me);
+                let route = Route::new(
+                    rec.group_id,
+                    Some(raft),
+                    rec.members.clone(),
+                    self.forwarder.clone(),
+                );
+                let h = Arc::new(
+                    QueueHandle::replica(
+                        rec.vhost.clone(),
+                        rec.name.clone(),
+                        host,
+                        ctx,
+                        route,
+                        self.origin,
+                        self.store.flusher().busy_hint(),
+                    )
+                    .classic(classic)
+                    .declared_quorum(declared_quorum),
+                );
+                // Consumers of this node's earlier boots are gone (spec §2.3),
+                // and policy changes made while the queue was down apply.
+                let h2 = h.clone();
+                let epoch = self.origin.epoch;
+                tokio::spawn(async move {
+                    let _ = h2
+                        .call(QueueCommand::NodeRestarted {
+                            now_ms: crate::now_ms(),
+                            node: me,
+                            epoch,
+                        })
+                        .await;
+                    let _ = h2
+                        .call(QueueCommand::UpdateConfig {
+                            now_ms: crate::now_ms(),
+                            config,
+                        })
+                        .await;
+                });
+                h
+            }
+            QueueKind::Local { .. } => {
+                let machine = QueueMachine::new(config);
+                let host = QueueHost::new(machine, Box::new(MemBodies::default()), ctx.clone());
+                ctx.live.store(true, Ordering::Release);
+                Arc::new(
+                    QueueHandle::local(
+                        rec.vhost.clone(),
+                        rec.name.clone(),
+                        Arc::new(Mutex::new(host)),
+                        ctx,
+                    )
+                    .classic(classic)
+                    .declared_quorum(declared_quorum),
+                )
+            }
+        };
+        runtime::spawn(self.services(), handle.clone(), rx);
+        Ok(handle)
+    }
+
+    /// Brings this node's replica of `rec` in line with its member list
+    /// (`add_member` / `delete_member` changed it): a new member opens an
+    /// empty replica, which the leader then fills (as a learner, then a
+    /// voter); a removed one shuts its replica down and deletes its
+    /// storage. Channels keep the queue's handle either way: its commands
+    /// are forwarded once no replica is here.
+    pub async fn follow_membership(self: &Arc<Self>, rec: &QueueRecord, h: &Arc<QueueHandle>) {
+        let me = self.node_id();
+        let member = rec.members.contains(&me);
+        if member == h.has_replica() {
+            return;
+        }
+        let _guard = self.groups_lock.lock().await;
+        if member == h.has_replica() || self.queue_by_group(rec.group_id).is_none() {
+            return;
+        }
+        if member {
+            let config = self.effective_config(&rec.vhost, &rec.name);
+            match self.open_replica(rec.group_id, h.context(), config).await {
+                Ok((raft, host, _)) => {
+                    h.context().live.store(true, Ordering::Release);
+                    h.set_replica(Some((raft, host)));
+                    if let Some(rx) = h.take_idle_effects() {
+                        runtime::spawn(self.services(), h.clone(), rx);
+                    }
+                    tracing::info!(queue = %rec.name, "this node became a member of the queue: replica opened");
+                }
+                Err(e) => {
+                    tracing::error!(queue = %rec.name, error = %e, "opening the replica of a new member failed")
+                }
+            }
+        } else {
+            self.groups.remove(rec.group_id);
+            let raft = h.set_replica(None);
+            h.context().live.store(false, Ordering::Release);
+            if let Some(raft) = raft {
+                if let Err(e) = raft.shutdown().await {
+                    tracing::warn!(queue = %rec.name, error = %e, "raft shutdown failed");
+                }
+            }
+            self.delete_replica_storage(rec.group_id);
+            tracing::info!(queue = %rec.name, "this node is no longer a member of the queue: replica removed");
+        }
+    }
+
+    /// Deletes a queue: the meta record, then the group and its storage
+    /// (other nodes drop theirs when they apply the deletion).
+    pub async fn delete_queue(
+        &self,
+        vhost: &str,
+        name: &str,
+    ) -> Result<Option<QueueRecord>, ProtocolError> {
+        let reply = self
+            .meta
+            .write(MetaCommand::DeleteQueue {
+                vhost: vhost.into(),
+                name: name.into(),
+            })
+            .await?;
+        let MetaReply::QueueDeleted(rec) = reply else {
+            return Ok(None);
+        };
+        if let Some(rec) = &rec {
+            self.drop_queue_group(rec.group_id).await;
+        }
+        Ok(rec)
+    }
+
+    /// Shuts down and forgets this node's group `group` (its consumers,
+    /// transport registration, and a replica's storage).
+    async fn drop_queue_group(&self, group: u64) {
+        let _guard = self.groups_lock.lock().await;
+        let handle = self.handles.write().ok().and_then(|mut q| q.remove(&group));
+        if let Some(h) = handle {
+            self.consumers.cancel_group(group);
+            self.groups.remove(group);
+            h.shutdown().await;
+            if h.is_quorum() && h.has_replica() {
+                self.delete_replica_storage(group);
+            }
+        }
+    }
+
+    /// Deletes a shut-down replica's log, snapshot and body segments.
+    fn delete_replica_storage(&self, group: u64) {
+        if let Err(e) = self.store.drop_group(group) {
+            tracing::warn!(group, error = %e, "failed to drop group storage");
+        }
+        if let Err(e) = std::fs::remove_dir_all(self.bodies_dir(group)) {
+            tracing::warn!(group, error = %e, "failed to remove body segments");
+        }
+    }
+
+    /// Deletes an auto-delete queue once its last consumer is gone.
+    pub async fn maybe_auto_delete(&self, handle: &Arc<QueueHandle>) {
+        let auto = self
+            .meta
+            .with_topology(|t| {
+                t.queue(&handle.vhost, &handle.name)
+                    .map(|r| r.auto_delete && r.group_id == handle.group)
+            })
+            .flatten()
+            .unwrap_or(false);
+        if auto && handle.unused_after_consumers() {
+            if let Err(e) = self.delete_queue(&handle.vhost, &handle.name).await {
+                tracing::warn!(queue = %handle.name, error = ?e, "auto-delete failed");
+            }
+        }
+    }
+
+    /// Local (non-replicated) queues this node held in an earlier boot are
+    /// gone with it: their records go.
+    pub async fn drop_own_local_queues(&self) {
+        let me = self.node_id();
+        let stale: Vec<QueueRecord> = self
+            .meta
+            .with_topology(|t| {
+                t.queues()
+                    .filter(|q| matches!(q.kind, QueueKind::Local { node } if node == me))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for rec in stale {
+            let _ = self
+                .meta
+                .write(MetaCommand::DeleteQueue {
+                    vhost: rec.vhost.clone(),
+                    name: rec.name.clone(),
+                })
+                .await;
+        }
+    }
+
+    /// Brings the node's queues in line with the topology: opens replicas
+    /// and references for new quorum queues (a node that was down creates
+    /// its replicas now), drops those of deleted queues, updates member
+    /// lists (the node fixes the cluster id first).
+    pub async fn reconcile(self: &Arc<Self>) {
+        let me = self.node_id();
+        let records: Vec<QueueRecord> = self
+            .meta
+            .with_topology(|t| {
+                t.queues()
+                    .filter(|q| {
+                        q.kind == QueueKind::Quorum || q.kind == QueueKind::Local { node: me }
+                    })
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for rec in &records {
+            match self.queue_by_group(rec.group_id) {
+                Some(h) => {
+                    if let Some(r) = h.route() {
+                        r.update_members(&rec.members);
+                    }
+                    if rec.kind == QueueKind::Quorum {
+                        self.follow_membership(rec, &h).await;
+                    }
+                }
+                None if rec.kind == QueueKind::Quorum => {
+                    if let Err(e) = self.ensure_queue(rec).await {
+                        tracing::error!(queue = %rec.name, error = ?e, "failed to open queue");
+                    }
+                }
+                None => {}
+            }
+        }
+        // Handles first, then the topology: a handle exists only after its
+        // record was applied, so one whose record is missing from the
+        // topology read afterwards was deleted (group ids are never reused).
+        // Comparing with `records` instead would drop a queue declared while
+        // this pass was opening others.
+        let handles: Vec<u64> = self.queue_handles().iter().map(|h| h.group).collect();
+        let Some(live) = self
+            .meta
+            .with_topology(|t| t.queues().map(|q| q.group_id).collect::<HashSet<u64>>())
+        else {
+            return;
+        };
+        let gone = handles.into_iter().filter(|g| !live.contains(g));
+        for g in gone {
+            self.drop_queue_group(g).await;
+        }
+    }
+
+    /// Applies changed policies: every queue whose effective configuration
+    /// changed gets an `UpdateConfig` (spec §1.6).
+    pub async fn refresh_configs(&self) {
+        for h in self.queue_handles() {
+            let config = self.effective_config(&h.vhost, &h.name);
+            let current = h.read(|host| host.machine().config().clone());
+            if current.as_ref() != Some(&config) {
+                let _ = h
+                    .call(QueueCommand::UpdateConfig {
+                        now_ms: crate::now_ms(),
+                        config,
+                    })
+                    .await;
+            }
+        }
+        self.topology_changed();
+    }
+
+    /// Placement (leader, members, online members) and counts of a queue.
+    pub async fn queue_status(&self, rec: &QueueRecord) -> QueueStatus {
+        let mut members = rec.members.clone();
+        members.sort_unstable();
+        let online = members
+            .iter()
+            .copied()
+            .filter(|m| self.detector.is_alive(*m))
+            .collect();
+        let Some(h) = self.queue_by_group(rec.group_id) else {
+            // Not opened here yet (the reconciler is about to).
+            return QueueStatus {
+                members,
+                online,
+                ..QueueStatus::default()
+            };
+        };
+        let (mut st, leader) = match h.route() {
+            Some(r) => (r.status(h.local_status()).await, r.leader()),
+            None => (h.local_status().unwrap_or_default(), Some(self.node_id())),
+        };
+        st.online = online;
+        st.leader = leader.filter(|l| self.detector.is_alive(*l));
+        st.members = members;
+        st
+    }
+
+    /// Quorum queues this node leads, and quorum queue replicas it holds
+    /// (counts; `quorumqctl status` and `cluster_status`).
+    pub fn leaders_and_replicas(&self) -> (u64, u64) {
+        let me = self.node_id();
+        let (mut leaders, mut replicas) = (0, 0);
+        for h in self.queue_handles() {
+            if let Some(raft) = h.route().and_then(|r| r.raft()) {
+                replicas += 1;
+                if raft.metrics().borrow().current_leader == Some(me) {
+                    leaders += 1;
+                }
+            }
+        }
+        (leaders, replicas)
+    }
+}
+
+impl QueueServices for Queues {
+    fn route(
+        &self,
+        vhost: &str,
+        exchange: &str,
+        routing_keys: &[String],
+        headers: Option<&FieldTable>,
+    ) -> Result<Vec<Arc<QueueHandle>>, ProtocolError> {
+        Queues::route(self, vhost, exchange, routing_keys, headers)
+    }
+
+    fn events(&self) -> watch::Receiver<u64> {
+        self.subscribe_events()
+    }
+
+    fn topology_changed(&self) {
+        Queues::topology_changed(self)
+    }
+
+    fn delete_queue<'a>(
+        &'a self,
+        vhost: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<QueueRecord>, ProtocolError>> {
+        Box::pin(Queues::delete_queue(self, vhost, name))
+    }
+
+    fn is_stopping(&self) -> bool {
+        Queues::is_stopping(self)
+    }
+}
