@@ -11,7 +11,8 @@
 //!   [`Cluster::sigstop`] / [`Cluster::sigcont`].
 //! * Observation through `quorumqctl --node http://127.0.0.1:C list_queues
 //!   --formatter json`: [`Cluster::queue_view`] ([`QueueView`]),
-//!   [`Cluster::wait_queue_leader`]; [`Cluster::set_policy`] through a node.
+//!   [`Cluster::wait_queue_leader`]; [`Cluster::set_policy`] through a node;
+//!   [`Cluster::quorum_queue_led_by`] declares a queue its node leads.
 //! * Waiting: [`wait_for`], [`wait_until_some`], [`retry`].
 //! * Every method takes `&self` (process handles sit behind a mutex), so one
 //!   `Arc<Cluster>` can be shared by a test's publisher, consumer and fault tasks.
@@ -553,6 +554,29 @@ impl Cluster {
         )
         .await
         .map(|_| ())
+    }
+
+    /// Connects to node `id`, declares durable quorum queue `q` through it
+    /// ([`declare_durable`]) and waits (≤ 30 s) until node `id` leads it. Returns the
+    /// connection and a confirm channel on it.
+    ///
+    /// Errors: the connection, channel or declare fails; no running leader within
+    /// 30 s. Panics (a test failure) when another node leads `q`.
+    pub async fn quorum_queue_led_by(
+        &self,
+        id: u64,
+        q: &str,
+    ) -> anyhow::Result<(lapin::Connection, lapin::Channel)> {
+        let conn = crate::connect(&self.uri(id)).await?;
+        let ch = crate::confirm_channel(&conn).await?;
+        declare_durable(&ch, q, crate::quorum_args(&[])).await?;
+        assert_eq!(
+            self.wait_queue_leader(id, q, Duration::from_secs(30))
+                .await?,
+            id,
+            "declared on node {id}, led by it"
+        );
+        Ok((conn, ch))
     }
 
     /// Polls node `via` until it reports a leader for queue `name` whose

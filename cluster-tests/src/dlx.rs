@@ -12,7 +12,12 @@
 //! * header accessors for `x-death` and friends;
 //! * running the control tools, bounded and killed on timeout: [`run`] /
 //!   [`output`] of a [`quorumqctl`] command line ([`quorumqctl_bin`]), also
-//!   used by [`crate::cluster`] and `tests/ctl_json.rs`.
+//!   used by [`crate::cluster`] and `tests/ctl_json.rs`;
+//! * [`Case`]: a test case's broker, connection, confirm channel and names, and the
+//!   suites' `end_per_testcase`.
+
+mod case;
+pub use case::Case;
 
 use crate::{quorumq_bin, s, signal, Broker};
 use anyhow::{anyhow, bail, Context};

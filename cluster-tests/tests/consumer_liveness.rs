@@ -9,10 +9,10 @@
 //! suite does; CI runs as root.
 
 use cluster_tests::{
-    cluster::{declare_durable, retry, Cluster},
-    confirm_channel, connect, consume_n, expect_no_delivery,
+    cluster::{retry, Cluster},
+    connect, consume_n, expect_no_delivery,
     faults::net::Net,
-    open_consumer, publish_confirmed, quorum_args,
+    open_consumer, publish_confirmed,
 };
 use futures::StreamExt;
 use lapin::{options::BasicAckOptions, types::AMQPValue, BasicProperties};
@@ -33,14 +33,9 @@ fn delivery_count(d: &lapin::message::Delivery) -> Option<i64> {
 async fn a_cut_off_consumers_messages_go_to_live_consumers_and_it_resumes_after_the_heal(
 ) -> anyhow::Result<()> {
     cluster_tests::bounded(Duration::from_secs(240), async {
-        let net = Net::setup(3).map_err(|e| e.context("this test makes network namespaces and needs root"))?;
-        let root = tempfile::Builder::new().prefix("quorumq-liveness-").tempdir()?;
-        let cluster = Cluster::start_placed(root, net.placements()).await?;
+        let (net, cluster) = Net::start_cluster(3, "quorumq-liveness-").await?;
         let q = "liveness.q";
-        let c1 = connect(&cluster.uri(1)).await?;
-        let ch1 = confirm_channel(&c1).await?;
-        declare_durable(&ch1, q, quorum_args(&[])).await?;
-        assert_eq!(cluster.wait_queue_leader(1, q, Duration::from_secs(30)).await?, 1, "declared on node 1, led by it");
+        let (_c1, ch1) = cluster.quorum_queue_led_by(1, q).await?;
 
         // Node 3's consumer takes 10 messages and holds them.
         let c3 = connect(&cluster.uri(3)).await?;
@@ -140,15 +135,7 @@ async fn a_killed_consumers_messages_go_to_live_consumers_while_its_node_stays_d
     cluster_tests::bounded(Duration::from_secs(180), async {
         let cluster = Cluster::start(3).await?;
         let q = "liveness.killed";
-        let c1 = connect(&cluster.uri(1)).await?;
-        let ch1 = confirm_channel(&c1).await?;
-        declare_durable(&ch1, q, quorum_args(&[])).await?;
-        assert_eq!(
-            cluster
-                .wait_queue_leader(1, q, Duration::from_secs(30))
-                .await?,
-            1
-        );
+        let (_c1, ch1) = cluster.quorum_queue_led_by(1, q).await?;
         let c3 = connect(&cluster.uri(3)).await?;
         let (_ch3, mut held) = open_consumer(&c3, q, 5).await?;
         for i in 0..5u32 {

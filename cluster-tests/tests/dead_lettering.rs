@@ -72,20 +72,18 @@ use futures::StreamExt;
 use lapin::{
     options::{
         BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
-        BasicRejectOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
-        QueueDeclareOptions, QueueDeleteOptions,
+        QueueBindOptions,
     },
     types::{AMQPValue, FieldTable},
-    BasicProperties, Channel, Connection, ExchangeKind,
+    BasicProperties, ExchangeKind,
 };
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(90);
 
+/// A case of the suite: the shared [`Case`] and the suite's names.
 struct Ctx {
-    broker: Broker,
-    conn: Connection,
-    ch: Channel,
+    case: Case,
     s: Strategy,
     /// `queue_name`
     q: String,
@@ -95,32 +93,33 @@ struct Ctx {
     dlq2: String,
     /// `dlx_exchange`
     dlx: String,
-    /// `policy`
-    policy: String,
     extra_queues: Vec<String>,
     extra_exchanges: Vec<String>,
 }
 
+impl std::ops::Deref for Ctx {
+    type Target = Case;
+
+    fn deref(&self) -> &Case {
+        &self.case
+    }
+}
+
 impl Ctx {
     async fn new(case: &str, s: Strategy) -> anyhow::Result<Ctx> {
-        let broker = Broker::start().await?;
-        let conn = connect(broker.uri()).await?;
-        let ch = confirm_channel(&conn).await?;
         let group = match s {
             Strategy::AtMostOnce => "at_most_once",
             Strategy::AtLeastOnce => "at_least_once",
         };
-        let base = unique(&format!("{group}_{case}"));
+        let case = Case::start(&format!("{group}_{case}")).await?;
+        let base = case.base.clone();
         Ok(Ctx {
-            broker,
-            conn,
-            ch,
+            case,
             s,
             q: base.clone(),
             dlq: format!("{base}_2"),
             dlq2: format!("{base}_3"),
             dlx: format!("{base}_dlx_exchange"),
-            policy: format!("{base}_policy"),
             extra_queues: vec![],
             extra_exchanges: vec![],
         })
@@ -132,36 +131,6 @@ impl Ctx {
         v.extend(self.s.queue_args());
         v.extend(extra.iter().cloned());
         table(&v)
-    }
-
-    async fn declare(&self, q: &str, a: FieldTable) -> anyhow::Result<()> {
-        self.ch
-            .queue_declare(
-                q.into(),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                a,
-            )
-            .await?;
-        Ok(())
-    }
-
-    async fn exchange(&self, x: &str, kind: ExchangeKind) -> anyhow::Result<()> {
-        self.ch
-            .exchange_declare(
-                x.into(),
-                kind,
-                ExchangeDeclareOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        Ok(())
-    }
-
-    async fn bind(&self, q: &str, x: &str, key: &str) -> anyhow::Result<()> {
-        bind(&self.ch, q, x, key).await
     }
 
     /// The suite's `declare_dead_letter_queues/5`.
@@ -177,10 +146,6 @@ impl Ctx {
         self.declare(&self.q, a).await?;
         self.declare(&self.dlq, FieldTable::default()).await?;
         self.bind(&self.dlq, &self.dlx, &self.dlq).await
-    }
-
-    async fn wait(&self, q: &str, want: [u64; 3]) -> anyhow::Result<()> {
-        wait_for_messages(&self.broker, q, want).await
     }
 
     /// After a rejection that dead-letters a message back into its own source queue
@@ -207,48 +172,18 @@ impl Ctx {
         self.wait(q, [1, 1, 0]).await
     }
 
-    async fn nack(&self, tag: u64, multiple: bool, requeue: bool) -> anyhow::Result<()> {
-        Ok(self
-            .ch
-            .basic_nack(tag, BasicNackOptions { multiple, requeue })
-            .await?)
-    }
-
-    async fn reject(&self, tag: u64, requeue: bool) -> anyhow::Result<()> {
-        Ok(self
-            .ch
-            .basic_reject(tag, BasicRejectOptions { requeue })
-            .await?)
-    }
-
-    async fn set_policy(&self, pattern_queue: &str, json: &str) -> anyhow::Result<()> {
-        set_policy(&self.broker, &self.policy, &exact(pattern_queue), json).await
-    }
-
-    /// Waits until queue `q` lists this test's policy as its effective policy.
-    async fn wait_policy_applied(&self, q: &str) -> anyhow::Result<()> {
-        wait_policy_applied(&self.broker, q, &self.policy).await
-    }
-
     /// The suite's `end_per_testcase`: delete the queues and the exchange, clear the policy.
     async fn cleanup(self) -> anyhow::Result<()> {
-        let ch = self.conn.create_channel().await?;
-        for q in [&self.q, &self.dlq, &self.dlq2]
+        let queues: Vec<&str> = [&self.q, &self.dlq, &self.dlq2]
             .into_iter()
             .chain(self.extra_queues.iter())
-        {
-            let _ = ch
-                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                .await;
-        }
-        for x in std::iter::once(&self.dlx).chain(self.extra_exchanges.iter()) {
-            let _ = ch
-                .exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default())
-                .await;
-        }
-        let _ = clear_policy(&self.broker, &self.policy).await;
-        let _ = close_connection(&self.conn).await;
-        Ok(())
+            .map(String::as_str)
+            .collect();
+        let exchanges: Vec<&str> = std::iter::once(&self.dlx)
+            .chain(self.extra_exchanges.iter())
+            .map(String::as_str)
+            .collect();
+        self.case.end(&queues, &exchanges).await
     }
 }
 

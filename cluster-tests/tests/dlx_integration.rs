@@ -46,44 +46,40 @@
 use cluster_tests::dlx::*;
 use cluster_tests::*;
 use lapin::{
-    options::{
-        BasicNackOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueDeclareOptions,
-        QueueDeleteOptions,
-    },
+    options::{BasicNackOptions, QueueDeleteOptions},
     types::{AMQPValue, FieldTable},
-    BasicProperties, Channel, Connection, ExchangeKind,
+    BasicProperties, ExchangeKind,
 };
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(90);
 const CONSISTENTLY: Duration = Duration::from_secs(2);
 
+/// A case of the suite: the shared [`Case`] and the suite's names.
 struct Ctx {
-    broker: Broker,
-    conn: Connection,
-    ch: Channel,
+    case: Case,
     source: String,
     dlx: String,
     target: String,
-    policy: String,
-    policy_set: bool,
+}
+
+impl std::ops::Deref for Ctx {
+    type Target = Case;
+
+    fn deref(&self) -> &Case {
+        &self.case
+    }
 }
 
 impl Ctx {
     async fn new(case: &str) -> anyhow::Result<Ctx> {
-        let broker = Broker::start().await?;
-        let conn = connect(broker.uri()).await?;
-        let ch = confirm_channel(&conn).await?;
-        let t = unique(case);
+        let case = Case::start(case).await?;
+        let t = case.base.clone();
         Ok(Ctx {
-            broker,
-            conn,
-            ch,
+            case,
             source: format!("{t}_source"),
             dlx: format!("{t}_dlx"),
             target: format!("{t}_target_1"),
-            policy: format!("{t}_policy"),
-            policy_set: false,
         })
     }
 
@@ -109,34 +105,8 @@ impl Ctx {
         table(&v)
     }
 
-    async fn declare(&self, q: &str, a: FieldTable) -> anyhow::Result<()> {
-        self.ch
-            .queue_declare(
-                q.into(),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                a,
-            )
-            .await?;
-        Ok(())
-    }
-
     async fn declare_dlx(&self) -> anyhow::Result<()> {
-        self.ch
-            .exchange_declare(
-                self.dlx.as_str().into(),
-                ExchangeKind::Direct,
-                ExchangeDeclareOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        Ok(())
-    }
-
-    async fn bind(&self, q: &str, x: &str, key: &str) -> anyhow::Result<()> {
-        bind(&self.ch, q, x, key).await
+        self.exchange(&self.dlx, ExchangeKind::Direct).await
     }
 
     /// The suite's `declare_topology/2`.
@@ -151,72 +121,24 @@ impl Ctx {
         self.bind(&self.target, &self.dlx, "k1").await
     }
 
-    async fn publish_expiring(&self, q: &str, body: &str, expiration: &str) -> anyhow::Result<()> {
-        publish_props(
-            &self.ch,
-            q,
-            &[body],
-            BasicProperties::default().with_expiration(expiration.into()),
-        )
-        .await
-    }
-
     /// `query_stat_dlx` = {held, _}: source shows `[held, 0, 0]`.
     async fn eventually_held(&self, held: u64) -> anyhow::Result<()> {
-        wait_for_messages(&self.broker, &self.source, [held, 0, 0]).await
+        self.wait(&self.source, [held, 0, 0]).await
     }
 
     async fn consistently_held(&self, held: u64) -> anyhow::Result<()> {
         consistently_messages(&self.broker, &self.source, [held, 0, 0], CONSISTENTLY).await
     }
 
-    async fn set_policy(&mut self, json: &str) -> anyhow::Result<()> {
-        self.policy_set = true;
-        set_policy(&self.broker, &self.policy, &exact(&self.source), json).await
-    }
-
-    /// `wait_for_messages_ready([Server], ra_name(Q), N)`.
-    async fn wait_ready(&self, q: &str, n: u32) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let got = passive_ready(&self.ch, q).await?;
-            if got == n {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                anyhow::bail!("{q}: expected {n} ready messages, got {got}");
-            }
-            tokio::time::sleep(POLL).await;
-        }
+    /// The case's policy on the source queue.
+    async fn set_policy(&self, json: &str) -> anyhow::Result<()> {
+        self.case.set_policy(&self.source, json).await
     }
 
     /// The suite's `end_per_testcase`: delete every queue, each must be empty
     /// (`#'queue.delete_ok'{message_count = 0}`), then the exchange.
     async fn cleanup(self, queues: &[&str]) -> anyhow::Result<()> {
-        let ch = self.conn.create_channel().await?;
-        let mut leftovers = vec![];
-        for q in queues {
-            match ch
-                .queue_delete((*q).into(), QueueDeleteOptions::default())
-                .await
-            {
-                Ok(n) if n != 0 => leftovers.push(format!("{q}: {n}")),
-                Ok(_) => {}
-                Err(e) => anyhow::bail!("queue.delete {q}: {e}"),
-            }
-        }
-        let _ = ch
-            .exchange_delete(self.dlx.as_str().into(), ExchangeDeleteOptions::default())
-            .await;
-        if self.policy_set {
-            clear_policy(&self.broker, &self.policy).await?;
-        }
-        let _ = close_connection(&self.conn).await;
-        assert!(
-            leftovers.is_empty(),
-            "queue.delete-ok message_count must be 0 (no leftovers/duplicates): {leftovers:?}"
-        );
-        Ok(())
+        self.case.end_checked(queues, &[self.dlx.as_str()]).await
     }
 }
 
@@ -411,7 +333,7 @@ async fn dlx_missing() -> anyhow::Result<()> {
 #[tokio::test]
 async fn cycle() -> anyhow::Result<()> {
     bounded(T, async {
-        let mut c = Ctx::new("cycle").await?;
+        let c = Ctx::new("cycle").await?;
         c.declare(&c.source, c.source_args(Some(""), None, &[]))
             .await?;
         c.publish_expiring(&c.source, "msg", "0").await?;
@@ -483,7 +405,7 @@ async fn drop_head_falls_back_to_at_most_once() -> anyhow::Result<()> {
 #[tokio::test]
 async fn switch_strategy() -> anyhow::Result<()> {
     bounded(T, async {
-        let mut c = Ctx::new("switch_strategy").await?;
+        let c = Ctx::new("switch_strategy").await?;
         let a = table(&[
             ("x-dead-letter-exchange", s(&c.dlx)),
             ("x-overflow", s("reject-publish")),
@@ -509,7 +431,7 @@ async fn switch_strategy() -> anyhow::Result<()> {
 /// Held dead letters count against the source's limit: with 2 held, the 3rd publish is
 /// nacked; after a policy fixes the route, publishing works again and the target gets 3.
 async fn reject_publish(case: &str, limit: (&str, AMQPValue)) -> anyhow::Result<()> {
-    let mut c = Ctx::new(case).await?;
+    let c = Ctx::new(case).await?;
     c.set_policy(r#"{"dead-letter-routing-key": "fake"}"#)
         .await?;
     let a = c.source_args(Some(""), None, &[("x-message-ttl", long(0)), limit]);

@@ -7,10 +7,7 @@
 //! unacknowledged). Needs root, as the fault suite does; CI runs as root.
 
 use cluster_tests::{
-    cluster::{declare_durable, retry, Cluster},
-    confirm_channel, connect,
-    faults::net::Net,
-    publish_confirmed, quorum_args,
+    cluster::retry, confirm_channel, connect, faults::net::Net, publish_confirmed,
 };
 use lapin::{options::BasicPublishOptions, BasicProperties};
 use std::time::Duration;
@@ -18,23 +15,9 @@ use std::time::Duration;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_leader_answers_its_writes_after_a_snapshot_install() -> anyhow::Result<()> {
     cluster_tests::bounded(Duration::from_secs(300), async {
-        let net = Net::setup(3)
-            .map_err(|e| e.context("this test makes network namespaces and needs root"))?;
-        let root = tempfile::Builder::new()
-            .prefix("quorumq-partition-")
-            .tempdir()?;
-        let cluster = Cluster::start_placed(root, net.placements()).await?;
+        let (net, cluster) = Net::start_cluster(3, "quorumq-partition-").await?;
         let q = "part.q";
-        let c1 = connect(&cluster.uri(1)).await?;
-        let ch1 = confirm_channel(&c1).await?;
-        declare_durable(&ch1, q, quorum_args(&[])).await?;
-        assert_eq!(
-            cluster
-                .wait_queue_leader(1, q, Duration::from_secs(30))
-                .await?,
-            1,
-            "declared on node 1, led by it"
-        );
+        let (_c1, ch1) = cluster.quorum_queue_led_by(1, q).await?;
 
         // Writes in flight on node 1 when it is cut off.
         let mut pending = Vec::new();

@@ -9,13 +9,7 @@
 //! flaps and its campaigns depose the leader (see the fifteenth session's
 //! note). Needs root, as the fault suite does; CI runs as root.
 
-use cluster_tests::{
-    cluster::{declare_durable, Cluster},
-    confirm_channel, connect,
-    dlx::passive_ready,
-    faults::net::Net,
-    publish_confirmed, quorum_args,
-};
+use cluster_tests::{dlx::passive_ready, faults::net::Net, publish_confirmed};
 use lapin::{options::BasicPublishOptions, BasicProperties};
 use std::time::Duration;
 
@@ -27,23 +21,9 @@ const BODY: usize = 1024;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_on_a_slow_link_still_commits_when_the_quorum_needs_it() -> anyhow::Result<()> {
     cluster_tests::bounded(Duration::from_secs(300), async {
-        let net = Net::setup(3)
-            .map_err(|e| e.context("this test makes network namespaces and needs root"))?;
-        let root = tempfile::Builder::new()
-            .prefix("quorumq-slow-link-")
-            .tempdir()?;
-        let cluster = Cluster::start_placed(root, net.placements()).await?;
+        let (net, cluster) = Net::start_cluster(3, "quorumq-slow-link-").await?;
         let q = "slow.q";
-        let c1 = connect(&cluster.uri(1)).await?;
-        let ch1 = confirm_channel(&c1).await?;
-        declare_durable(&ch1, q, quorum_args(&[])).await?;
-        assert_eq!(
-            cluster
-                .wait_queue_leader(1, q, Duration::from_secs(30))
-                .await?,
-            1,
-            "declared on node 1, led by it"
-        );
+        let (_c1, ch1) = cluster.quorum_queue_led_by(1, q).await?;
         publish_confirmed(&ch1, "", q, b"warm", BasicProperties::default()).await?;
 
         // Node 3 is paused: every commit needs node 2, whose link crawls.

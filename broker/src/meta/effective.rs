@@ -200,19 +200,8 @@ pub fn effective_config(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use amq_protocol::types::{LongString, ShortString};
+    use crate::meta::test_helpers::{s, t};
     use serde_json::json;
-
-    fn t(pairs: &[(&str, AMQPValue)]) -> FieldTable {
-        let mut f = FieldTable::default();
-        for (k, v) in pairs {
-            f.insert(ShortString::from(*k), v.clone());
-        }
-        f
-    }
-    fn s(x: &str) -> AMQPValue {
-        AMQPValue::LongString(LongString::from(x))
-    }
 
     #[test]
     fn defaults() {

@@ -20,6 +20,8 @@ pub mod topology;
 pub mod value;
 
 #[cfg(test)]
+mod test_helpers;
+#[cfg(test)]
 mod topology_tests;
 
 pub use error::AmqpError;

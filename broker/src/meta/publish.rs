@@ -102,7 +102,8 @@ pub fn strip_bcc(headers: &mut FieldTable) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use amq_protocol::types::{FieldArray, LongString, ShortString};
+    use crate::meta::test_helpers::{s, t};
+    use amq_protocol::types::FieldArray;
 
     #[test]
     fn expiration_texts() {
@@ -151,19 +152,10 @@ mod tests {
         assert_eq!(parse_expiration("315360000000").unwrap(), 315_360_000_000);
     }
 
-    fn h(pairs: Vec<(&str, AMQPValue)>) -> FieldTable {
-        let mut f = FieldTable::default();
-        for (k, v) in pairs {
-            f.insert(ShortString::from(k), v);
-        }
-        f
-    }
-
     #[test]
     fn cc_bcc() {
         let arr = |v: Vec<AMQPValue>| AMQPValue::FieldArray(FieldArray::from(v));
-        let s = |x: &str| AMQPValue::LongString(LongString::from(x));
-        let hdr = h(vec![
+        let hdr = t(&[
             ("CC", arr(vec![s("cc 1"), AMQPValue::LongInt(5), s("cc 2")])),
             ("BCC", arr(vec![s("bcc")])),
             ("other", s("x")),
@@ -177,13 +169,11 @@ mod tests {
         );
         assert_eq!(cc_bcc_keys(None).unwrap(), (vec![], vec![]));
         assert_eq!(
-            cc_bcc_keys(Some(&h(vec![("CC", s("a"))])))
-                .unwrap_err()
-                .text,
+            cc_bcc_keys(Some(&t(&[("CC", s("a"))]))).unwrap_err().text,
             "PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,\"CC\",longstr}"
         );
         assert_eq!(
-            cc_bcc_keys(Some(&h(vec![("BCC", AMQPValue::LongInt(5))]))).unwrap_err().text,
+            cc_bcc_keys(Some(&t(&[("BCC", AMQPValue::LongInt(5))]))).unwrap_err().text,
             "PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,\"BCC\",signedint}"
         );
         let mut stripped = hdr.clone();

@@ -497,18 +497,10 @@ pub fn assert_args_equivalence(
 mod tests {
     use super::*;
 
+    use crate::meta::test_helpers::{s, t};
+
     const RS: &str = "queue 'q' in vhost '/'";
 
-    fn t(pairs: &[(&str, AMQPValue)]) -> FieldTable {
-        let mut f = FieldTable::default();
-        for (k, v) in pairs {
-            f.insert(ShortString::from(*k), v.clone());
-        }
-        f
-    }
-    fn s(x: &str) -> AMQPValue {
-        AMQPValue::LongString(LongString::from(x))
-    }
     fn qq(extra: &[(&str, AMQPValue)]) -> FieldTable {
         let mut v = vec![("x-queue-type", s("quorum"))];
         v.extend_from_slice(extra);

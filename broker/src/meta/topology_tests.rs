@@ -1,22 +1,13 @@
 //! Topology-level tests: declare flows, bindings, routing, policies,
 //! effective config, serialization. Expected texts observed on RabbitMQ 3.10.8.
 
-use amq_protocol::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use amq_protocol::types::{AMQPValue, FieldArray, FieldTable};
 use serde_json::json;
 
+use super::test_helpers::{s, t};
 use super::*;
 use crate::queue::types::{DeadLetterStrategy, DeadLetterTarget, Overflow};
 
-fn t(pairs: &[(&str, AMQPValue)]) -> FieldTable {
-    let mut f = FieldTable::default();
-    for (k, v) in pairs {
-        f.insert(ShortString::from(*k), v.clone());
-    }
-    f
-}
-fn s(x: &str) -> AMQPValue {
-    AMQPValue::LongString(LongString::from(x))
-}
 fn none() -> FieldTable {
     FieldTable::default()
 }

@@ -17,6 +17,7 @@
 //! made; [`Net::setup`] first removes what runs of dead processes left.
 //! Needs root, `ip` (iproute2), `iptables` and `tc`.
 
+use crate::cluster::Cluster;
 use anyhow::{bail, Context};
 use std::process::{Command, Stdio};
 
@@ -124,6 +125,21 @@ impl Net {
                 ..crate::cluster::Placement::loopback(5672, 5680)
             })
             .collect()
+    }
+
+    /// A new [`Net`] of `nodes` namespaces and a [`Cluster`] of `nodes` nodes placed in
+    /// them ([`Net::placements`]), its data and logs in a new temporary directory whose
+    /// name starts with `prefix`. Bind it as `let (net, cluster) = ...`: the cluster goes
+    /// (its nodes killed) before the namespaces do.
+    ///
+    /// Errors: as [`Net::setup`] (with a note that the test needs root), the temporary
+    /// directory cannot be made, or as [`Cluster::start_placed`].
+    pub async fn start_cluster(nodes: usize, prefix: &str) -> anyhow::Result<(Net, Cluster)> {
+        let net = Net::setup(nodes)
+            .map_err(|e| e.context("this test makes network namespaces and needs root"))?;
+        let root = tempfile::Builder::new().prefix(prefix).tempdir()?;
+        let cluster = Cluster::start_placed(root, net.placements()).await?;
+        Ok((net, cluster))
     }
 
     /// The subnet, e.g. `10.213.7.0/24`.
