@@ -200,13 +200,7 @@ impl Channel {
         } else {
             msg.properties.clone()
         };
-        codec::write_content(
-            &mut self.out,
-            self.number,
-            &props,
-            &msg.body,
-            self.session.frame_max,
-        );
+        self.write_content(&props, &msg.body);
         Ok(())
     }
 
@@ -291,24 +285,12 @@ impl Channel {
             },
         )));
         crate::metrics::COUNTERS.delivered(d.delivery.delivery_count > 0);
-        if d.delivery.delivery_count > 0 && counts {
-            let props = with_delivery_count(&msg.properties, d.delivery.delivery_count);
-            codec::write_content(
-                &mut self.out,
-                self.number,
-                &props,
-                &msg.body,
-                self.session.frame_max,
-            );
+        let props = if d.delivery.delivery_count > 0 && counts {
+            with_delivery_count(&msg.properties, d.delivery.delivery_count)
         } else {
-            codec::write_content(
-                &mut self.out,
-                self.number,
-                &msg.properties,
-                &msg.body,
-                self.session.frame_max,
-            );
-        }
+            msg.properties.clone()
+        };
+        self.write_content(&props, &msg.body);
     }
 }
 

@@ -332,6 +332,17 @@ impl Channel {
         codec::write_method(&mut self.out, self.number, method);
     }
 
+    /// Writes a content header and body frames (split at the frame size).
+    fn write_content(&mut self, properties: &[u8], body: &[u8]) {
+        codec::write_content(
+            &mut self.out,
+            self.number,
+            properties,
+            body,
+            self.session.frame_max,
+        );
+    }
+
     /// One frame; Err for a connection-level error.
     async fn on_frame(&mut self, frame: InFrame) -> std::result::Result<(), Escalation> {
         let (class_id, method_id) = match &frame {

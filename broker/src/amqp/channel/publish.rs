@@ -175,13 +175,7 @@ impl Channel {
                     exchange: exchange.as_str().into(),
                     routing_key: routing_key.as_str().into(),
                 })));
-                codec::write_content(
-                    &mut self.out,
-                    self.number,
-                    &raw,
-                    &body,
-                    self.session.frame_max,
-                );
+                self.write_content(&raw, &body);
             }
             if let Some(seq) = seq {
                 if let Some(c) = self.confirms.as_mut() {
