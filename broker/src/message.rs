@@ -393,7 +393,7 @@ mod tests {
                     None => model.push((q, *r, 1, i as u64, i)),
                 }
             }
-            model.sort_by(|a, b| b.4.cmp(&a.4));
+            model.sort_by_key(|m| std::cmp::Reverse(m.4));
             let got: Vec<_> = h.records.iter()
                 .map(|r| (r.queue.as_str(), r.reason, r.count, r.time_secs))
                 .collect();
