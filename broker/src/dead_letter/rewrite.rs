@@ -105,8 +105,9 @@ pub fn rewrite(
 /// `x-first-death-{reason,queue,exchange}` and
 /// `x-last-death-{reason,queue,exchange}` (spec §3.5) from the broker's
 /// history into `headers`, replacing whatever values the headers held. An
-/// empty history writes nothing (`first`/`last` unset: nothing is written
-/// for them either). `count` is a long-long (`l`), at most `i64::MAX`.
+/// empty history leaves `headers` as they are: a message the broker never
+/// dead-lettered keeps the death headers its publisher set. `count` is a
+/// long-long (`l`), at most `i64::MAX`.
 pub fn write_death_headers(headers: &mut FieldTable, deaths: &DeathHistory) {
     if deaths.is_empty() {
         return;
