@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
         exchange: "dlx".into(),
         routing_key: (sel & 0x40 != 0).then(|| "dlrk".into()),
     };
-    let out = rewrite(&msg, "source-queue", reason, &target, u64::from(sel) << 20);
+    let out = rewrite(&msg.into(), "source-queue", reason, &target, u64::from(sel) << 20);
     assert!(!out.routing_keys.is_empty());
     assert!(!out.deaths.is_empty(), "the new death is recorded");
     let _ = amq_protocol::protocol::basic::parse_properties(&out.message.properties[..])

@@ -10,7 +10,7 @@ use bytes::Bytes;
 
 use super::cycle::is_cycle;
 use super::rewrite::{rewrite, DeadLettered};
-use crate::message::StoredMessage;
+use crate::message::TrackedMessage;
 use crate::queue::handle::QueueHandle;
 use crate::queue::services::QueueServices;
 use crate::queue::types::{DeadLetterReason, DeadLetterTarget, EnqueueMsg, MsgId, QueueCommand};
@@ -36,7 +36,7 @@ pub fn prepare(
     target: &DeadLetterTarget,
     payload: &Bytes,
 ) -> Option<(DeadLettered, Vec<Arc<QueueHandle>>)> {
-    let msg = StoredMessage::decode(payload).ok()?;
+    let msg = TrackedMessage::decode(payload).ok()?;
     let dl = rewrite(&msg, &source.name, reason, target, crate::now_ms() / 1000);
     let routed = services
         .route(
