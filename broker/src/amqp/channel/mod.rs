@@ -17,11 +17,12 @@ mod consume;
 mod exchange;
 mod publish;
 mod queue;
+mod session;
 mod settle;
 mod tx;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use amq_protocol::protocol::{basic, channel, confirm, AMQPClass};
 
@@ -29,93 +30,21 @@ use amq_protocol::types::ShortString;
 use bytes::BytesMut;
 use futures::future::BoxFuture;
 use settle::Settlement;
-use tokio::sync::mpsc::UnboundedSender;
 
 use super::codec::{self, InFrame};
 use super::confirms::ConfirmTracker;
 use super::error::ProtocolError;
-use crate::consumers::{ConnEvent, QueueDelivery};
+use crate::consumers::QueueDelivery;
 use crate::meta::access::Perm;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::QueueRecord;
-use crate::node::Broker;
 use crate::queue::handle::{PendingReply, QueueHandle};
 use crate::queue::types::{ConsumerId, MsgId, QueueCommand};
 
 pub use publish::MAX_MESSAGE_SIZE;
+pub use session::Session;
 
 type Result<T> = std::result::Result<T, ProtocolError>;
-
-/// What every channel of one open connection shares: the node, the
-/// connection's identity (id, vhost, user, negotiated frame size) and the
-/// mailbox its consumers' deliveries arrive in.
-pub struct Session {
-    /// The node serving the connection.
-    pub broker: Arc<Broker>,
-    /// Node-unique connection id (exclusive queue ownership).
-    pub id: u64,
-    /// The vhost of connection.open.
-    pub vhost: String,
-    /// The authenticated user (permission checks).
-    pub user: String,
-    /// Negotiated largest frame (bytes).
-    pub frame_max: u32,
-    /// The connection's mailbox: deliveries and cancellations of its consumers.
-    pub mailbox: UnboundedSender<ConnEvent>,
-    /// Which channel (by [`Channel::key`]) each consumer of the connection
-    /// lives on, so the connection can hand a delivery to its channel even
-    /// while that channel is busy (then it waits in the channel's inputs).
-    consumers: Mutex<HashMap<ConsumerId, u64>>,
-}
-
-impl Session {
-    /// The session of a connection that just opened.
-    pub fn new(
-        broker: Arc<Broker>,
-        id: u64,
-        vhost: String,
-        user: String,
-        frame_max: u32,
-        mailbox: UnboundedSender<ConnEvent>,
-    ) -> Session {
-        Session {
-            broker,
-            id,
-            vhost,
-            user,
-            frame_max,
-            mailbox,
-            consumers: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The key of the channel consumer `id` lives on (None once it is
-    /// unregistered).
-    pub fn channel_of(&self, id: ConsumerId) -> Option<u64> {
-        self.consumers.lock().ok()?.get(&id).copied()
-    }
-
-    /// A fresh consumer of queue group `group` on the channel with key `ch`,
-    /// whose deliveries come to this connection's mailbox.
-    fn register_consumer(&self, ch: u64, group: u64) -> ConsumerId {
-        let id = self
-            .broker
-            .consumers()
-            .register(self.mailbox.clone(), group);
-        if let Ok(mut m) = self.consumers.lock() {
-            m.insert(id, ch);
-        }
-        id
-    }
-
-    /// Forgets consumer `id` (node registry and channel map).
-    fn unregister_consumer(&self, id: ConsumerId) {
-        self.broker.consumers().unregister(id);
-        if let Ok(mut m) = self.consumers.lock() {
-            m.remove(&id);
-        }
-    }
-}
 
 /// One input of a channel, handled in the order the connection received it.
 #[derive(Debug)]
