@@ -20,19 +20,26 @@ pub struct QueueDelivery {
     pub delivery: Delivery,
 }
 
-/// What a connection's mailbox receives.
+/// What a connection's mailbox receives, each naming the channel (the
+/// connection's key for it, given at [`ConsumerRegistry::register`]) whose
+/// consumer it is for.
 #[derive(Debug)]
 pub enum ConnEvent {
     /// A message for one of its consumers.
-    Delivery(QueueDelivery),
+    Delivery {
+        channel: u64,
+        delivery: QueueDelivery,
+    },
     /// The consumer's queue is gone: send basic.cancel to the client
     /// (RabbitMQ's consumer_cancel_notify).
-    Cancelled(ConsumerId),
+    Cancelled { channel: u64, consumer: ConsumerId },
 }
 
 struct Entry {
     mailbox: UnboundedSender<ConnEvent>,
     group: u64,
+    /// The connection's key of the consumer's channel.
+    channel: u64,
 }
 
 /// Consumers attached on this node.
@@ -72,15 +79,28 @@ impl ConsumerRegistry {
         self.epoch
     }
 
-    /// A fresh consumer id of queue group `group`, delivering into `mailbox`.
-    pub fn register(&self, mailbox: UnboundedSender<ConnEvent>, group: u64) -> ConsumerId {
+    /// A fresh consumer id of queue group `group`, delivering into `mailbox`
+    /// with events naming `channel` (the connection's key of the channel).
+    pub fn register(
+        &self,
+        mailbox: UnboundedSender<ConnEvent>,
+        group: u64,
+        channel: u64,
+    ) -> ConsumerId {
         let id = ConsumerId {
             node: self.node,
             epoch: self.epoch,
             seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
         };
         if let Ok(mut m) = self.mailboxes.write() {
-            m.insert(id, Entry { mailbox, group });
+            m.insert(
+                id,
+                Entry {
+                    mailbox,
+                    group,
+                    channel,
+                },
+            );
         }
         id
     }
@@ -109,7 +129,13 @@ impl ConsumerRegistry {
             return false;
         };
         match m.get(&d.consumer) {
-            Some(e) => e.mailbox.send(ConnEvent::Delivery(d)).is_ok(),
+            Some(e) => e
+                .mailbox
+                .send(ConnEvent::Delivery {
+                    channel: e.channel,
+                    delivery: d,
+                })
+                .is_ok(),
             None => false,
         }
     }
@@ -126,7 +152,10 @@ impl ConsumerRegistry {
             .collect();
         for id in ids {
             if let Some(e) = m.remove(&id) {
-                let _ = e.mailbox.send(ConnEvent::Cancelled(id));
+                let _ = e.mailbox.send(ConnEvent::Cancelled {
+                    channel: e.channel,
+                    consumer: id,
+                });
             }
         }
     }

@@ -15,7 +15,7 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
-use super::channel::{Channel, Completion, Escalation, Input, Session};
+use super::channel::{Channel, Completion, Escalation, Event, Input, Session};
 use super::codec::{self, InFrame};
 use super::error::ProtocolError;
 use crate::consumers::ConnEvent;
@@ -221,23 +221,22 @@ impl Channels {
     /// its channel, at once when the channel is idle (its frames to `out`),
     /// else after the inputs it already has.
     pub fn on_event(&mut self, e: ConnEvent, out: &mut BytesMut) {
-        let (consumer, input) = match e {
-            ConnEvent::Delivery(d) => (d.consumer, Input::Delivery(d)),
-            ConnEvent::Cancelled(id) => (id, Input::Cancelled(id)),
+        let (key, event) = match e {
+            ConnEvent::Delivery { channel, delivery } => (channel, Event::Delivery(delivery)),
+            ConnEvent::Cancelled { channel, consumer } => (channel, Event::Cancelled(consumer)),
         };
-        let key = self.session.as_ref().and_then(|s| s.channel_of(consumer));
-        let Some(slot) = key.and_then(|k| self.slots.get_mut(&k)) else {
-            tracing::debug!(target: "deliveries", ?consumer, "dropped: no such consumer on this connection");
+        let Some(slot) = self.slots.get_mut(&key) else {
+            tracing::debug!(target: "deliveries", channel = key, "dropped: the channel is closed");
             return;
         };
         match slot.channel.as_mut() {
             Some(c) => {
                 // An idle channel's output is empty: it writes straight into `out`.
                 std::mem::swap(out, c.output());
-                c.on_event(input);
+                c.on_event(event);
                 std::mem::swap(out, c.output());
             }
-            None => slot.inputs.push_back(input),
+            None => slot.inputs.push_back(Input::Event(event)),
         }
     }
 
@@ -259,7 +258,9 @@ impl Channels {
                             touched.push(channel);
                         }
                     }
-                    None => slot.inputs.push_back(Input::Confirmed { seq, ok }),
+                    None => slot
+                        .inputs
+                        .push_back(Input::Event(Event::Confirmed { seq, ok })),
                 }
             }
             next = self.confirms.next().now_or_never().flatten();
@@ -314,10 +315,9 @@ fn not_open(ch: u16) -> ProtocolError {
 /// Appends channel `c`'s output to `out`.
 fn take_output(out: &mut BytesMut, c: &mut Channel) {
     let o = c.output();
-    if o.is_empty() {
-    } else if out.is_empty() {
+    if out.is_empty() {
         std::mem::swap(out, o);
-    } else {
+    } else if !o.is_empty() {
         out.extend_from_slice(o);
         o.clear();
     }

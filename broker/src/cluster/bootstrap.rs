@@ -149,10 +149,10 @@ mod tests {
     /// openraft restores a replica as leader only from its own committed
     /// vote; that is when `LeaderRestored` must be appended.
     #[tokio::test]
-    pub async fn restores_as_leader_only_from_its_own_committed_vote() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = NodeStore::open(dir.path(), 1 << 20).unwrap();
-        let mut log = store.log_store::<TypeConfig>(1).unwrap();
+    async fn restores_as_leader_only_from_its_own_committed_vote() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = NodeStore::open(dir.path(), 1 << 20)?;
+        let mut log = store.log_store::<TypeConfig>(1)?;
         assert!(!restores_as_leader(&mut log, 2).await, "no vote yet");
         let cases = [
             (Vote::new(3, 2), false),           // own, not granted by a quorum
@@ -160,8 +160,9 @@ mod tests {
             (Vote::new_committed(5, 2), true),  // own, committed
         ];
         for (vote, restored) in cases {
-            log.save_vote(&vote).await.unwrap();
+            log.save_vote(&vote).await?;
             assert_eq!(restores_as_leader(&mut log, 2).await, restored, "{vote:?}");
         }
+        Ok(())
     }
 }

@@ -422,7 +422,7 @@ mod tests {
     /// Delivered message ids and their resend flags, in order.
     fn drain(rx: &mut mpsc::UnboundedReceiver<ConnEvent>) -> Vec<(MsgId, bool)> {
         let mut out = Vec::new();
-        while let Ok(ConnEvent::Delivery(d)) = rx.try_recv() {
+        while let Ok(ConnEvent::Delivery { delivery: d, .. }) = rx.try_recv() {
             out.push((d.delivery.id, d.delivery.resend));
         }
         out
@@ -433,7 +433,7 @@ mod tests {
     fn leader_with_checked_out() -> (QueueHost, Origin, mpsc::UnboundedReceiver<ConnEvent>) {
         let registry = ConsumerRegistry::new(1, 2);
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let consumer = registry.register(tx, 7);
+        let consumer = registry.register(tx, 7, 0);
         let (effects, _effects_rx) = mpsc::unbounded_channel();
         let ctx = Arc::new(QueueContext {
             group: 7,

@@ -51,6 +51,14 @@ type Result<T> = std::result::Result<T, ProtocolError>;
 pub enum Input {
     /// A method, content header or content body frame for this channel.
     Frame(InFrame),
+    /// Something for the channel from elsewhere in the node.
+    Event(Event),
+}
+
+/// What reaches a channel from elsewhere in the node; none waits, so an idle
+/// channel handles it at once ([`Channel::on_event`]).
+#[derive(Debug)]
+pub enum Event {
     /// A queue handed a message to one of this channel's consumers.
     Delivery(QueueDelivery),
     /// The queue of one of this channel's consumers is gone: the consumer is
@@ -188,11 +196,11 @@ impl Channel {
                         return (self, Some(e));
                     }
                 }
-                Input::Confirmed { seq, ok } => {
+                Input::Event(Event::Confirmed { seq, ok }) => {
                     self.confirmed(seq, ok);
                     confirmed = true;
                 }
-                other => self.on_event(other),
+                Input::Event(event) => self.on_event(event),
             }
         }
         if confirmed {
@@ -201,15 +209,13 @@ impl Channel {
         (self, None)
     }
 
-    /// Handles a delivery, a cancellation or a confirm at once (none waits);
-    /// a frame is ignored here (frames go through [`Channel::run`]). After
-    /// confirms, call [`Channel::send_confirms`].
-    pub fn on_event(&mut self, input: Input) {
-        match input {
-            Input::Delivery(d) => self.on_delivery(d),
-            Input::Cancelled(id) => self.on_consumer_cancelled(id),
-            Input::Confirmed { seq, ok } => self.confirmed(seq, ok),
-            Input::Frame(_) => {}
+    /// Handles a delivery, a cancellation or a confirm at once (none
+    /// waits). After confirms, call [`Channel::send_confirms`].
+    pub fn on_event(&mut self, event: Event) {
+        match event {
+            Event::Delivery(d) => self.on_delivery(d),
+            Event::Cancelled(id) => self.on_consumer_cancelled(id),
+            Event::Confirmed { seq, ok } => self.confirmed(seq, ok),
         }
     }
 

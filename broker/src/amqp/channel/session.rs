@@ -1,9 +1,8 @@
 //! What the channels of one open connection share: the node, the
-//! connection's identity, its mailbox, and which channel each of its
-//! consumers lives on.
+//! connection's identity and the mailbox its consumers' deliveries arrive
+//! in (each naming its channel).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -27,10 +26,6 @@ pub struct Session {
     pub frame_max: u32,
     /// The connection's mailbox: deliveries and cancellations of its consumers.
     pub mailbox: UnboundedSender<ConnEvent>,
-    /// Which channel (by [`Channel::key`]) each consumer of the connection
-    /// lives on, so the connection can hand a delivery to its channel even
-    /// while that channel is busy (then it waits in the channel's inputs).
-    consumers: Mutex<HashMap<ConsumerId, u64>>,
 }
 
 impl Session {
@@ -50,34 +45,19 @@ impl Session {
             user,
             frame_max,
             mailbox,
-            consumers: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// The key of the channel consumer `id` lives on (None once it is
-    /// unregistered).
-    pub fn channel_of(&self, id: ConsumerId) -> Option<u64> {
-        self.consumers.lock().ok()?.get(&id).copied()
     }
 
     /// A fresh consumer of queue group `group` on the channel with key `ch`,
-    /// whose deliveries come to this connection's mailbox.
+    /// whose deliveries come to this connection's mailbox naming `ch`.
     pub(super) fn register_consumer(&self, ch: u64, group: u64) -> ConsumerId {
-        let id = self
-            .broker
+        self.broker
             .consumers()
-            .register(self.mailbox.clone(), group);
-        if let Ok(mut m) = self.consumers.lock() {
-            m.insert(id, ch);
-        }
-        id
+            .register(self.mailbox.clone(), group, ch)
     }
 
-    /// Forgets consumer `id` (node registry and channel map).
+    /// Forgets consumer `id`: later deliveries to it are dropped.
     pub(super) fn unregister_consumer(&self, id: ConsumerId) {
         self.broker.consumers().unregister(id);
-        if let Ok(mut m) = self.consumers.lock() {
-            m.remove(&id);
-        }
     }
 }
