@@ -164,7 +164,7 @@ fn rss_of(pid: u32) -> anyhow::Result<u64> {
 #[tokio::test]
 async fn a_memory_alarm_blocks_a_flooding_publisher_until_a_consumer_drains() -> anyhow::Result<()>
 {
-    const N: u32 = 1500;
+    const N: u32 = 3000;
     const SIZE: usize = 64 << 10;
     bounded(Duration::from_secs(240), async {
         let mut broker = Broker::start().await?;

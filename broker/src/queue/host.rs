@@ -236,7 +236,7 @@ impl QueueHost {
             .bodies
             .persist_all()
             .map_err(raft_log::StoreError::Flush)?;
-        raft_log::codec::encode(&(&self.machine, index))
+        super::snapshot_format::encode(&self.machine, &index)
     }
 
     /// Replaces the machine from a snapshot.
@@ -368,7 +368,8 @@ impl QueueHost {
             .bodies
             .persist_all()
             .map_err(|e| format!("persisting received bodies: {e}"))?;
-        payload.machine = raft_log::codec::encode(&(&machine, index)).map_err(|e| e.to_string())?;
+        payload.machine =
+            super::snapshot_format::encode(&machine, &index).map_err(|e| e.to_string())?;
         payload.encode().map_err(|e| e.to_string())
     }
 }
@@ -376,7 +377,7 @@ impl QueueHost {
 /// A queue replica's snapshot form ([`QueueHost::snapshot`]): the machine
 /// and the location index of its spilled bodies.
 fn decode_machine(data: &[u8]) -> Result<(QueueMachine, Vec<u8>), raft_log::StoreError> {
-    raft_log::codec::decode(data)
+    super::snapshot_format::decode(data)
 }
 
 /// A whole snapshot as openraft holds it, with its queue machine decoded

@@ -14,6 +14,7 @@
 //! - `limits`: max-length(-bytes), drop-head, reject-publish
 //! - `expiry`: message TTL, queue TTL (x-expires), the expiry timer
 //! - `queries`: read-only accessors for the broker
+//! - `snapshot_format`: the snapshot's tagged on-disk form and its upgrades
 //!
 //! The impure shell: `registry` (the node's queues: open, follow
 //! membership, reconcile, route, delete), `services` (what a queue's
@@ -47,6 +48,7 @@ mod message;
 mod messages;
 mod queries;
 mod settlement;
+mod snapshot_format;
 
 #[cfg(test)]
 mod tests;
