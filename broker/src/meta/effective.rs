@@ -192,6 +192,7 @@ pub fn effective_config(
             lookup(args, "x-single-active-consumer"),
             Some(AMQPValue::Boolean(true))
         ),
+        ..QueueConfig::default()
     };
 
     (config, warnings)

@@ -24,7 +24,7 @@ use super::types::{Delivery, Effect, ProposerId, QueueCommand, QueueConfig, Queu
 ///   reject-publish; otherwise at-most-once (spec §5.1).
 /// - `last_active` (x-expires lease) starts at the first command's `now_ms`
 ///   and is renewed by basic.get, a consumer leaving (cancel, down, node
-///   restart) and `UpdateConfig` (3.10, spec §1.6); never by publishing.
+///   restart) and `Configure` (3.10, spec §1.6); never by publishing.
 /// - Publishers are unblocked when the queue is at or below 80 % of every
 ///   limit, and also when overflow stops being reject-publish or the limits
 ///   are removed (3.10 has no such step, spec §1.6; a permanent block is worse).
@@ -213,8 +213,23 @@ impl QueueMachine {
             }
             C::UpdateConfig { now_ms, config } => {
                 self.start_lease(now_ms);
+                self.replace_config(config.into(), effects);
+                self.touch(now_ms);
+                (now_ms, QueueReply::Ok)
+            }
+            C::Configure { now_ms, config } => {
+                self.start_lease(now_ms);
                 self.replace_config(config, effects);
                 self.touch(now_ms);
+                (now_ms, QueueReply::Ok)
+            }
+            C::Subscribe {
+                now_ms,
+                consumer,
+                spec,
+            } => {
+                self.start_lease(now_ms);
+                self.consumers.checkout(consumer, spec.prefetch, spec.no_ack);
                 (now_ms, QueueReply::Ok)
             }
             C::DeadLetterSettled { now_ms, ids } => {

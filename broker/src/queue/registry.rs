@@ -454,7 +454,7 @@ impl Queues {
                         })
                         .await;
                     let _ = h2
-                        .call(QueueCommand::UpdateConfig {
+                        .call(QueueCommand::Configure {
                             now_ms: crate::now_ms(),
                             config,
                         })
@@ -670,14 +670,14 @@ impl Queues {
     }
 
     /// Applies changed policies: every queue whose effective configuration
-    /// changed gets an `UpdateConfig` (spec §1.6).
+    /// changed gets a `Configure` (spec §1.6).
     pub async fn refresh_configs(&self) {
         for h in self.queue_handles() {
             let config = self.effective_config(&h.vhost, &h.name);
             let current = h.read(|host| host.machine().config().clone());
             if current.as_ref() != Some(&config) {
                 let _ = h
-                    .call(QueueCommand::UpdateConfig {
+                    .call(QueueCommand::Configure {
                         now_ms: crate::now_ms(),
                         config,
                     })

@@ -16,14 +16,64 @@ const MAGIC: u64 = 0x5151_534e_4150_0000; // "QQSNAP"
 /// The format written now.
 const FORMAT: u32 = 1;
 
-/// The shape of the machine in format 0. While format 1's machine has the
-/// same shape, this is the current type itself.
+/// The shape of the machine in format 0 (quorumq up to bf9fa0f), frozen.
+/// A field whose type changed shape since then is listed with its frozen
+/// type; the others still have their format-0 shape.
 mod v0 {
-    pub(super) type QueueMachine = super::QueueMachine;
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+
+    use super::super::consumers::Consumers;
+    use super::super::dead_letter::HeldArea;
+    use super::super::messages::ReadyQueue;
+    use super::super::types::{ProposerId, QueueConfigV0};
+
+    /// `QueueMachine` in format 0.
+    #[derive(Deserialize)]
+    pub(super) struct QueueMachine {
+        config: QueueConfigV0,
+        next_id: u64,
+        ready: ReadyQueue,
+        consumers: Consumers,
+        held: HeldArea,
+        blocked: bool,
+        last_active: Option<u64>,
+        expired_notified: bool,
+        timer_at: Option<u64>,
+        proposers: BTreeMap<ProposerId, u64>,
+    }
 
     /// Format 0 → current.
     pub(super) fn upgrade(m: QueueMachine) -> super::QueueMachine {
-        m
+        super::QueueMachine {
+            config: m.config.into(),
+            next_id: m.next_id,
+            ready: m.ready,
+            consumers: m.consumers,
+            held: m.held,
+            blocked: m.blocked,
+            last_active: m.last_active,
+            expired_notified: m.expired_notified,
+            timer_at: m.timer_at,
+            proposers: m.proposers,
+        }
+    }
+
+    /// A format-0 machine as it was written (tests: what an old node wrote).
+    #[cfg(test)]
+    #[derive(serde::Serialize)]
+    pub(super) struct Written<'a> {
+        pub config: &'a QueueConfigV0,
+        pub next_id: u64,
+        pub ready: &'a ReadyQueue,
+        pub consumers: &'a Consumers,
+        pub held: &'a HeldArea,
+        pub blocked: bool,
+        pub last_active: Option<u64>,
+        pub expired_notified: bool,
+        pub timer_at: Option<u64>,
+        pub proposers: &'a BTreeMap<ProposerId, u64>,
     }
 }
 
@@ -59,7 +109,7 @@ pub(super) fn decode(data: &[u8]) -> Result<(QueueMachine, Vec<u8>), raft_log::S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::types::{EnqueueMsg, QueueCommand, QueueConfig};
+    use crate::queue::types::{EnqueueMsg, QueueCommand, QueueConfig, QueueConfigV0};
 
     fn machine_with_messages() -> QueueMachine {
         let mut m = QueueMachine::new(QueueConfig {
@@ -89,7 +139,23 @@ mod tests {
     #[test]
     fn format_0_snapshots_are_upgraded() {
         let m = machine_with_messages();
-        let old = raft_log::codec::encode(&(&m, b"idx".to_vec())).unwrap();
+        let config = QueueConfigV0 {
+            max_length: Some(10),
+            ..QueueConfigV0::default()
+        };
+        let written = v0::Written {
+            config: &config,
+            next_id: m.next_id,
+            ready: &m.ready,
+            consumers: &m.consumers,
+            held: &m.held,
+            blocked: m.blocked,
+            last_active: m.last_active,
+            expired_notified: m.expired_notified,
+            timer_at: m.timer_at,
+            proposers: &m.proposers,
+        };
+        let old = raft_log::codec::encode(&(written, b"idx".to_vec())).unwrap();
         let (back, index) = decode(&old).unwrap();
         assert_eq!(back, m);
         assert_eq!(index, b"idx");

@@ -79,8 +79,93 @@ pub struct QueueConfig {
     pub expires_ms: Option<u64>,
     /// `x-single-active-consumer`: only the oldest active consumer gets
     /// deliveries; the next one takes over when it leaves.
-    #[serde(default)]
     pub single_active_consumer: bool,
+    /// `x-max-priority`: message priorities 0..=max are delivered strictly
+    /// highest first (FIFO within one); None = one FIFO (RabbitMQ 4.3
+    /// quorum queues allow 1–32; classic queues 1–255).
+    pub max_priority: Option<u8>,
+    /// Delayed retry (RabbitMQ 4.3 `x-delayed-retry-*`, policy
+    /// `delayed-retry-*`): which returns wait before the message is ready again.
+    pub delayed_retry: DelayedRetry,
+    /// Consumer timeout of the queue, ms (`x-consumer-timeout` argument or
+    /// policy `consumer-timeout`, the smaller of both); None = the node's
+    /// `consumer_timeout` setting applies (the channel passes it per consumer).
+    pub consumer_timeout_ms: Option<u64>,
+}
+
+/// Which returns delayed retry delays (RabbitMQ 4.3 `x-delayed-retry-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum DelayedRetryType {
+    /// No delay: a returned message is ready at once (the default).
+    #[default]
+    Disabled,
+    /// Every return is delayed.
+    All,
+    /// Returns by basic.reject / basic.nack with requeue.
+    Failed,
+    /// Returns caused by the consumer going away (channel or connection
+    /// closed, consumer timeout, node down).
+    Returned,
+}
+
+/// Delayed retry settings: a returned message of the given kind is ready
+/// again `min(min_ms × n, max_ms)` ms later, n = its delivery count after
+/// the return (RabbitMQ 4.3, rabbitmq-server PR 13885).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DelayedRetry {
+    pub kind: DelayedRetryType,
+    /// `x-delayed-retry-min`, ms.
+    pub min_ms: u64,
+    /// `x-delayed-retry-max`, ms.
+    pub max_ms: u64,
+}
+
+/// The shape `QueueConfig` had up to snapshot format 0, as old `UpdateConfig`
+/// log entries carry it. Frozen: never change it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct QueueConfigV0 {
+    pub dead_letter: Option<DeadLetterTarget>,
+    pub strategy: DeadLetterStrategy,
+    pub overflow: Overflow,
+    pub max_length: Option<u64>,
+    pub max_length_bytes: Option<u64>,
+    pub message_ttl_ms: Option<u64>,
+    pub delivery_limit: Option<i64>,
+    pub expires_ms: Option<u64>,
+    pub single_active_consumer: bool,
+}
+
+impl From<QueueConfigV0> for QueueConfig {
+    fn from(c: QueueConfigV0) -> Self {
+        QueueConfig {
+            dead_letter: c.dead_letter,
+            strategy: c.strategy,
+            overflow: c.overflow,
+            max_length: c.max_length,
+            max_length_bytes: c.max_length_bytes,
+            message_ttl_ms: c.message_ttl_ms,
+            delivery_limit: c.delivery_limit,
+            expires_ms: c.expires_ms,
+            single_active_consumer: c.single_active_consumer,
+            ..QueueConfig::default()
+        }
+    }
+}
+
+/// A consumer's options (`Subscribe`): basic.consume's prefetch and no-ack
+/// and its arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ConsumerSpec {
+    /// Max messages checked out at once; 0 = unlimited (basic.qos).
+    pub prefetch: u32,
+    /// Settle on delivery.
+    pub no_ack: bool,
+    /// `x-priority` (RabbitMQ consumer priorities; default 0, higher first).
+    pub priority: i32,
+    /// Consumer timeout in ms for this consumer's deliveries, as the channel
+    /// resolved it (`x-consumer-timeout` argument, else the queue's, else
+    /// the node's `consumer_timeout`); None = no timeout.
+    pub timeout_ms: Option<u64>,
 }
 
 /// Why a message was dead-lettered (x-death `reason`, spec §2.1).
@@ -156,8 +241,9 @@ pub enum QueueCommand {
     Purge { now_ms: u64 },
     /// Periodic leader tick: expire messages at the head, check x-expires.
     Tick { now_ms: u64 },
-    /// Arguments/policy changed: new effective configuration.
-    UpdateConfig { now_ms: u64, config: QueueConfig },
+    /// Arguments/policy changed: new effective configuration, in the shape
+    /// of snapshot format 0 (old log entries; new proposals use `Configure`).
+    UpdateConfig { now_ms: u64, config: QueueConfigV0 },
     /// At-least-once: these held dead-letter messages were committed by all
     /// their targets; remove them (rabbit_fifo_dlx `settle`).
     DeadLetterSettled { now_ms: u64, ids: Vec<MsgId> },
@@ -189,6 +275,16 @@ pub enum QueueCommand {
     /// consumers of that boot take pushes again (rabbit_fifo `{nodeup,
     /// Node}`); its consumers of earlier boots are down (as `NodeRestarted`).
     NodeUp { now_ms: u64, node: u64, epoch: u32 },
+    /// Arguments/policy changed: new effective configuration (supersedes
+    /// `UpdateConfig`).
+    Configure { now_ms: u64, config: QueueConfig },
+    /// basic.consume with its options (supersedes `Checkout`): attach a
+    /// consumer or update it and re-activate it.
+    Subscribe {
+        now_ms: u64,
+        consumer: ConsumerId,
+        spec: ConsumerSpec,
+    },
 }
 
 impl QueueCommand {

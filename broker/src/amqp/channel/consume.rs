@@ -12,7 +12,7 @@ use crate::amqp::error::ProtocolError;
 use crate::consumers::QueueDelivery;
 use crate::message::StoredMessage;
 use crate::meta::access::Perm;
-use crate::queue::types::{ConsumerId, QueueCommand, QueueReply};
+use crate::queue::types::{ConsumerId, ConsumerSpec, QueueCommand, QueueReply};
 
 impl Channel {
     /// basic.consume: a consumer on a queue of this vhost (403 when the queue
@@ -80,11 +80,14 @@ impl Channel {
             )));
         }
         let reply = handle
-            .call(QueueCommand::Checkout {
+            .call(QueueCommand::Subscribe {
                 now_ms: crate::now_ms(),
                 consumer: id,
-                prefetch: u32::from(prefetch),
-                no_ack: c.no_ack,
+                spec: ConsumerSpec {
+                    prefetch: u32::from(prefetch),
+                    no_ack: c.no_ack,
+                    ..ConsumerSpec::default()
+                },
             })
             .await;
         if let Err(e) = reply {

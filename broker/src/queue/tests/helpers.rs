@@ -203,7 +203,7 @@ pub fn tick(q: &mut QueueMachine, now_ms: u64) -> Vec<Effect> {
 
 /// Replace the configuration.
 pub fn update(q: &mut QueueMachine, now_ms: u64, config: QueueConfig) -> Vec<Effect> {
-    run(q, QueueCommand::UpdateConfig { now_ms, config }).1
+    run(q, QueueCommand::Configure { now_ms, config }).1
 }
 
 /// `(consumer, id, delivery_count)` of every Deliver, in order.

@@ -354,6 +354,8 @@ impl Model {
             | C::Purge { now_ms }
             | C::Tick { now_ms }
             | C::UpdateConfig { now_ms, .. }
+            | C::Configure { now_ms, .. }
+            | C::Subscribe { now_ms, .. }
             | C::DeadLetterSettled { now_ms, .. } => *now_ms,
         };
         if self.lease.is_none() {
@@ -405,6 +407,13 @@ impl Model {
                 let r = self.cons.entry(consumer).or_default();
                 r.prefetch = prefetch;
                 r.no_ack = no_ack;
+                r.active = true;
+                self.sync(consumer);
+            }
+            C::Subscribe { consumer, spec, .. } => {
+                let r = self.cons.entry(consumer).or_default();
+                r.prefetch = spec.prefetch;
+                r.no_ack = spec.no_ack;
                 r.active = true;
                 self.sync(consumer);
             }
@@ -519,7 +528,12 @@ impl Model {
                 reply = QueueReply::Purged(all.len() as u64);
             }
             C::Tick { .. } => *ticked = true,
-            C::UpdateConfig { config, .. } => {
+            C::UpdateConfig { .. } | C::Configure { .. } => {
+                let config = match cmd {
+                    C::UpdateConfig { config, .. } => config.into(),
+                    C::Configure { config, .. } => config,
+                    _ => unreachable!("matched above"),
+                };
                 let was_hold = matches!(self.dl_mode(), Dl::Hold);
                 self.cfg = config;
                 if was_hold && !matches!(self.dl_mode(), Dl::Hold) {

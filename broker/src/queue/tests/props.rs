@@ -109,6 +109,7 @@ fn config_strategy() -> impl Strategy<Value = QueueConfig> {
                     expires_ms,
                     // The naive model has no single-active-consumer mode.
                     single_active_consumer: false,
+                    ..QueueConfig::default()
                 }
             },
         )
@@ -242,7 +243,7 @@ fn concretize(op: &Op, now: &mut u64, q: &QueueMachine) -> Option<QueueCommand> 
         },
         Op::Purge => QueueCommand::Purge { now_ms },
         Op::Tick => QueueCommand::Tick { now_ms },
-        Op::Config(c) => QueueCommand::UpdateConfig {
+        Op::Config(c) => QueueCommand::Configure {
             now_ms,
             config: c.clone(),
         },
