@@ -47,8 +47,9 @@
 //!
 //! Skipped cases, and why:
 //! * groups `classic_queue` and `mirrored_queue` (classic / mirrored classic source
-//!   queues), including `dead_letter_max_length_reject_publish_dlx` (classic-only:
-//!   quorum queues treat `reject-publish-dlx` as drop-head);
+//!   queues), including `dead_letter_max_length_reject_publish_dlx` (classic-only in
+//!   3.10.8, where quorum queues treat `reject-publish-dlx` as drop-head; quorumq's
+//!   quorum-queue version is `tests/reject_publish_dlx.rs`);
 //! * `metric_maxlen`, `metric_rejected`, `metric_expired_queue_msg_ttl`,
 //!   `metric_expired_per_msg_msg_ttl` (group `disabled`): they only assert global
 //!   counters read over Erlang RPC;

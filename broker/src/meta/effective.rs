@@ -85,9 +85,10 @@ fn as_string(v: Option<V>) -> Option<String> {
 /// Precedence (spec §1.2, 3.10.8 code): dead-letter-exchange,
 /// dead-letter-routing-key, dead-letter-strategy: argument wins; overflow and
 /// expires: policy wins; max-length, max-length-bytes, message-ttl,
-/// delivery-limit: the lower wins. `reject-publish-dlx` → drop-head with a
-/// warning. Strategy (§5.1): at-least-once only with a DLX and effective
-/// overflow reject-publish; a DLRK or strategy without DLX disables
+/// delivery-limit: the lower wins. `reject-publish-dlx` is kept (3.10.8
+/// quorum queues map it to drop-head with a warning; quorumq implements it,
+/// issue 28). Strategy (§5.1): at-least-once only with a DLX and effective
+/// overflow reject-publish or reject-publish-dlx; a DLRK or strategy without DLX disables
 /// dead-lettering. Negative delivery limits count as unlimited (spec §6.1:
 /// do not copy 3.10's literal negative limit), so a finite limit from the
 /// other source wins.
@@ -103,12 +104,7 @@ pub fn effective_config(
     let overflow = match as_string(lookup_key("overflow", Resolve::Policy, args, policy)).as_deref()
     {
         Some("reject-publish") => Overflow::RejectPublish,
-        Some("reject-publish-dlx") => {
-            warnings.push(format!(
-                "Invalid overflow strategy <<\"reject-publish-dlx\">> for quorum queue: {qrs}"
-            ));
-            Overflow::DropHead
-        }
+        Some("reject-publish-dlx") => Overflow::RejectPublishDlx,
         _ => Overflow::DropHead,
     };
 
@@ -150,7 +146,7 @@ pub fn effective_config(
                 routing_key,
             });
             match (s.as_deref(), overflow) {
-                (Some("at-least-once"), Overflow::RejectPublish) => {
+                (Some("at-least-once"), Overflow::RejectPublish | Overflow::RejectPublishDlx) => {
                     (target, DeadLetterStrategy::AtLeastOnce)
                 }
                 (Some("at-least-once"), Overflow::DropHead) => {
@@ -274,14 +270,13 @@ mod tests {
         assert_eq!(c.strategy, DeadLetterStrategy::AtMostOnce);
         assert!(c.dead_letter.is_some());
         assert_eq!(w, vec!["Falling back to dead-letter-strategy at-most-once for queue 'q' in vhost '/' because configured dead-letter-strategy at-least-once is incompatible with effective overflow strategy drop-head. To enable dead-letter-strategy at-least-once, set overflow strategy to reject-publish.".to_owned()]);
-        // reject-publish-dlx counts as drop-head.
+        // reject-publish-dlx is kept and allows at-least-once.
         let (c, w) = effective_config("/", "q", &alo("reject-publish-dlx"), None);
         assert_eq!(
             (c.strategy, c.overflow),
-            (DeadLetterStrategy::AtMostOnce, Overflow::DropHead)
+            (DeadLetterStrategy::AtLeastOnce, Overflow::RejectPublishDlx)
         );
-        assert_eq!(w[0], "Invalid overflow strategy <<\"reject-publish-dlx\">> for quorum queue: queue 'q' in vhost '/'");
-        assert_eq!(w.len(), 2);
+        assert!(w.is_empty());
         // Policy overflow overrides the argument and enables at-least-once.
         let (c, _) = effective_config(
             "/",

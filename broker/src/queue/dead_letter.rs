@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::machine::QueueMachine;
 use super::message::Msg;
 use super::types::{
-    DeadLetterReason, DeadLetterStrategy, DeadLetterTarget, Effect, MsgId, Overflow, QueueConfig,
+    DeadLetterReason, DeadLetterStrategy, DeadLetterTarget, Effect, MsgId, QueueConfig,
 };
 
 /// The dead-letter handler in effect (rabbit_quorum_queue `dead_letter_handler/2`, spec §5.1).
@@ -25,16 +25,19 @@ pub(super) enum Handler<'a> {
 
 impl<'a> Handler<'a> {
     /// Resolve the handler from the effective configuration. At-least-once
-    /// needs a target *and* overflow reject-publish; with drop-head it falls
-    /// back to at-most-once (spec §5.1), which also guarantees that drop-head
-    /// never has to make room by moving messages into the held area.
+    /// needs a target *and* overflow reject-publish(-dlx); with drop-head it
+    /// falls back to at-most-once (spec §5.1), which also guarantees that
+    /// drop-head never has to make room by moving messages into the held area.
     pub fn of(config: &'a QueueConfig) -> Self {
-        match (&config.dead_letter, config.strategy, config.overflow) {
-            (None, _, _) => Handler::Disabled,
-            (Some(_), DeadLetterStrategy::AtLeastOnce, Overflow::RejectPublish) => {
+        match &config.dead_letter {
+            None => Handler::Disabled,
+            Some(_)
+                if config.strategy == DeadLetterStrategy::AtLeastOnce
+                    && config.overflow.rejects_publish() =>
+            {
                 Handler::AtLeastOnce
             }
-            (Some(target), _, _) => Handler::AtMostOnce(target),
+            Some(target) => Handler::AtMostOnce(target),
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use super::machine::QueueMachine;
 use super::message::{expiry_at, Msg};
-use super::types::{Effect, EnqueueMsg, EnqueueOutcome};
+use super::types::{DeadLetterReason, Effect, EnqueueMsg, EnqueueOutcome, Overflow};
 
 impl QueueMachine {
     /// Enqueue each message in turn, exactly as if each were its own command:
@@ -10,7 +10,9 @@ impl QueueMachine {
     /// otherwise given the next id, stored (`StoreBody`), appended to the main
     /// queue with its expiry fixed now (spec §2.4), offered to consumers, and
     /// then the limits are evaluated (so the message that goes over the limit
-    /// is accepted, the next one is refused; spec §10.5).
+    /// is accepted, the next one is refused; spec §10.5). With
+    /// `reject-publish-dlx` a refused message is also stored and dead-lettered
+    /// with reason `maxlen` (held, at-least-once, when the strategy says so).
     pub(super) fn enqueue(
         &mut self,
         now_ms: u64,
@@ -19,7 +21,7 @@ impl QueueMachine {
     ) -> Vec<EnqueueOutcome> {
         let mut outcomes = Vec::with_capacity(msgs.len());
         for m in msgs {
-            if self.blocked {
+            if self.blocked && self.config.overflow != Overflow::RejectPublishDlx {
                 outcomes.push(EnqueueOutcome::Rejected);
                 continue;
             }
@@ -30,12 +32,18 @@ impl QueueMachine {
                 id,
                 payload: m.payload,
             });
-            self.ready.push_back(Msg {
+            let msg = Msg {
                 id,
                 expiry,
                 size: m.body_size,
                 delivery_count: 0,
-            });
+            };
+            if self.blocked {
+                self.dead_letter(msg, DeadLetterReason::Maxlen, effects);
+                outcomes.push(EnqueueOutcome::Rejected);
+                continue;
+            }
+            self.ready.push_back(msg);
             outcomes.push(EnqueueOutcome::Accepted);
             self.deliver(now_ms, effects);
             self.evaluate_limits(effects);

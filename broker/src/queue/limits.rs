@@ -1,6 +1,7 @@
 //! Length limits (spec §2.5, §5.6): `max_length` / `max_length_bytes` over
 //! ready + held messages; drop-head dead-letters `maxlen`, reject-publish
-//! blocks publishers until the queue is at or below 80 % of every limit.
+//! blocks publishers until the queue is at or below 80 % of every limit
+//! (reject-publish-dlx also dead-letters each refused publish, `enqueue`).
 
 use super::machine::QueueMachine;
 use super::types::{DeadLetterReason, Effect, Overflow};
@@ -51,7 +52,7 @@ impl QueueMachine {
                     self.dead_letter(msg, DeadLetterReason::Maxlen, effects);
                 }
             }
-            Overflow::RejectPublish => {
+            Overflow::RejectPublish | Overflow::RejectPublishDlx => {
                 if !self.blocked && self.is_over_limit() {
                     self.blocked = true;
                     effects.push(Effect::PublishersBlocked(true));
@@ -65,7 +66,7 @@ impl QueueMachine {
     /// policy; 4.x behaviour, see the design notes in `machine`).
     pub(super) fn maybe_unblock(&mut self, effects: &mut Vec<Effect>) {
         if self.blocked
-            && (self.config.overflow != Overflow::RejectPublish || self.is_below_soft_limit())
+            && (!self.config.overflow.rejects_publish() || self.is_below_soft_limit())
         {
             self.blocked = false;
             effects.push(Effect::PublishersBlocked(false));

@@ -32,13 +32,25 @@ pub struct EnqueueMsg {
     pub ttl_ms: Option<u64>,
 }
 
-/// Overflow behaviour (`x-overflow`). `reject-publish-dlx` is mapped to
-/// `DropHead` by the caller, as RabbitMQ 3.10 quorum queues do (spec §1.2).
+/// Overflow behaviour (`x-overflow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum Overflow {
+    /// Dead-letter (`maxlen`) from the head until within the limits.
     #[default]
     DropHead,
+    /// Over the limit, refuse publishes (basic.nack) until at or below 80 %.
     RejectPublish,
+    /// As `RejectPublish`, and each refused publish is also dead-lettered
+    /// with reason `maxlen` (RabbitMQ's classic-queue `reject-publish-dlx`;
+    /// 3.10.8 quorum queues map it to drop-head, rabbitmq-server#16673).
+    RejectPublishDlx,
+}
+
+impl Overflow {
+    /// Refuses publishes over the limit (`reject-publish` or `reject-publish-dlx`).
+    pub fn rejects_publish(self) -> bool {
+        matches!(self, Overflow::RejectPublish | Overflow::RejectPublishDlx)
+    }
 }
 
 /// Effective dead-letter strategy (spec §5.1): `AtLeastOnce` only when the

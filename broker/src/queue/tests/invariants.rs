@@ -40,7 +40,7 @@ impl QueueMachine {
         if Handler::of(&self.config) != Handler::AtLeastOnce && self.held.len() > 0 {
             return Err("held messages without at-least-once".into());
         }
-        if self.blocked && self.config.overflow != Overflow::RejectPublish {
+        if self.blocked && !self.config.overflow.rejects_publish() {
             return Err("blocked without reject-publish".into());
         }
         if self.config.overflow == Overflow::DropHead && self.is_over_limit() {

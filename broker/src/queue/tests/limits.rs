@@ -248,3 +248,62 @@ fn expiry_makes_room_under_reject_publish_at_most_once() {
     assert_eq!(dropped(&e), vec![0, 1]);
     assert_eq!(blocked(&e), vec![false]);
 }
+
+/// reject-publish-dlx (issue 28 item 6): the publish that goes over is
+/// accepted; the next ones are refused *and* dead-lettered `maxlen`.
+#[test]
+fn reject_publish_dlx_refuses_and_dead_letters_at_most_once() {
+    let mut q = QueueMachine::new(QueueConfig {
+        max_length: Some(1),
+        overflow: Overflow::RejectPublishDlx,
+        ..amo()
+    });
+    let (o, e) = enqueue(&mut q, 0, vec![msg("p1"), msg("p2")]);
+    assert_eq!(o, vec![EnqueueOutcome::Accepted; 2]);
+    assert!(dead_lettered(&e).is_empty());
+    let (o, e) = enqueue(&mut q, 1, vec![msg("p3"), msg("p4")]);
+    assert_eq!(o, vec![EnqueueOutcome::Rejected; 2]);
+    let m = DeadLetterReason::Maxlen;
+    assert_eq!(dead_lettered(&e), vec![(2, m), (3, m)]);
+    // Each refused body is stored (the dead-letter publish reads it) and dropped after.
+    let stored: Vec<MsgId> = e
+        .iter()
+        .filter_map(|e| match e {
+            Effect::StoreBody { id, .. } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stored, vec![2, 3]);
+    assert_eq!(dropped(&e), vec![2, 3]);
+    assert_eq!(q.ready_ids(), vec![0, 1]);
+}
+
+#[test]
+fn reject_publish_dlx_holds_refused_publishes_at_least_once() {
+    let mut q = QueueMachine::new(QueueConfig {
+        max_length: Some(2),
+        overflow: Overflow::RejectPublishDlx,
+        ..alo()
+    });
+    enqueue(&mut q, 0, vec![msg("a"), msg("b"), msg("c")]);
+    let (o, e) = enqueue(&mut q, 1, vec![msg("d")]);
+    assert_eq!(o, vec![EnqueueOutcome::Rejected]);
+    assert!(dropped(&e).is_empty(), "held, not dropped: {e:?}");
+    let held: Vec<_> = q.held_dead_letters().collect();
+    assert_eq!(held, vec![(3, DeadLetterReason::Maxlen)]);
+    assert!(e.contains(&Effect::DeadLetterHeld {
+        id: 3,
+        reason: DeadLetterReason::Maxlen
+    }));
+    // Still blocked while over the limit; unblocked at <= 80 % once drained.
+    assert!(q.blocked);
+}
+
+#[test]
+fn plain_reject_publish_stores_nothing_it_refuses() {
+    let mut q = QueueMachine::new(reject(Some(1), None));
+    enqueue(&mut q, 0, vec![msg("a"), msg("b")]);
+    let (o, e) = enqueue(&mut q, 1, vec![msg("c")]);
+    assert_eq!(o, vec![EnqueueOutcome::Rejected]);
+    assert!(e.is_empty(), "{e:?}");
+}

@@ -106,7 +106,10 @@ impl Model {
             None => Dl::Drop,
             Some(t) => {
                 if self.cfg.strategy == DeadLetterStrategy::AtLeastOnce
-                    && self.cfg.overflow == Overflow::RejectPublish
+                    && matches!(
+                        self.cfg.overflow,
+                        Overflow::RejectPublish | Overflow::RejectPublishDlx
+                    )
                 {
                     Dl::Hold
                 } else {
@@ -252,7 +255,7 @@ impl Model {
         // rabbit_fifo `is_below/2`: Num =< trunc(Limit * 0.8).
         let low = |l: Option<u64>, v: u64| l.is_none_or(|l| v <= ((l as f64) * 0.8).trunc() as u64);
         let below = low(self.cfg.max_length, n) && low(self.cfg.max_length_bytes, b);
-        if self.blocked && (self.cfg.overflow != Overflow::RejectPublish || below) {
+        if self.blocked && (self.cfg.overflow == Overflow::DropHead || below) {
             self.blocked = false;
             fx.push(Effect::PublishersBlocked(false));
         }
@@ -368,7 +371,7 @@ impl Model {
             C::Enqueue { msgs, .. } => {
                 let mut out = Vec::new();
                 for m in msgs {
-                    if self.blocked {
+                    if self.blocked && self.cfg.overflow == Overflow::RejectPublish {
                         out.push(EnqueueOutcome::Rejected);
                         continue;
                     }
@@ -386,12 +389,19 @@ impl Model {
                         id,
                         payload: m.payload,
                     });
-                    self.main.push(MMsg {
+                    let msg = MMsg {
                         id,
                         expiry,
                         size: m.body_size,
                         count: 0,
-                    });
+                    };
+                    if self.blocked {
+                        // reject-publish-dlx: refused and dead-lettered.
+                        self.dead_letter(msg, DeadLetterReason::Maxlen, fx);
+                        out.push(EnqueueOutcome::Rejected);
+                        continue;
+                    }
+                    self.main.push(msg);
                     out.push(EnqueueOutcome::Accepted);
                     self.deliver(now, fx);
                     self.limits(fx);
