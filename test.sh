@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # The project's test command: build quorumq, run every workspace test (the
 # cluster-tests integration tests spawn target/debug/quorumq themselves), then
-# run the pika compatibility tests against a quorumq started for them, then
-# the fault-injection suite's short profile.
+# run the pika compatibility tests and the Celery end-to-end tests against a
+# quorumq started for them, then the fault-injection suite's short profile.
 set -euo pipefail
 cd "$(dirname "$0")"
 # The cluster tests must exercise quorumq here, not an external broker.
 unset QUORUMQ_TEST_URI QUORUMQ_TEST_HTTP QUORUMQ_BIN
-# The pika tests need pika and pytest; install them on a fresh machine.
-if ! python3 -c 'import pika, pytest' 2>/dev/null; then
+# The pika tests need pika and pytest, the Celery end-to-end tests Celery 5.5
+# (with kombu 5.5); install them on a fresh machine.
+if ! python3 -c 'import pika, pytest, celery, kombu; assert celery.__version__.startswith("5.5")' 2>/dev/null; then
   if ! python3 -m pip --version >/dev/null 2>&1; then
     apt-get update
     DEBIAN_FRONTEND=noninteractive apt-get install -y python3-pip
   fi
-  python3 -m pip install --quiet pika pytest \
-    || python3 -m pip install --quiet --break-system-packages pika pytest
+  python3 -m pip install --quiet pika pytest 'celery>=5.5,<5.6' \
+    || python3 -m pip install --quiet --break-system-packages pika pytest 'celery>=5.5,<5.6'
 fi
 # The management API tests drive the HTTP API with curl; the TLS tests make
 # certificates with deploy/gen-certs.sh (openssl).
@@ -32,5 +33,7 @@ fi
 cargo build --bin quorumq --bin quorumqctl --bin quorumq-faults
 cargo test --workspace
 timeout 900 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/pika
+# A real Celery 5.5 worker on quorum queues (native delayed delivery, retries, acks_late).
+timeout 600 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/celery
 # The fault-injection suite, short profile: every workload and nemesis kind.
 timeout 900 cluster-tests/faults/run.sh --profile short
