@@ -10,15 +10,17 @@ impl QueueMachine {
     /// otherwise given the next id, stored (`StoreBody`), appended to the main
     /// queue with its expiry fixed now (spec §2.4), offered to consumers, and
     /// then the limits are evaluated (so the message that goes over the limit
-    /// is accepted, the next one is refused; spec §10.5).
+    /// is accepted, the next one is refused; spec §10.5). Each message comes
+    /// with its message priority, kept as `min(priority, x-max-priority)`,
+    /// or 0 in a queue without `x-max-priority`.
     pub(super) fn enqueue(
         &mut self,
         now_ms: u64,
-        msgs: Vec<EnqueueMsg>,
+        msgs: impl ExactSizeIterator<Item = (EnqueueMsg, u8)>,
         effects: &mut Vec<Effect>,
     ) -> Vec<EnqueueOutcome> {
         let mut outcomes = Vec::with_capacity(msgs.len());
-        for m in msgs {
+        for (m, priority) in msgs {
             if self.blocked {
                 outcomes.push(EnqueueOutcome::Rejected);
                 continue;
@@ -30,12 +32,9 @@ impl QueueMachine {
                 id,
                 payload: m.payload,
             });
-            self.ready.push_back(Msg {
-                id,
-                expiry,
-                size: m.body_size,
-                delivery_count: 0,
-            });
+            let priority = self.config.max_priority.map_or(0, |max| priority.min(max));
+            self.ready
+                .push_back(Msg::new(id, expiry, m.body_size, priority));
             outcomes.push(EnqueueOutcome::Accepted);
             self.deliver(now_ms, effects);
             self.evaluate_limits(effects);
