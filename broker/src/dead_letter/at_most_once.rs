@@ -13,7 +13,9 @@ use super::rewrite::{rewrite, DeadLettered};
 use crate::message::TrackedMessage;
 use crate::queue::handle::QueueHandle;
 use crate::queue::services::QueueServices;
-use crate::queue::types::{DeadLetterReason, DeadLetterTarget, EnqueueMsg, MsgId, QueueCommand};
+use crate::queue::types::{
+    DeadLetterReason, DeadLetterTarget, EnqueueMsg, MsgId, PrioritizedMsg, QueueCommand,
+};
 
 /// Logs `text` the first time `key` is seen (RabbitMQ logs each cycle once).
 pub fn log_once(key: String, text: impl FnOnce() -> String) {
@@ -77,17 +79,14 @@ pub async fn publish(
     let body_size = dl.message.body.len() as u32;
     let now_ms = crate::now_ms();
     for q in targets {
-        let msg = EnqueueMsg {
-            payload: encoded.clone(),
-            body_size,
-            ttl_ms: None,
+        let msg = PrioritizedMsg {
+            msg: EnqueueMsg {
+                payload: encoded.clone(),
+                body_size,
+                ttl_ms: None,
+            },
+            priority: q.message_priority(dl.priority),
         };
-        drop(
-            q.propose(QueueCommand::Enqueue {
-                now_ms,
-                msgs: vec![msg],
-            })
-            .await,
-        );
+        drop(q.propose(QueueCommand::enqueue(now_ms, vec![msg])).await);
     }
 }

@@ -31,6 +31,9 @@ pub struct DeadLettered {
     pub deaths: Vec<DeathRecord>,
     /// Headers of the rewritten message (for headers-exchange DLXs).
     pub headers: FieldTable,
+    /// The message's `priority` property (0 when absent): its priority in
+    /// a target queue with `x-max-priority`.
+    pub priority: u8,
 }
 
 /// Rewrites `msg`, dead-lettered from queue `queue` for `reason` at
@@ -98,6 +101,7 @@ pub fn rewrite(
         routing_keys,
         deaths: records,
         headers,
+        priority: props.priority().unwrap_or(0),
     }
 }
 

@@ -18,7 +18,7 @@ use crate::queue::handle::QueueHandle;
 use crate::queue::services::QueueServices;
 use crate::queue::supervise::supervise;
 use crate::queue::types::{
-    DeadLetterStrategy, EnqueueMsg, EnqueueOutcome, MsgId, QueueCommand, QueueReply,
+    DeadLetterStrategy, EnqueueMsg, EnqueueOutcome, MsgId, PrioritizedMsg, QueueCommand, QueueReply,
 };
 
 /// Held messages forwarded per round.
@@ -123,7 +123,7 @@ async fn forward_round(
     };
     let now_ms = crate::now_ms();
     // One Enqueue per target for the whole round (group id -> target, messages, their ids).
-    type TargetBatch = (Arc<QueueHandle>, Vec<EnqueueMsg>, Vec<MsgId>);
+    type TargetBatch = (Arc<QueueHandle>, Vec<PrioritizedMsg>, Vec<MsgId>);
     let mut batches: HashMap<u64, TargetBatch> = HashMap::new();
     let mut done: Vec<MsgId> = Vec::new();
     for (id, reason, payload) in held {
@@ -159,10 +159,13 @@ async fn forward_round(
         };
         let body_size = dl.message.body.len() as u32;
         for t in pending {
-            let msg = EnqueueMsg {
-                payload: encoded.clone(),
-                body_size,
-                ttl_ms: None,
+            let msg = PrioritizedMsg {
+                msg: EnqueueMsg {
+                    payload: encoded.clone(),
+                    body_size,
+                    ttl_ms: None,
+                },
+                priority: t.message_priority(dl.priority),
             };
             let b = batches
                 .entry(t.group)
@@ -173,7 +176,7 @@ async fn forward_round(
     }
     let mut inflight = Vec::with_capacity(batches.len());
     for (group, (t, msgs, ids)) in batches {
-        let rx = t.propose(QueueCommand::Enqueue { now_ms, msgs }).await;
+        let rx = t.propose(QueueCommand::enqueue(now_ms, msgs)).await;
         inflight.push((group, ids, rx));
     }
     let mut all_ok: HashMap<MsgId, bool> = HashMap::new();

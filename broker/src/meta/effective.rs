@@ -188,6 +188,12 @@ pub fn effective_config(
             lookup(args, "x-single-active-consumer"),
             Some(AMQPValue::Boolean(true))
         ),
+        // `x-max-priority` is an argument only (no policy key), validated at
+        // declare (quorum 1-32, classic 1-255); 0 = no priorities.
+        max_priority: lookup(args, "x-max-priority")
+            .and_then(as_integer)
+            .and_then(|n| u8::try_from(n).ok())
+            .filter(|n| *n > 0),
         ..QueueConfig::default()
     };
 

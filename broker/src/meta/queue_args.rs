@@ -52,6 +52,8 @@ impl QueueType {
                 "x-delivery-limit",
                 "x-message-ttl",
                 "x-queue-leader-locator",
+                // RabbitMQ 4.3 (quorumq deliberate difference: 3.10.8 refuses it).
+                "x-max-priority",
             ],
             QueueType::Classic => &[
                 "x-expires",
@@ -229,7 +231,10 @@ fn str_in(v: &AMQPValue, allowed: &[&str], bad: impl Fn(&str) -> String) -> Chec
     }
 }
 
-fn check_arg(key: &str, v: &AMQPValue, args: &FieldTable) -> Check {
+/// Largest `x-max-priority` of a quorum queue (RabbitMQ 4.3; classic: 255).
+pub const MAX_QUORUM_PRIORITY: i128 = 32;
+
+fn check_arg(key: &str, v: &AMQPValue, args: &FieldTable, qtype: QueueType) -> Check {
     match key {
         "x-expires" => {
             let n = int_arg(v)?;
@@ -263,7 +268,11 @@ fn check_arg(key: &str, v: &AMQPValue, args: &FieldTable) -> Check {
         | "x-stream-max-segment-size-bytes" => non_neg_int(v).map(|_| ()),
         "x-max-priority" => {
             let n = non_neg_int(v)?;
-            if n > 255 {
+            let max = match qtype {
+                QueueType::Quorum => MAX_QUORUM_PRIORITY,
+                _ => 255,
+            };
+            if n > max {
                 Err(format!("{{max_value_exceeded,{n}}}"))
             } else {
                 Ok(())
@@ -398,7 +407,7 @@ pub fn check_declare_arguments(args: &FieldTable, rs_text: &str) -> Result<Queue
     let supported = qtype.queue_arguments();
     for key in VALIDATOR_ORDER.iter().filter(|k| supported.contains(k)) {
         if let Some(v) = lookup(args, key) {
-            check_arg(key, v, args).map_err(|term| invalid_arg(key, rs_text, &term))?;
+            check_arg(key, v, args, qtype).map_err(|term| invalid_arg(key, rs_text, &term))?;
         }
     }
     for k in args.inner().keys() {
@@ -411,6 +420,30 @@ pub fn check_declare_arguments(args: &FieldTable, rs_text: &str) -> Result<Queue
         }
     }
     Ok(qtype)
+}
+
+/// `rabbit_amqqueue:check_consume_arguments/2` on basic.consume's
+/// arguments (3.10.8 `consume_args()`): `x-priority` must be an integer of
+/// any AMQP integer type, `x-cancel-on-ha-failover` a boolean; otherwise 406
+/// `PRECONDITION_FAILED - invalid arg 'x-priority' for queue 'q' in vhost
+/// '/': "expected integer, got longstr"`. Returns the consumer priority
+/// (0 when absent; a 64-bit value saturates to the i32 range).
+pub fn check_consume_arguments(args: &FieldTable, rs_text: &str) -> Result<i32, AmqpError> {
+    let priority = match lookup(args, "x-priority") {
+        None => 0,
+        Some(v) => {
+            let n = int_arg(v).map_err(|term| invalid_arg("x-priority", rs_text, &term))?;
+            n.clamp(i128::from(i32::MIN), i128::from(i32::MAX)) as i32
+        }
+    };
+    match lookup(args, "x-cancel-on-ha-failover") {
+        None | Some(AMQPValue::Boolean(_)) => Ok(priority),
+        Some(v) => Err(invalid_arg(
+            "x-cancel-on-ha-failover",
+            rs_text,
+            &unacceptable(v),
+        )),
+    }
 }
 
 /// Quorum queue property checks (`rabbit_queue_type_util`, spec §1.4), in
@@ -541,12 +574,14 @@ mod tests {
             (qq(&[("x-single-active-consumer", s("true"))]), "invalid arg 'x-single-active-consumer' for queue 'q' in vhost '/': {unacceptable_type,longstr}"),
             (qq(&[("x-quorum-initial-group-size", AMQPValue::LongInt(0))]), "invalid arg 'x-quorum-initial-group-size' for queue 'q' in vhost '/': {value_zero,0}"),
             (qq(&[("x-queue-leader-locator", s("foo"))]), "invalid arg 'x-queue-leader-locator' for queue 'q' in vhost '/': invalid_queue_locator_arg"),
-            (qq(&[("x-max-priority", AMQPValue::LongInt(5))]), "invalid arg 'x-max-priority' for queue 'q' in vhost '/' of queue type rabbit_quorum_queue"),
+            // Quorum queues take 1-32 (RabbitMQ 4.3; 3.10.8 refuses the argument).
+            (qq(&[("x-max-priority", AMQPValue::LongInt(33))]), "invalid arg 'x-max-priority' for queue 'q' in vhost '/': {max_value_exceeded,33}"),
+            (qq(&[("x-max-priority", AMQPValue::LongInt(-1))]), "invalid arg 'x-max-priority' for queue 'q' in vhost '/': {value_negative,-1}"),
             (qq(&[("x-queue-mode", s("lazy"))]), "invalid arg 'x-queue-mode' for queue 'q' in vhost '/' of queue type rabbit_quorum_queue"),
             (qq(&[("x-max-age", s("1D"))]), "invalid arg 'x-max-age' for queue 'q' in vhost '/' of queue type rabbit_quorum_queue"),
             (qq(&[("x-queue-master-locator", s("min-masters"))]), "invalid arg 'x-queue-master-locator' for queue 'q' in vhost '/' of queue type rabbit_quorum_queue"),
             // Value validators run before the refused-key check (observed).
-            (qq(&[("x-max-priority", AMQPValue::LongInt(5)), ("x-max-length", AMQPValue::LongInt(-1))]), "invalid arg 'x-max-length' for queue 'q' in vhost '/': {value_negative,-1}"),
+            (qq(&[("x-queue-mode", s("lazy")), ("x-max-length", AMQPValue::LongInt(-1))]), "invalid arg 'x-max-length' for queue 'q' in vhost '/': {value_negative,-1}"),
             // Classic rules for classic queues.
             (t(&[("x-queue-type", s("classic")), ("x-delivery-limit", AMQPValue::LongInt(5))]), "invalid arg 'x-delivery-limit' for queue 'q' in vhost '/' of queue type rabbit_classic_queue"),
             (t(&[("x-delivery-limit", AMQPValue::LongInt(5))]), "invalid arg 'x-delivery-limit' for queue 'q' in vhost '/' of queue type rabbit_classic_queue"),
@@ -604,6 +639,39 @@ mod tests {
     }
 
     #[test]
+    fn consume_arguments() {
+        assert_eq!(check_consume_arguments(&t(&[]), RS).unwrap(), 0);
+        for v in [
+            AMQPValue::ShortShortInt(-3),
+            AMQPValue::ShortInt(-3),
+            AMQPValue::LongInt(-3),
+            AMQPValue::LongLongInt(-3),
+        ] {
+            assert_eq!(
+                check_consume_arguments(&t(&[("x-priority", v)]), RS).unwrap(),
+                -3
+            );
+        }
+        assert_eq!(
+            check_consume_arguments(&t(&[("x-priority", AMQPValue::LongLongInt(1 << 40))]), RS)
+                .unwrap(),
+            i32::MAX
+        );
+        assert_eq!(
+            check_consume_arguments(&t(&[("x-priority", s("10"))]), RS)
+                .unwrap_err()
+                .text,
+            "PRECONDITION_FAILED - invalid arg 'x-priority' for queue 'q' in vhost '/': \"expected integer, got longstr\""
+        );
+        assert_eq!(
+            check_consume_arguments(&t(&[("x-cancel-on-ha-failover", s("x"))]), RS)
+                .unwrap_err()
+                .text,
+            "PRECONDITION_FAILED - invalid arg 'x-cancel-on-ha-failover' for queue 'q' in vhost '/': {unacceptable_type,longstr}"
+        );
+    }
+
+    #[test]
     fn equivalence_rules() {
         let keys = QueueType::Quorum.queue_arguments();
         let cur = qq(&[("x-max-length", AMQPValue::LongInt(5)), ("x-foo", s("bar"))]);
@@ -616,7 +684,7 @@ mod tests {
         .is_ok());
         assert!(eqv(qq(&[
             ("x-max-length", AMQPValue::LongLongInt(5)),
-            ("x-max-priority", AMQPValue::LongInt(1))
+            ("x-queue-mode", s("lazy"))
         ]))
         .is_ok());
         let txt = |new| eqv(new).unwrap_err().text;

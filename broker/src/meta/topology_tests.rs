@@ -305,8 +305,8 @@ fn queue_declare_errors() {
     );
     // Argument errors come before property errors (observed).
     assert_eq!(
-        err_text(topo.check_queue_declare(&decl("q", false, false, false, qq(&[("x-max-priority", AMQPValue::LongInt(5))])))),
-        "PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue 'q' in vhost '/' of queue type rabbit_quorum_queue"
+        err_text(topo.check_queue_declare(&decl("q", false, false, false, qq(&[("x-queue-mode", s("lazy"))])))),
+        "PRECONDITION_FAILED - invalid arg 'x-queue-mode' for queue 'q' in vhost '/' of queue type rabbit_quorum_queue"
     );
     // DLX type check runs before the validators.
     assert_eq!(
@@ -367,7 +367,7 @@ fn queue_redeclare_equivalence() {
     assert!(same(t(&[
         ("x-max-length", AMQPValue::LongLongInt(5)),
         ("x-foo", s("baz")),
-        ("x-max-priority", AMQPValue::LongInt(1))
+        ("x-queue-mode", s("lazy"))
     ]))
     .is_ok());
     assert_eq!(

@@ -1,7 +1,9 @@
 //! Consumer records (rabbit_fifo `consumers` + `service_queue`): what each
-//! consumer has checked out, its prefetch, and the round-robin order.
+//! consumer has checked out, its prefetch and priority, and the round-robin
+//! order within each consumer priority.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +27,11 @@ pub(super) struct Consumer {
     queued: bool,
     /// Messages delivered and not yet settled, by id.
     pub checked_out: BTreeMap<MsgId, Msg>,
+    /// `x-priority` of basic.consume (0 for a basic.get slot): pushes go to
+    /// the highest priority that can take one.
+    pub priority: i32,
+    /// In the single-active-consumer candidates (= active, not suspected).
+    candidate: bool,
 }
 
 impl Consumer {
@@ -36,7 +43,14 @@ impl Consumer {
             suspected: false,
             queued: false,
             checked_out: BTreeMap::new(),
+            priority: 0,
+            candidate: false,
         }
+    }
+
+    /// Could be the single active consumer.
+    fn is_candidate(&self) -> bool {
+        self.active && !self.suspected
     }
 
     /// Can take one more pushed message.
@@ -49,22 +63,54 @@ impl Consumer {
     }
 }
 
-/// All consumer records plus the service queue: the active consumers with
-/// spare prefetch, in the order they became able to take a message
-/// (rabbit_fifo 3.10 `service_queue`). A push goes to the first; it goes to
-/// the back if it can take more. This is the round-robin.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// All consumer records plus the service queue: per consumer priority
+/// (highest first), the active consumers of that priority with spare
+/// prefetch, in the order they became able to take a message (rabbit_fifo
+/// 3.10 `service_queue`, a priority queue keyed by consumer priority). A
+/// push goes to the first consumer of the highest priority that has one; it
+/// goes to the back of its priority if it can take more. This is the
+/// round-robin among equals; a lower priority gets pushes only while every
+/// higher one is at its prefetch limit (or suspected, or cancelled).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(super) struct Consumers {
     records: BTreeMap<ConsumerId, Consumer>,
-    service: VecDeque<ConsumerId>,
+    /// Per priority, highest first. A lane emptied by pushes stays (no
+    /// allocation per message); empty lanes go when a consumer attaches,
+    /// leaves or is cancelled.
+    service: BTreeMap<Reverse<i32>, VecDeque<ConsumerId>>,
+    /// Single-active-consumer candidates (active, not suspected), highest
+    /// priority first, then oldest (lowest id) first.
+    candidates: BTreeSet<(Reverse<i32>, ConsumerId)>,
     /// Active records, count.
     active: u64,
     /// Total checked-out messages over all records.
     unacked: u64,
 }
 
+/// Equal when the records, the non-empty service lanes and the totals are
+/// (an empty lane is an allocation kept for the next push, not state).
+impl PartialEq for Consumers {
+    fn eq(&self, other: &Self) -> bool {
+        let lanes = |c: &Consumers| {
+            c.service
+                .iter()
+                .filter(|(_, l)| !l.is_empty())
+                .map(|(p, l)| (p.0, l.clone()))
+                .collect::<Vec<_>>()
+        };
+        self.records == other.records
+            && self.candidates == other.candidates
+            && self.active == other.active
+            && self.unacked == other.unacked
+            && lanes(self) == lanes(other)
+    }
+}
+
+impl Eq for Consumers {}
+
 impl Consumers {
-    /// Put `id` into, or take it out of, the service queue to match its state.
+    /// Put `id` into, or take it out of, the service queue and the
+    /// candidates to match its state.
     fn requeue(&mut self, id: ConsumerId) {
         let Some(rec) = self.records.get_mut(&id) else {
             return;
@@ -72,23 +118,73 @@ impl Consumers {
         let want = rec.has_spare();
         if want && !rec.queued {
             rec.queued = true;
-            self.service.push_back(id);
+            self.service
+                .entry(Reverse(rec.priority))
+                .or_default()
+                .push_back(id);
         } else if !want && rec.queued {
             rec.queued = false;
-            self.service.retain(|c| *c != id);
+            if let Some(lane) = self.service.get_mut(&Reverse(rec.priority)) {
+                lane.retain(|c| *c != id);
+            }
+        }
+        let candidate = rec.is_candidate();
+        if candidate != rec.candidate {
+            rec.candidate = candidate;
+            let key = (Reverse(rec.priority), id);
+            if candidate {
+                self.candidates.insert(key);
+            } else {
+                self.candidates.remove(&key);
+            }
         }
     }
 
-    /// basic.consume: add the consumer, or update and re-activate it.
-    pub fn checkout(&mut self, id: ConsumerId, prefetch: u32, no_ack: bool) {
+    /// Take `id` out of the service queue and the candidates (before its
+    /// priority changes or it goes); [`Consumers::requeue`] puts it back.
+    fn unqueue(&mut self, id: ConsumerId) {
+        let Some(rec) = self.records.get_mut(&id) else {
+            return;
+        };
+        if rec.queued {
+            rec.queued = false;
+            if let Some(lane) = self.service.get_mut(&Reverse(rec.priority)) {
+                lane.retain(|c| *c != id);
+            }
+        }
+        if rec.candidate {
+            rec.candidate = false;
+            self.candidates.remove(&(Reverse(rec.priority), id));
+        }
+    }
+
+    /// Drop the service lanes pushes emptied (not per message: on attach,
+    /// cancel and removal).
+    fn drop_empty_lanes(&mut self) {
+        self.service.retain(|_, lane| !lane.is_empty());
+    }
+
+    /// basic.consume: add the consumer, or update and re-activate it, with
+    /// its prefetch, no-ack and consumer priority (`x-priority`). A
+    /// re-subscription with another priority goes to the back of the new one.
+    pub fn checkout(&mut self, id: ConsumerId, prefetch: u32, no_ack: bool, priority: i32) {
+        if self
+            .records
+            .get(&id)
+            .is_some_and(|r| r.priority != priority)
+        {
+            self.unqueue(id);
+        }
         let rec = self.records.entry(id).or_insert_with(Consumer::new);
         rec.prefetch = prefetch;
         rec.no_ack = no_ack;
+        rec.priority = priority;
         if !rec.active {
             rec.active = true;
             self.active += 1;
         }
         self.requeue(id);
+        self.drop_empty_lanes();
     }
 
     /// basic.cancel: no more pushes; the record stays while it holds
@@ -104,15 +200,15 @@ impl Consumers {
         self.active -= 1;
         self.requeue(id);
         self.gc(id);
+        self.drop_empty_lanes();
         true
     }
 
     /// Remove the record entirely (consumer down), giving back what it held.
     pub fn remove(&mut self, id: ConsumerId) -> Option<Consumer> {
+        self.unqueue(id);
         let rec = self.records.remove(&id)?;
-        if rec.queued {
-            self.service.retain(|c| *c != id);
-        }
+        self.drop_empty_lanes();
         if rec.active {
             self.active -= 1;
         }
@@ -127,30 +223,37 @@ impl Consumers {
             .get(&id)
             .is_some_and(|r| !r.active && r.checked_out.is_empty())
         {
+            self.unqueue(id);
             self.records.remove(&id);
         }
     }
 
-    /// The consumer the next push goes to, and whether it is no_ack. It
-    /// leaves the service queue; [`Consumers::check_out`] or
-    /// [`Consumers::pushed_no_ack`] puts it back at the end if it has room.
-    /// Single-active-consumer mode: the oldest active consumer (ids grow
-    /// with registration on a node) whose node is not suspected down, if it
-    /// has spare prefetch.
+    /// Single-active-consumer mode: the consumer the next push goes to, and
+    /// whether it is no_ack: the active consumer of the highest priority
+    /// whose node is not suspected down, the oldest of them (ids grow with
+    /// registration on a node), if it has spare prefetch. A consumer of a
+    /// higher priority that subscribes takes over at once; the one it
+    /// replaces keeps its unacked messages (RabbitMQ 4.0 lets it finish them
+    /// before the new one gets any; quorumq does not wait). O(log n).
     pub fn single_active_for_push(&self) -> Option<(ConsumerId, bool)> {
-        let (id, rec) = self
-            .records
-            .iter()
-            .find(|(_, r)| r.active && !r.suspected)?;
+        let (_, id) = self.candidates.first()?;
+        let rec = self.records.get(id)?;
         rec.has_spare().then_some((*id, rec.no_ack))
     }
 
+    /// The consumer the next push goes to, and whether it is no_ack: the
+    /// first of the highest priority with one waiting. It leaves the service
+    /// queue; [`Consumers::check_out`] or [`Consumers::pushed_no_ack`] puts
+    /// it back at the end of its priority if it has room. O(log n) plus the
+    /// lanes pushes emptied since the last attach or leave.
     pub fn next_for_push(&mut self) -> Option<(ConsumerId, bool)> {
-        while let Some(id) = self.service.pop_front() {
-            if let Some(rec) = self.records.get_mut(&id) {
-                rec.queued = false;
-                if rec.has_spare() {
-                    return Some((id, rec.no_ack));
+        for lane in self.service.values_mut() {
+            while let Some(id) = lane.pop_front() {
+                if let Some(rec) = self.records.get_mut(&id) {
+                    rec.queued = false;
+                    if rec.has_spare() {
+                        return Some((id, rec.no_ack));
+                    }
                 }
             }
         }
@@ -248,7 +351,15 @@ impl Consumers {
         if active != self.active {
             return Err(format!("active {} != count {}", self.active, active));
         }
-        let mut service: Vec<_> = self.service.iter().copied().collect();
+        for (prio, lane) in &self.service {
+            if let Some(id) = lane
+                .iter()
+                .find(|id| self.records.get(id).map(|r| r.priority) != Some(prio.0))
+            {
+                return Err(format!("{id:?} queued under priority {}", prio.0));
+            }
+        }
+        let mut service: Vec<_> = self.service.values().flatten().copied().collect();
         service.sort();
         let before = service.len();
         service.dedup();
@@ -266,6 +377,9 @@ impl Consumers {
                 "service {service:?} != consumers with spare {spare:?}"
             ));
         }
+        if self.candidates.len() != self.records.values().filter(|r| r.is_candidate()).count() {
+            return Err("candidates hold a stale entry".into());
+        }
         for (id, r) in &self.records {
             if r.queued != service.contains(id) {
                 return Err(format!("queued flag wrong for {id:?}"));
@@ -273,10 +387,76 @@ impl Consumers {
             if !r.active && r.checked_out.is_empty() {
                 return Err(format!("empty inactive record {id:?} kept"));
             }
+            if r.candidate != r.is_candidate()
+                || r.candidate != self.candidates.contains(&(Reverse(r.priority), *id))
+            {
+                return Err(format!("candidate flag wrong for {id:?}"));
+            }
             if r.checked_out.iter().any(|(k, m)| *k != m.id) {
                 return Err(format!("checked-out key mismatch for {id:?}"));
             }
         }
         Ok(())
+    }
+}
+
+/// The consumer records in the shape of snapshot formats 0 and 1 (before
+/// consumer priorities), frozen: never change it.
+pub(super) mod v1 {
+    use std::collections::{BTreeMap, VecDeque};
+
+    use serde::{Deserialize, Serialize};
+
+    use super::super::message::Msg;
+    use super::super::types::{ConsumerId, MsgId};
+
+    /// `Consumer` in formats 0 and 1.
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    pub(in super::super) struct Consumer {
+        pub prefetch: u32,
+        pub no_ack: bool,
+        pub active: bool,
+        pub suspected: bool,
+        pub queued: bool,
+        pub checked_out: BTreeMap<MsgId, Msg>,
+    }
+
+    /// `Consumers` in formats 0 and 1.
+    #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+    pub(in super::super) struct Consumers {
+        pub records: BTreeMap<ConsumerId, Consumer>,
+        pub service: VecDeque<ConsumerId>,
+        pub active: u64,
+        pub unacked: u64,
+    }
+
+    impl From<Consumers> for super::Consumers {
+        /// Every consumer at priority 0, the service queue in its order.
+        fn from(c: Consumers) -> Self {
+            let mut out = super::Consumers {
+                active: c.active,
+                unacked: c.unacked,
+                ..super::Consumers::default()
+            };
+            for (id, r) in c.records {
+                let mut rec = super::Consumer::new();
+                rec.prefetch = r.prefetch;
+                rec.no_ack = r.no_ack;
+                rec.active = r.active;
+                rec.suspected = r.suspected;
+                rec.checked_out = r.checked_out;
+                out.records.insert(id, rec);
+            }
+            // The old service order first, then anything it missed.
+            let ids: Vec<ConsumerId> = c
+                .service
+                .into_iter()
+                .chain(out.records.keys().copied())
+                .collect();
+            for id in ids {
+                out.requeue(id);
+            }
+            out
+        }
     }
 }

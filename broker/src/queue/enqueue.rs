@@ -10,17 +10,19 @@ impl QueueMachine {
     /// otherwise given the next id, stored (`StoreBody`), appended to the main
     /// queue with its expiry fixed now (spec §2.4), offered to consumers, and
     /// then the limits are evaluated (so the message that goes over the limit
-    /// is accepted, the next one is refused; spec §10.5). With
-    /// `reject-publish-dlx` a refused message is also stored and dead-lettered
-    /// with reason `maxlen` (held, at-least-once, when the strategy says so).
+    /// is accepted, the next one is refused; spec §10.5). Each message comes
+    /// with its message priority, kept as `min(priority, x-max-priority)`,
+    /// or 0 in a queue without `x-max-priority`. With `reject-publish-dlx` a
+    /// refused message is also stored and dead-lettered with reason `maxlen`
+    /// (held, at-least-once, when the strategy says so).
     pub(super) fn enqueue(
         &mut self,
         now_ms: u64,
-        msgs: Vec<EnqueueMsg>,
+        msgs: impl ExactSizeIterator<Item = (EnqueueMsg, u8)>,
         effects: &mut Vec<Effect>,
     ) -> Vec<EnqueueOutcome> {
         let mut outcomes = Vec::with_capacity(msgs.len());
-        for m in msgs {
+        for (m, priority) in msgs {
             if self.blocked && self.config.overflow != Overflow::RejectPublishDlx {
                 outcomes.push(EnqueueOutcome::Rejected);
                 continue;
@@ -32,12 +34,8 @@ impl QueueMachine {
                 id,
                 payload: m.payload,
             });
-            let msg = Msg {
-                id,
-                expiry,
-                size: m.body_size,
-                delivery_count: 0,
-            };
+            let priority = self.config.max_priority.map_or(0, |max| priority.min(max));
+            let msg = Msg::new(id, expiry, m.body_size, priority);
             if self.blocked {
                 self.dead_letter(msg, DeadLetterReason::Maxlen, effects);
                 outcomes.push(EnqueueOutcome::Rejected);

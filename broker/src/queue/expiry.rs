@@ -7,12 +7,12 @@ use super::types::{DeadLetterReason, Effect};
 impl QueueMachine {
     /// Dead-letter `expired` every expired message at the head (returns
     /// first), stopping at the first unexpired one: a message behind an
-    /// unexpired one never expires early (spec §2.4, rabbit_fifo 3.10 `expire_msgs`).
+    /// unexpired one never expires early (spec §2.4, rabbit_fifo 3.10
+    /// `expire_msgs`). With message priorities the head of every priority
+    /// expires so (RabbitMQ's classic priority queue `dropwhile` per
+    /// priority), highest priority first.
     pub(super) fn expire_head(&mut self, now_ms: u64, effects: &mut Vec<Effect>) {
-        while self.ready.head().is_some_and(|m| m.is_expired(now_ms)) {
-            let Some(msg) = self.ready.pop_head() else {
-                break;
-            };
+        while let Some(msg) = self.ready.pop_head_where(|m| m.is_expired(now_ms)) {
             self.dead_letter(msg, DeadLetterReason::Expired, effects);
         }
     }

@@ -61,6 +61,9 @@ pub struct QueueHandle {
     /// Declared `x-queue-type: quorum` by the client: `queue.delete` with if-empty /
     /// if-unused is refused as RabbitMQ 3.10 refuses it on quorum queues.
     declared_quorum: bool,
+    /// `x-max-priority` (an argument, fixed for the queue's life): publishes
+    /// carry their message priority only to such a queue.
+    max_priority: Option<u8>,
 }
 
 impl QueueHandle {
@@ -70,6 +73,24 @@ impl QueueHandle {
     pub fn classic(mut self, classic: bool) -> Self {
         self.classic = classic;
         self
+    }
+
+    /// Sets the queue's `x-max-priority` (None: one FIFO).
+    pub fn max_priority(mut self, max: Option<u8>) -> Self {
+        self.max_priority = max;
+        self
+    }
+
+    /// The priority a message published with `priority` (the basic
+    /// property, 0 when absent) is enqueued with: as given to a queue with
+    /// `x-max-priority` (the queue clamps it), else 0 (so the publish stays
+    /// the plain `Enqueue` log entry).
+    pub fn message_priority(&self, priority: u8) -> u8 {
+        if self.max_priority.is_some() {
+            priority
+        } else {
+            0
+        }
     }
 
     /// Marks a queue the client declared as a quorum queue (see [`Self::refuses_conditional_delete`]).
@@ -140,6 +161,7 @@ impl QueueHandle {
             usage: Mutex::default(),
             classic: false,
             declared_quorum: false,
+            max_priority: None,
         }
     }
 
@@ -162,6 +184,7 @@ impl QueueHandle {
             usage: Mutex::default(),
             classic: false,
             declared_quorum: false,
+            max_priority: None,
         }
     }
 

@@ -110,6 +110,15 @@ impl QueueMachine {
             }
             C::Enqueue { now_ms, msgs } => {
                 self.start_lease(now_ms);
+                let msgs = msgs.into_iter().map(|m| (m, 0));
+                (
+                    now_ms,
+                    QueueReply::Enqueued(self.enqueue(now_ms, msgs, effects)),
+                )
+            }
+            C::EnqueuePrioritized { now_ms, msgs } => {
+                self.start_lease(now_ms);
+                let msgs = msgs.into_iter().map(|m| (m.msg, m.priority));
                 (
                     now_ms,
                     QueueReply::Enqueued(self.enqueue(now_ms, msgs, effects)),
@@ -122,7 +131,7 @@ impl QueueMachine {
                 no_ack,
             } => {
                 self.start_lease(now_ms);
-                self.consumers.checkout(consumer, prefetch, no_ack);
+                self.consumers.checkout(consumer, prefetch, no_ack, 0);
                 (now_ms, QueueReply::Ok)
             }
             C::Cancel { now_ms, consumer } => {
@@ -229,7 +238,8 @@ impl QueueMachine {
                 spec,
             } => {
                 self.start_lease(now_ms);
-                self.consumers.checkout(consumer, spec.prefetch, spec.no_ack);
+                self.consumers
+                    .checkout(consumer, spec.prefetch, spec.no_ack, spec.priority);
                 (now_ms, QueueReply::Ok)
             }
             C::DeadLetterSettled { now_ms, ids } => {

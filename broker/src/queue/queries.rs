@@ -114,11 +114,12 @@ impl QueueMachine {
         self.blocked
     }
 
-    /// When the next message to be delivered expires, ms since the Unix
-    /// epoch (the head: returns first; spec §2.4). None if it has no TTL or
-    /// nothing is ready. A new leader arms its timer from this.
+    /// When the next message at a head expires, ms since the Unix epoch
+    /// (the head: returns first; spec §2.4; with message priorities the
+    /// earliest over the heads of every priority). None if no head has a
+    /// TTL or nothing is ready. A new leader arms its timer from this.
     pub fn next_expiry_ms(&self) -> Option<u64> {
-        self.ready.head().and_then(|m| m.expiry_ms())
+        self.ready.heads().filter_map(|m| m.expiry_ms()).min()
     }
 
     /// x-expires: `QueueExpired` was emitted for the current lease (the

@@ -378,6 +378,7 @@ impl Queues {
         let me = self.origin.node;
         let (ctx, rx) = self.context(rec);
         let config = self.effective_config(&rec.vhost, &rec.name);
+        let max_priority = config.max_priority;
         // Declared classic, or local (untyped non-durable/exclusive/auto-delete).
         let classic = QueueType::of_args(&rec.arguments) != QueueType::Quorum;
         let declared_quorum = crate::meta::queue_args::declared_quorum(&rec.arguments);
@@ -401,6 +402,7 @@ impl Queues {
                     )
                     .classic(classic)
                     .declared_quorum(declared_quorum)
+                    .max_priority(max_priority)
                     .with_idle_effects(rx),
                 ));
             }
@@ -439,7 +441,8 @@ impl Queues {
                         self.store.flusher().busy_hint(),
                     )
                     .classic(classic)
-                    .declared_quorum(declared_quorum),
+                    .declared_quorum(declared_quorum)
+                    .max_priority(max_priority),
                 );
                 // Consumers of this node's earlier boots are gone (spec §2.3),
                 // and policy changes made while the queue was down apply.
@@ -474,7 +477,8 @@ impl Queues {
                         ctx,
                     )
                     .classic(classic)
-                    .declared_quorum(declared_quorum),
+                    .declared_quorum(declared_quorum)
+                    .max_priority(max_priority),
                 )
             }
         };

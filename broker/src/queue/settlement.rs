@@ -28,9 +28,9 @@ impl QueueMachine {
     /// A counted return: delivery_count +1, then dead-letter `delivery_limit`
     /// if it is now above the limit (§6.2), else make it ready again.
     fn return_msg(&mut self, mut msg: Msg, to: ReturnTo, effects: &mut Vec<Effect>) {
-        msg.delivery_count = msg.delivery_count.saturating_add(1);
+        msg.count_return();
         match self.delivery_limit() {
-            Some(limit) if msg.delivery_count > limit => {
+            Some(limit) if msg.delivery_count() > limit => {
                 self.dead_letter(msg, DeadLetterReason::DeliveryLimit, effects);
             }
             None if to == ReturnTo::BackIfUnlimited => self.ready.push_back(msg),

@@ -1,10 +1,12 @@
 //! The on-disk form of a queue replica's snapshot: the machine and the
 //! location index of its spilled bodies, under a format tag.
 //!
-//! Format 1 (this one): bincode `(MAGIC, FORMAT, machine, index)`.
+//! Format 2 (this one): bincode `(MAGIC, FORMAT, machine, index)`.
+//! Format 1: the same, the machine in the shape of `v1` below (consumer
+//! records without consumer priorities).
 //! Format 0 (before the tag): bincode `(machine, index)`, the machine in the
-//! shape of `v0` below; it is decoded and upgraded, so a node restarted on
-//! a newer binary keeps its queues. A change to the shape of any type inside
+//! shape of `v0` below; both are decoded and upgraded, so a node restarted
+//! on a newer binary keeps its queues. A change to the shape of any type inside
 //! `QueueMachine` must bump `FORMAT`, freeze the old shape in a `vN` module
 //! and add its upgrade here (the Raft log itself only ever gains variants).
 
@@ -14,7 +16,7 @@ use super::machine::QueueMachine;
 /// machine's first field (an `Option` tag, 0 or 1), so it never matches.
 const MAGIC: u64 = 0x5151_534e_4150_0000; // "QQSNAP"
 /// The format written now.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 /// The shape of the machine in format 0 (quorumq up to bf9fa0f), frozen.
 /// A field whose type changed shape since then is listed with its frozen
@@ -24,7 +26,7 @@ mod v0 {
 
     use serde::Deserialize;
 
-    use super::super::consumers::Consumers;
+    use super::super::consumers::v1::Consumers;
     use super::super::dead_letter::HeldArea;
     use super::super::messages::ReadyQueue;
     use super::super::types::{ProposerId, QueueConfigV0};
@@ -50,7 +52,7 @@ mod v0 {
             config: m.config.into(),
             next_id: m.next_id,
             ready: m.ready,
-            consumers: m.consumers,
+            consumers: m.consumers.into(),
             held: m.held,
             blocked: m.blocked,
             last_active: m.last_active,
@@ -77,10 +79,57 @@ mod v0 {
     }
 }
 
+/// The shape of the machine in format 1 (quorumq up to 4015f2b), frozen:
+/// the consumer records had no consumer priority.
+mod v1 {
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+
+    use super::super::consumers::v1::Consumers;
+    use super::super::dead_letter::HeldArea;
+    use super::super::messages::ReadyQueue;
+    use super::super::types::{ProposerId, QueueConfig};
+
+    /// `QueueMachine` in format 1.
+    #[derive(Deserialize)]
+    pub(super) struct QueueMachine {
+        config: QueueConfig,
+        next_id: u64,
+        ready: ReadyQueue,
+        consumers: Consumers,
+        held: HeldArea,
+        blocked: bool,
+        last_active: Option<u64>,
+        expired_notified: bool,
+        timer_at: Option<u64>,
+        proposers: BTreeMap<ProposerId, u64>,
+    }
+
+    /// Format 1 → current.
+    pub(super) fn upgrade(m: QueueMachine) -> super::QueueMachine {
+        super::QueueMachine {
+            config: m.config,
+            next_id: m.next_id,
+            ready: m.ready,
+            consumers: m.consumers.into(),
+            held: m.held,
+            blocked: m.blocked,
+            last_active: m.last_active,
+            expired_notified: m.expired_notified,
+            timer_at: m.timer_at,
+            proposers: m.proposers,
+        }
+    }
+}
+
 /// Encodes `machine` with the body `index` in the current format.
 ///
 /// Errors: bincode encoding (not expected for these types).
-pub(super) fn encode(machine: &QueueMachine, index: &[u8]) -> Result<Vec<u8>, raft_log::StoreError> {
+pub(super) fn encode(
+    machine: &QueueMachine,
+    index: &[u8],
+) -> Result<Vec<u8>, raft_log::StoreError> {
     raft_log::codec::encode(&(MAGIC, FORMAT, machine, index))
 }
 
@@ -90,8 +139,14 @@ pub(super) fn encode(machine: &QueueMachine, index: &[u8]) -> Result<Vec<u8>, ra
 /// Errors: a tagged snapshot of an unknown (newer) format; bytes that decode
 /// as no known format (corrupt).
 pub(super) fn decode(data: &[u8]) -> Result<(QueueMachine, Vec<u8>), raft_log::StoreError> {
-    if let Ok((magic, format)) = raft_log::codec::decode_prefix::<(u64, u32)>(data).map(|(v, _)| v) {
+    if let Ok((magic, format)) = raft_log::codec::decode_prefix::<(u64, u32)>(data).map(|(v, _)| v)
+    {
         if magic == MAGIC {
+            if format == 1 {
+                let (_, _, machine, index): (u64, u32, v1::QueueMachine, Vec<u8>) =
+                    raft_log::codec::decode(data)?;
+                return Ok((v1::upgrade(machine), index));
+            }
             if format != FORMAT {
                 return Err(raft_log::StoreError::corrupt(format!(
                     "queue snapshot format {format} is newer than this binary's {FORMAT}"
@@ -111,20 +166,66 @@ mod tests {
     use super::*;
     use crate::queue::types::{EnqueueMsg, QueueCommand, QueueConfig, QueueConfigV0};
 
+    use crate::queue::consumers::v1;
+    use crate::queue::types::{ConsumerId, ConsumerSpec};
+
+    const C: ConsumerId = ConsumerId {
+        node: 1,
+        epoch: 1,
+        seq: 1,
+    };
+
+    /// Two messages, one of them checked out to consumer `C` (prefetch 1).
     fn machine_with_messages() -> QueueMachine {
         let mut m = QueueMachine::new(QueueConfig {
             max_length: Some(10),
             ..QueueConfig::default()
         });
+        let msg = EnqueueMsg {
+            payload: bytes::Bytes::from_static(b"x"),
+            body_size: 1,
+            ttl_ms: None,
+        };
         m.apply(QueueCommand::Enqueue {
             now_ms: 5,
-            msgs: vec![EnqueueMsg {
-                payload: bytes::Bytes::from_static(b"x"),
-                body_size: 1,
-                ttl_ms: None,
-            }],
+            msgs: vec![msg.clone(), msg],
+        });
+        m.apply(QueueCommand::Subscribe {
+            now_ms: 6,
+            consumer: C,
+            spec: ConsumerSpec {
+                prefetch: 1,
+                ..ConsumerSpec::default()
+            },
         });
         m
+    }
+
+    /// The consumers of `machine_with_messages` as formats 0 and 1 wrote them.
+    fn v1_consumers(m: &QueueMachine) -> v1::Consumers {
+        let held = m
+            .consumers
+            .get(&C)
+            .map(|c| c.checked_out.clone())
+            .unwrap_or_default();
+        assert_eq!(held.len(), 1);
+        v1::Consumers {
+            records: [(
+                C,
+                v1::Consumer {
+                    prefetch: 1,
+                    no_ack: false,
+                    active: true,
+                    suspected: false,
+                    queued: false,
+                    checked_out: held,
+                },
+            )]
+            .into(),
+            service: Default::default(),
+            active: 1,
+            unacked: 1,
+        }
     }
 
     #[test]
@@ -143,11 +244,12 @@ mod tests {
             max_length: Some(10),
             ..QueueConfigV0::default()
         };
+        let consumers = v1_consumers(&m);
         let written = v0::Written {
             config: &config,
             next_id: m.next_id,
             ready: &m.ready,
-            consumers: &m.consumers,
+            consumers: &consumers,
             held: &m.held,
             blocked: m.blocked,
             last_active: m.last_active,
@@ -156,6 +258,28 @@ mod tests {
             proposers: &m.proposers,
         };
         let old = raft_log::codec::encode(&(written, b"idx".to_vec())).unwrap();
+        let (back, index) = decode(&old).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(index, b"idx");
+    }
+
+    #[test]
+    fn format_1_snapshots_are_upgraded() {
+        let m = machine_with_messages();
+        let consumers = v1_consumers(&m);
+        let written = (
+            &m.config,
+            m.next_id,
+            &m.ready,
+            &consumers,
+            &m.held,
+            m.blocked,
+            m.last_active,
+            m.expired_notified,
+            m.timer_at,
+            &m.proposers,
+        );
+        let old = raft_log::codec::encode(&(MAGIC, 1u32, written, b"idx".to_vec())).unwrap();
         let (back, index) = decode(&old).unwrap();
         assert_eq!(back, m);
         assert_eq!(index, b"idx");

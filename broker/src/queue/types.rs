@@ -32,6 +32,15 @@ pub struct EnqueueMsg {
     pub ttl_ms: Option<u64>,
 }
 
+/// One message offered to a queue together with its message priority (the
+/// `priority` basic property; 0 when absent). The queue keeps it under
+/// `min(priority, x-max-priority)`, or 0 when it has no `x-max-priority`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrioritizedMsg {
+    pub msg: EnqueueMsg,
+    pub priority: u8,
+}
+
 /// Overflow behaviour (`x-overflow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum Overflow {
@@ -297,14 +306,38 @@ pub enum QueueCommand {
         consumer: ConsumerId,
         spec: ConsumerSpec,
     },
+    /// basic.publish of messages that carry a message priority, for a queue
+    /// with `x-max-priority` (otherwise as `Enqueue`, which stays the form
+    /// of every message without one; build with [`QueueCommand::enqueue`]).
+    EnqueuePrioritized {
+        now_ms: u64,
+        msgs: Vec<PrioritizedMsg>,
+    },
 }
 
 impl QueueCommand {
+    /// basic.publish of `msgs`: `EnqueuePrioritized` when some message has a
+    /// priority above 0, else the plain `Enqueue` (the log entry every
+    /// version reads; priority 0 and no priority are the same).
+    pub fn enqueue(now_ms: u64, msgs: Vec<PrioritizedMsg>) -> QueueCommand {
+        if msgs.iter().any(|m| m.priority > 0) {
+            QueueCommand::EnqueuePrioritized { now_ms, msgs }
+        } else {
+            QueueCommand::Enqueue {
+                now_ms,
+                msgs: msgs.into_iter().map(|m| m.msg).collect(),
+            }
+        }
+    }
+
     /// Message bytes the command carries (encoded publishes), to bound a
     /// folded Raft entry by size; other commands count 0.
     pub fn payload_bytes(&self) -> usize {
         match self {
             QueueCommand::Enqueue { msgs, .. } => msgs.iter().map(|m| m.payload.len()).sum(),
+            QueueCommand::EnqueuePrioritized { msgs, .. } => {
+                msgs.iter().map(|m| m.msg.payload.len()).sum()
+            }
             QueueCommand::Batch(cmds) => cmds.iter().map(QueueCommand::payload_bytes).sum(),
             QueueCommand::Deduped { cmd, .. } => cmd.payload_bytes(),
             _ => 0,
@@ -374,6 +407,9 @@ impl QueueReply {
     pub fn for_resend(cmd: &QueueCommand) -> QueueReply {
         match cmd {
             QueueCommand::Enqueue { msgs, .. } => {
+                QueueReply::Enqueued(vec![EnqueueOutcome::Accepted; msgs.len()])
+            }
+            QueueCommand::EnqueuePrioritized { msgs, .. } => {
                 QueueReply::Enqueued(vec![EnqueueOutcome::Accepted; msgs.len()])
             }
             QueueCommand::Dequeue { .. } => QueueReply::Dequeued(None),

@@ -38,6 +38,11 @@ impl Channel {
                 self.session.vhost
             )));
         }
+        // rabbit_amqqueue:basic_consume checks the consume arguments first (406).
+        let priority = crate::meta::queue_args::check_consume_arguments(
+            &c.arguments,
+            &crate::meta::error::rs("queue", &name, &self.session.vhost),
+        )?;
         let tag = if c.consumer_tag.as_str().is_empty() {
             server_name("amq.ctag-")
         } else {
@@ -86,6 +91,7 @@ impl Channel {
                 spec: ConsumerSpec {
                     prefetch: u32::from(prefetch),
                     no_ack: c.no_ack,
+                    priority,
                     ..ConsumerSpec::default()
                 },
             })

@@ -12,7 +12,7 @@ use crate::amqp::error::ProtocolError;
 use crate::message::StoredMessage;
 use crate::meta::access::Perm;
 use crate::meta::publish::{cc_bcc_keys, parse_expiration, strip_bcc};
-use crate::queue::types::{EnqueueMsg, EnqueueOutcome, QueueCommand, QueueReply};
+use crate::queue::types::{EnqueueMsg, EnqueueOutcome, PrioritizedMsg, QueueCommand, QueueReply};
 
 /// Most body bytes reserved when a content header arrives (bytes); larger bodies grow as
 /// their frames arrive.
@@ -197,16 +197,17 @@ impl Channel {
         let payload = stored.encode().map_err(ProtocolError::internal)?;
         let now_ms = crate::now_ms();
         let mut waits = Vec::with_capacity(targets.len());
+        let priority = props.priority().unwrap_or(0);
         for q in targets {
-            let msg = EnqueueMsg {
-                payload: payload.clone(),
-                body_size,
-                ttl_ms,
+            let msg = PrioritizedMsg {
+                msg: EnqueueMsg {
+                    payload: payload.clone(),
+                    body_size,
+                    ttl_ms,
+                },
+                priority: q.message_priority(priority),
             };
-            let cmd = QueueCommand::Enqueue {
-                now_ms,
-                msgs: vec![msg],
-            };
+            let cmd = QueueCommand::enqueue(now_ms, vec![msg]);
             if let Some(w) = self.submit(q, cmd).await {
                 waits.push(w);
             }

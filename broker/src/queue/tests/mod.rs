@@ -14,6 +14,7 @@ mod dequeue;
 mod enqueue;
 mod expiry;
 mod limits;
+mod priorities;
 mod props;
 mod returns;
 mod settle;

@@ -13,6 +13,8 @@ struct MMsg {
     expiry: Option<u64>,
     size: u32,
     count: u32,
+    /// Message priority as kept (clamped to `x-max-priority`, else 0).
+    prio: u8,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -22,6 +24,8 @@ struct MCons {
     active: bool,
     /// Its node is down (`NodeDown`): no pushes until `NodeUp`.
     suspected: bool,
+    /// Consumer priority (`x-priority`).
+    priority: i32,
     out: BTreeMap<MsgId, MMsg>,
 }
 
@@ -69,13 +73,18 @@ impl Model {
         }
     }
 
-    /// Ready ids in delivery order.
+    /// Ready ids in delivery order: by priority, highest first; within
+    /// one, returns then main.
     pub fn ready_ids(&self) -> Vec<MsgId> {
-        self.returns
-            .iter()
-            .chain(self.main.iter())
-            .map(|m| m.id)
-            .collect()
+        let mut out = Vec::new();
+        for p in (0..=255u8).rev() {
+            for m in self.returns.iter().chain(self.main.iter()) {
+                if m.prio == p {
+                    out.push(m.id);
+                }
+            }
+        }
+        out
     }
 
     /// Checked-out ids of a consumer.
@@ -146,18 +155,41 @@ impl Model {
         }
     }
 
+    /// Priorities with a ready message, highest first.
+    fn prios(&self) -> Vec<u8> {
+        let mut ps: Vec<u8> = self
+            .returns
+            .iter()
+            .chain(self.main.iter())
+            .map(|m| m.prio)
+            .collect();
+        ps.sort_unstable_by(|a, b| b.cmp(a));
+        ps.dedup();
+        ps
+    }
+
+    /// Head of priority `p`: its first return, else its first main message.
+    fn lane_head(&self, p: u8) -> Option<MMsg> {
+        self.returns
+            .iter()
+            .find(|m| m.prio == p)
+            .or_else(|| self.main.iter().find(|m| m.prio == p))
+            .copied()
+    }
+
+    fn remove(&mut self, id: MsgId) {
+        self.returns.retain(|m| m.id != id);
+        self.main.retain(|m| m.id != id);
+    }
+
     fn head(&self) -> Option<MMsg> {
-        self.returns.first().or(self.main.first()).copied()
+        self.lane_head(*self.prios().first()?)
     }
 
     fn pop(&mut self) -> Option<MMsg> {
-        if !self.returns.is_empty() {
-            return Some(self.returns.remove(0));
-        }
-        if !self.main.is_empty() {
-            return Some(self.main.remove(0));
-        }
-        None
+        let h = self.head()?;
+        self.remove(h.id);
+        Some(h)
     }
 
     fn sync(&mut self, c: ConsumerId) {
@@ -182,24 +214,36 @@ impl Model {
         }
     }
 
+    /// Head-only expiry of every priority, highest first, until no head
+    /// is expired.
     fn expire(&mut self, now: u64, fx: &mut Vec<Effect>) {
-        while let Some(h) = self.head() {
-            if h.expiry.is_some_and(|e| now >= e) {
-                self.pop();
-                self.dead_letter(h, DeadLetterReason::Expired, fx);
-            } else {
-                break;
-            }
+        loop {
+            let expired = self
+                .prios()
+                .into_iter()
+                .filter_map(|p| self.lane_head(p))
+                .find(|h| h.expiry.is_some_and(|e| now >= e));
+            let Some(h) = expired else { break };
+            self.remove(h.id);
+            self.dead_letter(h, DeadLetterReason::Expired, fx);
         }
+    }
+
+    /// The waiting consumer of the highest priority that waited longest.
+    fn next_waiting(&self) -> Option<usize> {
+        let prio = |c: &ConsumerId| self.cons.get(c).map_or(0, |r| r.priority);
+        let top = self.waiting.iter().map(prio).max()?;
+        self.waiting.iter().position(|c| prio(c) == top)
     }
 
     fn deliver(&mut self, now: u64, fx: &mut Vec<Effect>) {
         loop {
             self.expire(now, fx);
-            if self.head().is_none() || self.waiting.is_empty() {
+            if self.head().is_none() {
                 return;
             }
-            let c = self.waiting.remove(0);
+            let Some(i) = self.next_waiting() else { return };
+            let c = self.waiting.remove(i);
             let Some(m) = self.pop() else { return };
             fx.push(Effect::Deliver {
                 consumer: c,
@@ -300,6 +344,21 @@ impl Model {
         }
     }
 
+    /// basic.consume: a consumer whose priority changes goes to the back of
+    /// the waiting line.
+    fn subscribe(&mut self, c: ConsumerId, prefetch: u32, no_ack: bool, priority: i32) {
+        let r = self.cons.entry(c).or_default();
+        let moved = r.priority != priority;
+        r.prefetch = prefetch;
+        r.no_ack = no_ack;
+        r.active = true;
+        r.priority = priority;
+        if moved {
+            self.waiting.retain(|x| *x != c);
+        }
+        self.sync(c);
+    }
+
     fn take(&mut self, c: ConsumerId, id: MsgId) -> Option<MMsg> {
         let m = self.cons.get_mut(&c)?.out.remove(&id)?;
         self.sync(c);
@@ -311,7 +370,11 @@ impl Model {
         let mut fx = Vec::new();
         let mut ticked = false;
         let reply = self.one(cmd, &mut fx, &mut ticked);
-        let next = self.head().and_then(|h| h.expiry);
+        let next = self
+            .prios()
+            .into_iter()
+            .filter_map(|p| self.lane_head(p).and_then(|h| h.expiry))
+            .min();
         if next != self.timer || ticked {
             if let Some(at_ms) = next {
                 fx.push(Effect::ExpiryTimer { at_ms });
@@ -344,6 +407,7 @@ impl Model {
                 );
             }
             C::Enqueue { now_ms, .. }
+            | C::EnqueuePrioritized { now_ms, .. }
             | C::Checkout { now_ms, .. }
             | C::Cancel { now_ms, .. }
             | C::ConsumerDown { now_ms, .. }
@@ -368,9 +432,16 @@ impl Model {
         let is_tick = matches!(cmd, C::Tick { .. });
         match cmd {
             C::Batch(_) | C::Deduped { .. } => {}
-            C::Enqueue { msgs, .. } => {
+            C::Enqueue { .. } | C::EnqueuePrioritized { .. } => {
+                let msgs: Vec<(EnqueueMsg, u8)> = match cmd {
+                    C::Enqueue { msgs, .. } => msgs.into_iter().map(|m| (m, 0)).collect(),
+                    C::EnqueuePrioritized { msgs, .. } => {
+                        msgs.into_iter().map(|m| (m.msg, m.priority)).collect()
+                    }
+                    _ => unreachable!("matched above"),
+                };
                 let mut out = Vec::new();
-                for m in msgs {
+                for (m, prio) in msgs {
                     if self.blocked && self.cfg.overflow == Overflow::RejectPublish {
                         out.push(EnqueueOutcome::Rejected);
                         continue;
@@ -394,6 +465,7 @@ impl Model {
                         expiry,
                         size: m.body_size,
                         count: 0,
+                        prio: self.cfg.max_priority.map_or(0, |max| prio.min(max)),
                     };
                     if self.blocked {
                         // reject-publish-dlx: refused and dead-lettered.
@@ -414,18 +486,10 @@ impl Model {
                 no_ack,
                 ..
             } => {
-                let r = self.cons.entry(consumer).or_default();
-                r.prefetch = prefetch;
-                r.no_ack = no_ack;
-                r.active = true;
-                self.sync(consumer);
+                self.subscribe(consumer, prefetch, no_ack, 0);
             }
             C::Subscribe { consumer, spec, .. } => {
-                let r = self.cons.entry(consumer).or_default();
-                r.prefetch = spec.prefetch;
-                r.no_ack = spec.no_ack;
-                r.active = true;
-                self.sync(consumer);
+                self.subscribe(consumer, spec.prefetch, spec.no_ack, spec.priority);
             }
             C::Cancel { consumer, .. } => {
                 if let Some(r) = self.cons.get_mut(&consumer) {
@@ -531,9 +595,11 @@ impl Model {
                 reply = QueueReply::Dequeued(got);
             }
             C::Purge { .. } => {
-                let all: Vec<MMsg> = self.returns.drain(..).chain(self.main.drain(..)).collect();
-                for m in &all {
-                    fx.push(Effect::DropBody { id: m.id });
+                let all = self.ready_ids();
+                self.returns.clear();
+                self.main.clear();
+                for id in &all {
+                    fx.push(Effect::DropBody { id: *id });
                 }
                 reply = QueueReply::Purged(all.len() as u64);
             }

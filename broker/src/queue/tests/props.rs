@@ -46,7 +46,11 @@ fn any_consumer(i: usize) -> ConsumerId {
 enum Op {
     Advance(u64),
     Enqueue(Vec<(u32, Option<u64>)>),
+    /// Messages with a message priority (0..6, some above the maximum).
+    EnqueuePrio(Vec<(u32, Option<u64>, u8)>),
     Checkout(usize),
+    /// basic.consume with a consumer priority (-1..=2).
+    Subscribe(usize, i32),
     Cancel(usize),
     Down(usize),
     NodeRestarted(u64, u32),
@@ -90,6 +94,7 @@ fn config_strategy() -> impl Strategy<Value = QueueConfig> {
         prop::option::of(0u64..80),
         prop::option::of(-1i64..3),
         prop::option::of(1u64..60),
+        prop::option::of(0u8..5),
     )
         .prop_map(
             |(
@@ -101,6 +106,7 @@ fn config_strategy() -> impl Strategy<Value = QueueConfig> {
                 message_ttl_ms,
                 delivery_limit,
                 expires_ms,
+                max_priority,
             )| {
                 QueueConfig {
                     dead_letter,
@@ -113,6 +119,7 @@ fn config_strategy() -> impl Strategy<Value = QueueConfig> {
                     expires_ms,
                     // The naive model has no single-active-consumer mode.
                     single_active_consumer: false,
+                    max_priority,
                     ..QueueConfig::default()
                 }
             },
@@ -132,7 +139,10 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         3 => (0u64..40).prop_map(Op::Advance),
         1 => (100u64..400).prop_map(Op::Advance),
         6 => msgs_strategy().prop_map(Op::Enqueue),
+        4 => prop::collection::vec((0u32..12, prop::option::of(0u64..60), 0u8..6), 0..4)
+            .prop_map(Op::EnqueuePrio),
         3 => (0usize..12).prop_map(Op::Checkout),
+        2 => (0usize..12, -1i32..3).prop_map(|(c, p)| Op::Subscribe(c, p)),
         1 => (0usize..12).prop_map(Op::Cancel),
         1 => (0usize..18).prop_map(Op::Down),
         1 => (1u64..3, 1u32..4).prop_map(|(n, e)| Op::NodeRestarted(n, e)),
@@ -187,6 +197,32 @@ fn concretize(op: &Op, now: &mut u64, q: &QueueMachine) -> Option<QueueCommand> 
             now_ms,
             msgs: to_msgs(m),
         },
+        Op::EnqueuePrio(m) => QueueCommand::enqueue(
+            now_ms,
+            m.iter()
+                .map(|(size, ttl, priority)| PrioritizedMsg {
+                    msg: EnqueueMsg {
+                        payload: Bytes::from(vec![7u8; *size as usize]),
+                        body_size: *size,
+                        ttl_ms: *ttl,
+                    },
+                    priority: *priority,
+                })
+                .collect(),
+        ),
+        Op::Subscribe(i, priority) => {
+            let (consumer, prefetch, no_ack) = push_consumer(*i);
+            QueueCommand::Subscribe {
+                now_ms,
+                consumer,
+                spec: ConsumerSpec {
+                    prefetch,
+                    no_ack,
+                    priority: *priority,
+                    ..ConsumerSpec::default()
+                },
+            }
+        }
         Op::Checkout(i) => {
             let (consumer, prefetch, no_ack) = push_consumer(*i);
             QueueCommand::Checkout {
@@ -364,6 +400,44 @@ fn counted_returns(cmd: &QueueCommand, q: &QueueMachine) -> Vec<MsgId> {
     }
 }
 
+/// Ids of the messages stored by a command's effects, in order.
+fn stored_ids(effects: &[Effect]) -> Vec<MsgId> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::StoreBody { id, .. } => Some(*id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The message priorities of the messages a command stored, in order (0
+/// for `Enqueue`): those its reply reports accepted, and with
+/// reject-publish-dlx (`overflow`) the refused ones too.
+fn stored_priorities(cmd: &QueueCommand, reply: &QueueReply, overflow: Overflow) -> Vec<u8> {
+    let stored = |o: &EnqueueOutcome| {
+        *o == EnqueueOutcome::Accepted || overflow == Overflow::RejectPublishDlx
+    };
+    match (cmd, reply) {
+        (QueueCommand::Enqueue { .. }, QueueReply::Enqueued(o)) => {
+            o.iter().filter(|x| stored(x)).map(|_| 0).collect()
+        }
+        (QueueCommand::EnqueuePrioritized { msgs, .. }, QueueReply::Enqueued(o)) => msgs
+            .iter()
+            .zip(o)
+            .filter(|(_, x)| stored(x))
+            .map(|(m, _)| m.priority)
+            .collect(),
+        (QueueCommand::Batch(cmds), QueueReply::Batch(replies)) => cmds
+            .iter()
+            .zip(replies)
+            .flat_map(|(c, r)| stored_priorities(c, r, overflow))
+            .collect(),
+        (QueueCommand::Deduped { cmd, .. }, r) => stored_priorities(cmd, r, overflow),
+        _ => Vec::new(),
+    }
+}
+
 fn snapshot(q: &QueueMachine) -> QueueMachine {
     let bytes = bincode::serde::encode_to_vec(q, bincode::config::standard())
         .unwrap_or_else(|e| panic!("encode: {e}"));
@@ -381,7 +455,9 @@ fn run_ops(cfg: QueueConfig, ops: Vec<Op>, split: usize) -> Result<(), TestCaseE
     let mut stored: BTreeSet<MsgId> = BTreeSet::new();
     let mut dropped: BTreeSet<MsgId> = BTreeSet::new();
     let mut returns: BTreeMap<MsgId, u32> = BTreeMap::new();
-    let mut last_fresh: Option<MsgId> = None;
+    // Last fresh (never returned) delivery per kept message priority.
+    let mut last_fresh: BTreeMap<u8, MsgId> = BTreeMap::new();
+    let mut priority_of: BTreeMap<MsgId, u8> = BTreeMap::new();
     let mut restored: Option<(QueueMachine, usize)> = None;
 
     for (step, op) in ops.iter().enumerate() {
@@ -396,7 +472,14 @@ fn run_ops(cfg: QueueConfig, ops: Vec<Op>, split: usize) -> Result<(), TestCaseE
             *returns.entry(id).or_default() += 1;
         }
         let overflow = q.config().overflow;
+        let max_priority = q.config().max_priority;
         let (reply, effects) = q.apply(cmd.clone());
+        let stored_now = stored_ids(&effects);
+        let prios = stored_priorities(&cmd, &reply, overflow);
+        prop_assert_eq!(stored_now.len(), prios.len());
+        for (id, p) in stored_now.into_iter().zip(prios) {
+            priority_of.insert(id, max_priority.map_or(0, |m| p.min(m)));
+        }
         let (m_reply, m_effects) = model.apply(cmd.clone());
         prop_assert_eq!(
             &reply,
@@ -466,13 +549,15 @@ fn run_ops(cfg: QueueConfig, ops: Vec<Op>, split: usize) -> Result<(), TestCaseE
             );
             prop_assert!(d.payload.is_none());
             if d.delivery_count == 0 {
+                let p = priority_of.get(&d.id).copied().unwrap_or(0);
+                let last = last_fresh.insert(p, d.id);
                 prop_assert!(
-                    last_fresh.is_none_or(|l| d.id > l),
-                    "first deliveries out of order: {} after {:?}",
+                    last.is_none_or(|l| d.id > l),
+                    "first deliveries of priority {} out of order: {} after {:?}",
+                    p,
                     d.id,
-                    last_fresh
+                    last
                 );
-                last_fresh = Some(d.id);
             }
         }
 
