@@ -118,10 +118,12 @@ fn validate_key(key: &str, v: &Value) -> Result<bool, String> {
         "delayed-retry-type" if str_in(v, &["all", "failed", "returned", "disabled"]) => {
             return Ok(true)
         }
-        "delayed-retry-type" => return Err(format!(
+        "delayed-retry-type" => {
+            return Err(format!(
             "{} is not a valid delayed retry type. Must be one of: all, failed, returned, disabled",
             erl_json(v)
-        )),
+        ))
+        }
         "delayed-retry-min" => return positive("minimum"),
         "delayed-retry-max" => return positive("maximum"),
         _ => {}
