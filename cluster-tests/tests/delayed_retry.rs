@@ -463,3 +463,54 @@ async fn delayed_messages_survive_a_leader_kill() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// `messages_delayed` in the HTTP API's queue object (and in its
+/// `messages` total, not in `messages_ready`) and in `/metrics`.
+#[tokio::test]
+async fn messages_delayed_in_the_http_api_and_metrics() -> anyhow::Result<()> {
+    bounded(T, async {
+        let h = cluster_tests::http::HttpBroker::start().await?;
+        let conn = connect(&h.amqp_uri("guest", "guest", "/")).await?;
+        let ch = confirm_channel(&conn).await?;
+        let q = unique("dr.http");
+        declare(&ch, &q, delayed_args("failed", 60_000, 60_000, &[])).await?;
+        publish(
+            &ch,
+            &q,
+            &["a".to_string(), "b".to_string(), "c".to_string()],
+        )
+        .await?;
+        let (cch, mut c) = open_consumer(&conn, &q, 10).await?;
+        let got = consume_n(&mut c, 2, Duration::from_secs(10)).await?;
+        for d in &got {
+            cch.basic_nack(
+                d.delivery_tag,
+                BasicNackOptions {
+                    requeue: true,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        }
+        let path = format!("/api/queues/%2F/{q}");
+        let qd =
+            cluster::wait_until_some(Duration::from_secs(10), "2 delayed in the API", || async {
+                let v = h.get(&path)?;
+                Ok((v["messages_delayed"] == 2).then_some(v))
+            })
+            .await?;
+        assert_eq!(qd["messages_ready"], 0, "{qd}");
+        assert_eq!(qd["messages_unacknowledged"], 1, "{qd}");
+        assert_eq!(qd["messages"], 3, "ready + unacked + delayed: {qd}");
+        if h.is_quorumq() {
+            let out = std::process::Command::new("curl")
+                .args(["-s", "--max-time", "10", &format!("{}/metrics", h.base)])
+                .output()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let line = format!("rabbitmq_queue_messages_delayed{{vhost=\"/\",queue=\"{q}\"}} 2");
+            assert!(text.lines().any(|l| l == line), "no `{line}` in /metrics");
+        }
+        Ok(())
+    })
+    .await
+}

@@ -369,7 +369,7 @@ fn counted_returns(cmd: &QueueCommand, q: &QueueMachine) -> Vec<MsgId> {
 fn command_now(cmd: &QueueCommand) -> Option<u64> {
     use QueueCommand as C;
     match cmd {
-        C::Batch(cmds) => cmds.iter().filter_map(command_now).last(),
+        C::Batch(cmds) => cmds.iter().rev().find_map(command_now),
         C::Deduped { cmd, .. } => command_now(cmd),
         C::Enqueue { now_ms, .. }
         | C::Checkout { now_ms, .. }
