@@ -70,6 +70,9 @@ pub struct QueueView {
     /// Name of the effective policy, "" when none (absent in the JSON reads as "").
     #[serde(default)]
     pub policy: String,
+    /// Delayed-retry messages waiting to be ready again (absent reads as 0).
+    #[serde(default)]
+    pub messages_delayed: u64,
 }
 
 /// A running (or partly killed) cluster of quorumq processes.

@@ -63,6 +63,7 @@ async fn list_queues_json_shows_the_quorum_queue_led_by_node_1() {
                 "messages_ready": 2, "messages_unacknowledged": 0,
                 "consumers": 0, "dead_letter_held": 0, "policy": "",
                 "unreadable_bodies": 0, "below_quorum": false,
+                "messages_delayed": 0,
             })
         );
 
@@ -86,7 +87,8 @@ async fn list_queues_json_shows_the_quorum_queue_led_by_node_1() {
                 "1",
                 "1",
                 "0",
-                "false"
+                "false",
+                "0"
             ]
         );
 

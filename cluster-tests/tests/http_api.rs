@@ -118,6 +118,9 @@ async fn every_route_creates_reads_and_deletes_with_rabbitmqs_shapes() -> anyhow
         assert_eq!(qd["messages_unacknowledged"], 0);
         assert_eq!(qd["messages"], 1);
         assert_eq!(qd["messages_dlx"], 0, "at-least-once dead letters held");
+        if h.is_quorumq() {
+            assert_eq!(qd["messages_delayed"], 0, "delayed-retry messages (RabbitMQ 4.3)");
+        }
         assert_eq!(qd["policy"], pol);
         assert_eq!(qd["effective_policy_definition"], json!({"max-length": 5}));
         assert_eq!(qd["arguments"]["x-dead-letter-exchange"], json!(ex));

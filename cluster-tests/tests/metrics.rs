@@ -281,6 +281,7 @@ async fn dead_letter_counters_move_by_reason_and_queue_gauges_follow() -> anyhow
         assert_eq!(q("rabbitmq_queue_messages_ready", &overflows), Some(1.0));
         assert_eq!(q("rabbitmq_queue_messages_unacked", &overflows), Some(0.0));
         assert_eq!(q("quorumq_queue_messages_dlx", &overflows), Some(0.0));
+        assert_eq!(q("rabbitmq_queue_messages_delayed", &overflows), Some(0.0));
         assert_eq!(
             q("rabbitmq_queue_messages_ready", &sink),
             Some(1.0),

@@ -614,6 +614,7 @@ impl Admin for AdminService {
                 consumers: st.consumers,
                 dead_letter_held: st.dead_letter_held,
                 unreadable_bodies: st.unreadable_bodies,
+                messages_delayed: st.messages_delayed,
                 group_id: rec.group_id,
                 policy: policy.unwrap_or_default(),
                 leader: st.leader,

@@ -124,6 +124,7 @@ impl Forwarder {
             consumers: r.consumers,
             dead_letter_held: r.dead_letter_held,
             unreadable_bodies: r.unreadable_bodies,
+            messages_delayed: r.messages_delayed,
             ..QueueStatus::default()
         })
     }

@@ -291,6 +291,7 @@ impl Cluster for ClusterServices {
             consumers: c.consumers,
             dead_letter_held: c.dead_letter_held,
             unreadable_bodies: c.unreadable_bodies,
+            messages_delayed: c.messages_delayed,
         }))
     }
 

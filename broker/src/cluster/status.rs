@@ -50,6 +50,9 @@ pub struct QueueStatus {
     /// Message bodies the leader replica could not read back intact since it opened (count;
     /// each was logged; > 0 = the queue is unhealthy: those messages stay undelivered).
     pub unreadable_bodies: u64,
+    /// Delayed-retry messages waiting to be ready again (count; RabbitMQ 4.3
+    /// `messages_delayed`; not part of `messages_ready`).
+    pub messages_delayed: u64,
 }
 
 /// The cluster as this node sees it (nodes, liveness, meta leader).

@@ -96,6 +96,7 @@ pub async fn scrape(broker: &Broker) -> String {
     let total = PerObject::new();
     let consumers = PerObject::new();
     let dlx = PerObject::new();
+    let delayed = PerObject::new();
     let term = Family::<Labels, Counter<u64, AtomicU64>>::default();
     let written = PerObject::new();
     let applied = PerObject::new();
@@ -117,7 +118,11 @@ pub async fn scrape(broker: &Broker) -> String {
         if let Some(st) = h.local_status().filter(|_| leads_here || !h.is_quorum()) {
             ready.set(&labels, st.messages_ready);
             unacked.set(&labels, st.messages_unacknowledged);
-            total.set(&labels, st.messages_ready + st.messages_unacknowledged);
+            total.set(
+                &labels,
+                st.messages_ready + st.messages_unacknowledged + st.messages_delayed,
+            );
+            delayed.set(&labels, st.messages_delayed);
             consumers.set(&labels, st.consumers);
             dlx.set(&labels, st.dead_letter_held);
             all_consumers += st.consumers;
@@ -142,8 +147,13 @@ pub async fn scrape(broker: &Broker) -> String {
         ),
         (
             "rabbitmq_queue_messages",
-            "Sum of ready and unacknowledged messages - total queue depth",
+            "Sum of ready, unacknowledged and delayed messages - total queue depth",
             total,
+        ),
+        (
+            "rabbitmq_queue_messages_delayed",
+            "Messages waiting for their delayed retry before they are ready again",
+            delayed,
         ),
         (
             "rabbitmq_queue_consumers",

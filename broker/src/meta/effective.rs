@@ -6,8 +6,11 @@ use amq_protocol::types::{AMQPValue, FieldTable};
 use serde_json::Value;
 
 use super::error::rs;
+use super::queue_args::QueueType;
 use super::value::{as_integer, as_longstr, lookup};
-use crate::queue::types::{DeadLetterStrategy, DeadLetterTarget, Overflow, QueueConfig};
+use crate::queue::types::{
+    DeadLetterStrategy, DeadLetterTarget, DelayedRetry, DelayedRetryType, Overflow, QueueConfig,
+};
 
 /// Who wins when both the argument and the policy set a key.
 #[derive(Clone, Copy)]
@@ -194,10 +197,40 @@ pub fn effective_config(
             .and_then(as_integer)
             .and_then(|n| u8::try_from(n).ok())
             .filter(|n| *n > 0),
+        delayed_retry: delayed_retry(args, policy),
         ..QueueConfig::default()
     };
 
     (config, warnings)
+}
+
+/// Delayed retry (RabbitMQ 4.3 `get_delayed_retry_config/1`): the type
+/// (`delayed-retry-type`), min and max (ms, > 0) each from the argument, else
+/// the policy (quorumq: argument wins for all three, as for the dead-letter
+/// keys; 4.3 lets the policy win the type and takes the lower min and max).
+/// A type other than `disabled` needs a min; max defaults to min. Quorum
+/// queues only: a classic-declared queue ignores it (4.3 classic queues
+/// have no delayed retry), even from a policy.
+fn delayed_retry(args: &FieldTable, policy: Option<&Value>) -> DelayedRetry {
+    if QueueType::of_args(args) != QueueType::Quorum {
+        return DelayedRetry::default();
+    }
+    let kind =
+        match as_string(lookup_key("delayed-retry-type", Resolve::Arg, args, policy)).as_deref() {
+            Some("all") => DelayedRetryType::All,
+            Some("failed") => DelayedRetryType::Failed,
+            Some("returned") => DelayedRetryType::Returned,
+            _ => return DelayedRetry::default(),
+        };
+    let positive = |key| as_u64(lookup_key(key, Resolve::Arg, args, policy)).filter(|v| *v > 0);
+    let Some(min_ms) = positive("delayed-retry-min") else {
+        return DelayedRetry::default();
+    };
+    DelayedRetry {
+        kind,
+        min_ms,
+        max_ms: positive("delayed-retry-max").unwrap_or(min_ms),
+    }
 }
 
 #[cfg(test)]
@@ -319,6 +352,88 @@ mod tests {
                 exchange: String::new(),
                 routing_key: None
             })
+        );
+    }
+
+    #[test]
+    fn delayed_retry_resolution() {
+        let qq = |extra: &[(&str, AMQPValue)]| {
+            let mut v = vec![("x-queue-type", s("quorum"))];
+            v.extend_from_slice(extra);
+            t(&v)
+        };
+        let dr = |args: FieldTable, pol: Option<Value>| {
+            effective_config("/", "q", &args, pol.as_ref())
+                .0
+                .delayed_retry
+        };
+        let int = AMQPValue::LongInt;
+        assert_eq!(
+            dr(
+                qq(&[
+                    ("x-delayed-retry-type", s("failed")),
+                    ("x-delayed-retry-min", int(200)),
+                    ("x-delayed-retry-max", int(1000))
+                ]),
+                None
+            ),
+            DelayedRetry {
+                kind: DelayedRetryType::Failed,
+                min_ms: 200,
+                max_ms: 1000
+            }
+        );
+        // Max defaults to min; no min = disabled.
+        assert_eq!(
+            dr(
+                qq(&[
+                    ("x-delayed-retry-type", s("all")),
+                    ("x-delayed-retry-min", int(50))
+                ]),
+                None
+            ),
+            DelayedRetry {
+                kind: DelayedRetryType::All,
+                min_ms: 50,
+                max_ms: 50
+            }
+        );
+        assert_eq!(
+            dr(qq(&[("x-delayed-retry-type", s("all"))]), None),
+            DelayedRetry::default()
+        );
+        // Argument wins over the policy, key by key.
+        let pol = json!({"delayed-retry-type": "returned", "delayed-retry-min": 10, "delayed-retry-max": 20});
+        assert_eq!(
+            dr(
+                qq(&[("x-delayed-retry-type", s("failed"))]),
+                Some(pol.clone())
+            ),
+            DelayedRetry {
+                kind: DelayedRetryType::Failed,
+                min_ms: 10,
+                max_ms: 20
+            }
+        );
+        assert_eq!(
+            dr(qq(&[("x-delayed-retry-min", int(15))]), Some(pol.clone())),
+            DelayedRetry {
+                kind: DelayedRetryType::Returned,
+                min_ms: 15,
+                max_ms: 20
+            }
+        );
+        assert_eq!(
+            dr(
+                qq(&[("x-delayed-retry-type", s("disabled"))]),
+                Some(pol.clone())
+            ),
+            DelayedRetry::default()
+        );
+        // Classic-declared queues ignore a delayed-retry policy.
+        assert_eq!(
+            dr(t(&[("x-queue-type", s("classic"))]), Some(pol)),
+            DelayedRetry::default()
         );
     }
 

@@ -103,6 +103,31 @@ fn str_in(v: &Value, allowed: &[&str]) -> bool {
 /// Err = the detail text RabbitMQ gives (observed e.g. `-1 is not a valid
 /// maximum length`).
 fn validate_key(key: &str, v: &Value) -> Result<bool, String> {
+    // RabbitMQ 4.3 delayed retry (rabbit_quorum_queue:validate_policy0/2 texts).
+    let positive = |what: &str| {
+        if v.as_u64().is_some_and(|u| u > 0) {
+            Ok(true)
+        } else {
+            Err(format!(
+                "{} is not a valid delayed retry {what} delay. Must be a positive integer",
+                erl_json(v)
+            ))
+        }
+    };
+    match key {
+        "delayed-retry-type" if str_in(v, &["all", "failed", "returned", "disabled"]) => {
+            return Ok(true)
+        }
+        "delayed-retry-type" => {
+            return Err(format!(
+            "{} is not a valid delayed retry type. Must be one of: all, failed, returned, disabled",
+            erl_json(v)
+        ))
+        }
+        "delayed-retry-min" => return positive("minimum"),
+        "delayed-retry-max" => return positive("maximum"),
+        _ => {}
+    }
     // (value is valid, what RabbitMQ calls it in the error text)
     let (valid, what) = match key {
         "alternate-exchange" => (v.is_string(), "alternate exchange name"),
@@ -155,6 +180,24 @@ fn validate_key(key: &str, v: &Value) -> Result<bool, String> {
     }
 }
 
+/// The delayed-retry keys together (RabbitMQ 4.3
+/// `validate_delayed_retry_constraints/1`): a type other than `disabled`
+/// needs `delayed-retry-min`; max must not be below min.
+fn validate_delayed_retry(obj: &serde_json::Map<String, Value>) -> Result<(), String> {
+    let ty = obj.get("delayed-retry-type").and_then(Value::as_str);
+    let min = obj.get("delayed-retry-min").and_then(Value::as_u64);
+    let max = obj.get("delayed-retry-max").and_then(Value::as_u64);
+    match (ty, min, max) {
+        (Some(t), None, _) if t != "disabled" => Err(format!(
+            "delayed-retry-min is required when delayed-retry-type is {t}"
+        )),
+        (_, Some(min), Some(max)) if max < min => Err(format!(
+            "delayed-retry-max ({max}) must not be smaller than delayed-retry-min ({min})"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Validates a policy as `rabbitmqctl set_policy` does (3.10.8): apply-to,
 /// pattern, then the definition (non-empty object; each known key's value;
 /// then unknown keys). Returns the compiled pattern. Errors are
@@ -203,6 +246,7 @@ pub(crate) fn validate(p: &Policy) -> Result<Regex, AmqpError> {
             unknown.join(",")
         )));
     }
+    validate_delayed_retry(obj).map_err(AmqpError::policy_invalid)?;
     Ok(regex)
 }
 
@@ -302,6 +346,35 @@ mod tests {
             "Validation failed\n\n0 is not a valid queue expiry\n"
         );
         assert_eq!(f(json!({})), "Validation failed\n\nno policy provided\n");
+        // RabbitMQ 4.3 delayed retry (rabbit_quorum_queue texts).
+        assert_eq!(
+            f(json!({"delayed-retry-type": "x"})),
+            "Validation failed\n\n<<\"x\">> is not a valid delayed retry type. Must be one of: all, failed, returned, disabled\n"
+        );
+        assert_eq!(
+            f(json!({"delayed-retry-min": 0})),
+            "Validation failed\n\n0 is not a valid delayed retry minimum delay. Must be a positive integer\n"
+        );
+        assert_eq!(
+            f(json!({"delayed-retry-max": "5"})),
+            "Validation failed\n\n<<\"5\">> is not a valid delayed retry maximum delay. Must be a positive integer\n"
+        );
+        assert_eq!(
+            f(json!({"delayed-retry-type": "failed"})),
+            "Validation failed\n\ndelayed-retry-min is required when delayed-retry-type is failed\n"
+        );
+        assert_eq!(
+            f(json!({"delayed-retry-type": "all", "delayed-retry-min": 300, "delayed-retry-max": 200})),
+            "Validation failed\n\ndelayed-retry-max (200) must not be smaller than delayed-retry-min (300)\n"
+        );
+        assert!(validate(&pol(
+            "p",
+            "a",
+            json!({"delayed-retry-type": "returned", "delayed-retry-min": 50}),
+            0,
+            "queues"
+        ))
+        .is_ok());
         assert_eq!(
             f(json!({"max-length": 1.5})),
             "Validation failed\n\n1.5 is not a valid maximum length\n"

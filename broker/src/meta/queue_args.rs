@@ -54,6 +54,10 @@ impl QueueType {
                 "x-queue-leader-locator",
                 // RabbitMQ 4.3 (quorumq deliberate difference: 3.10.8 refuses it).
                 "x-max-priority",
+                // RabbitMQ 4.3 delayed retry (quorum queues only).
+                "x-delayed-retry-type",
+                "x-delayed-retry-min",
+                "x-delayed-retry-max",
             ],
             QueueType::Classic => &[
                 "x-expires",
@@ -150,6 +154,9 @@ const ALL_KNOWN_ARGS: &[&str] = &[
     "x-max-age",
     "x-stream-max-segment-size-bytes",
     "x-initial-cluster-size",
+    "x-delayed-retry-type",
+    "x-delayed-retry-min",
+    "x-delayed-retry-max",
 ];
 
 /// quorumq's vhost default queue type is `quorum`: a declare without
@@ -320,7 +327,35 @@ fn check_arg(key: &str, v: &AMQPValue, args: &FieldTable, qtype: QueueType) -> C
             &["client-local", "balanced", "random", "least-leaders"],
             |_| "invalid_queue_locator_arg".to_owned(),
         ),
+        // RabbitMQ 4.3 does not validate these at declare (a bad value
+        // leaves delayed retry disabled); quorumq refuses them with the
+        // texts of 4.3's policy validator (rabbit_quorum_queue:validate_policy0/2).
+        "x-delayed-retry-type" => str_in(v, &["all", "failed", "returned", "disabled"], |s| {
+            format!("\"'{s}' is not a valid delayed retry type. Must be one of: all, failed, returned, disabled\"")
+        }),
+        "x-delayed-retry-min" => positive_delay(v, "minimum"),
+        "x-delayed-retry-max" => {
+            let max = positive_delay(v, "maximum").and_then(|()| int_arg(v))?;
+            match lookup(args, "x-delayed-retry-min").and_then(as_integer) {
+                Some(min) if min > 0 && max < min => Err(format!(
+                    "\"delayed-retry-max ({max}) must not be smaller than delayed-retry-min ({min})\""
+                )),
+                _ => Ok(()),
+            }
+        }
         _ => Ok(()),
+    }
+}
+
+/// `x-delayed-retry-min` / `-max`: an integer > 0 (ms).
+fn positive_delay(v: &AMQPValue, what: &str) -> Check {
+    let n = int_arg(v)?;
+    if n > 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "\"{n} is not a valid delayed retry {what} delay. Must be a positive integer\""
+        ))
     }
 }
 
@@ -354,6 +389,9 @@ const VALIDATOR_ORDER: &[&str] = &[
     "x-stream-max-segment-size-bytes",
     "x-initial-cluster-size",
     "x-queue-leader-locator",
+    "x-delayed-retry-type",
+    "x-delayed-retry-min",
+    "x-delayed-retry-max",
 ];
 
 fn invalid_arg(key: &str, rs_text: &str, term: &str) -> AmqpError {
@@ -592,6 +630,30 @@ mod tests {
         for (args, text) in cases {
             assert_eq!(err(args), format!("PRECONDITION_FAILED - {text}"));
         }
+    }
+
+    #[test]
+    fn delayed_retry_texts() {
+        let cases: Vec<(FieldTable, &str)> = vec![
+            (qq(&[("x-delayed-retry-type", s("sometimes"))]), "invalid arg 'x-delayed-retry-type' for queue 'q' in vhost '/': \"'sometimes' is not a valid delayed retry type. Must be one of: all, failed, returned, disabled\""),
+            (qq(&[("x-delayed-retry-type", AMQPValue::LongInt(1))]), "invalid arg 'x-delayed-retry-type' for queue 'q' in vhost '/': {unacceptable_type,signedint}"),
+            (qq(&[("x-delayed-retry-min", AMQPValue::LongInt(0))]), "invalid arg 'x-delayed-retry-min' for queue 'q' in vhost '/': \"0 is not a valid delayed retry minimum delay. Must be a positive integer\""),
+            (qq(&[("x-delayed-retry-min", s("5"))]), "invalid arg 'x-delayed-retry-min' for queue 'q' in vhost '/': \"expected integer, got longstr\""),
+            (qq(&[("x-delayed-retry-max", AMQPValue::LongInt(-3))]), "invalid arg 'x-delayed-retry-max' for queue 'q' in vhost '/': \"-3 is not a valid delayed retry maximum delay. Must be a positive integer\""),
+            (qq(&[("x-delayed-retry-min", AMQPValue::LongInt(200)), ("x-delayed-retry-max", AMQPValue::LongInt(100))]), "invalid arg 'x-delayed-retry-max' for queue 'q' in vhost '/': \"delayed-retry-max (100) must not be smaller than delayed-retry-min (200)\""),
+            // Quorum queues only (4.3: not in rabbit_classic_queue's queue_arguments).
+            (t(&[("x-queue-type", s("classic")), ("x-delayed-retry-type", s("all"))]), "invalid arg 'x-delayed-retry-type' for queue 'q' in vhost '/' of queue type rabbit_classic_queue"),
+            (t(&[("x-delayed-retry-min", AMQPValue::LongInt(5))]), "invalid arg 'x-delayed-retry-min' for queue 'q' in vhost '/' of queue type rabbit_classic_queue"),
+        ];
+        for (args, text) in cases {
+            assert_eq!(err(args), format!("PRECONDITION_FAILED - {text}"));
+        }
+        let ok = qq(&[
+            ("x-delayed-retry-type", s("failed")),
+            ("x-delayed-retry-min", AMQPValue::LongInt(200)),
+            ("x-delayed-retry-max", AMQPValue::LongInt(200)),
+        ]);
+        assert_eq!(check_declare_arguments(&ok, RS).unwrap(), QueueType::Quorum);
     }
 
     #[test]

@@ -28,11 +28,16 @@ impl QueueMachine {
         Some((delivery, self.ready.len() as u64))
     }
 
-    /// queue.purge: drop every ready message, not dead-lettered (spec §2.1);
+    /// queue.purge: drop every ready message, not dead-lettered (spec §2.1),
+    /// and every delayed-retry message (4.3 purges and counts them);
     /// checked-out and held messages stay (3.10, spec §5.6). Returns the count.
     pub(super) fn purge(&mut self, effects: &mut Vec<Effect>) -> u64 {
         let mut n = 0;
         for msg in self.ready.drain() {
+            effects.push(Effect::DropBody { id: msg.id });
+            n += 1;
+        }
+        for msg in self.delayed.drain() {
             effects.push(Effect::DropBody { id: msg.id });
             n += 1;
         }

@@ -5,13 +5,16 @@ use super::machine::QueueMachine;
 use super::types::{DeadLetterReason, Effect};
 
 impl QueueMachine {
-    /// Dead-letter `expired` every expired message at the head (returns
-    /// first), stopping at the first unexpired one: a message behind an
-    /// unexpired one never expires early (spec §2.4, rabbit_fifo 3.10
-    /// `expire_msgs`). With message priorities the head of every priority
-    /// expires so (RabbitMQ's classic priority queue `dropwhile` per
-    /// priority), highest priority first.
+    /// Release the delayed-retry messages due at `now_ms` into the returns
+    /// queue, then dead-letter `expired` every expired message at the head
+    /// (returns first), stopping at the first unexpired one: a message
+    /// behind an unexpired one never expires early (spec §2.4, rabbit_fifo
+    /// 3.10 `expire_msgs`; 4.3 `expire_shallow` promotes delayed messages
+    /// first). With message priorities the head of every priority expires so
+    /// (RabbitMQ's classic priority queue `dropwhile` per priority), highest
+    /// priority first.
     pub(super) fn expire_head(&mut self, now_ms: u64, effects: &mut Vec<Effect>) {
+        self.release_delayed(now_ms);
         while let Some(msg) = self.ready.pop_head_where(|m| m.is_expired(now_ms)) {
             self.dead_letter(msg, DeadLetterReason::Expired, effects);
         }
@@ -40,11 +43,12 @@ impl QueueMachine {
         }
     }
 
-    /// Emit `ExpiryTimer` when the head's expiry differs from the one last
-    /// emitted, or always (if the head has one) when `force` (a tick, so a
-    /// timer that fired early is re-armed).
+    /// Emit `ExpiryTimer` when the next timer instant (head expiry or
+    /// earliest delayed release) differs from the one last emitted, or
+    /// always (if there is one) when `force` (a tick, so a timer that fired
+    /// early is re-armed).
     pub(super) fn emit_expiry_timer(&mut self, force: bool, effects: &mut Vec<Effect>) {
-        let next = self.next_expiry_ms();
+        let next = self.next_timer_ms();
         if next != self.timer_at || force {
             if let Some(at_ms) = next {
                 effects.push(Effect::ExpiryTimer { at_ms });

@@ -104,6 +104,7 @@ impl QueueHost {
             messages_unacknowledged: m.unacked_count(),
             consumers: m.consumer_count(),
             dead_letter_held: m.held_count(),
+            messages_delayed: m.delayed_count(),
             unreadable_bodies: self.bodies.unreadable(),
             ..Default::default()
         }

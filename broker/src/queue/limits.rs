@@ -17,14 +17,15 @@ fn below_soft(limit: Option<u64>, value: u64) -> bool {
 }
 
 impl QueueMachine {
-    /// Messages counted toward `max_length`: ready + held (checked-out ones never count).
+    /// Messages counted toward `max_length`: ready + held + delayed
+    /// (checked-out ones never count; 4.3 `messages_ready_plus_delayed`).
     fn limit_count(&self) -> u64 {
-        (self.ready.len() + self.held.len()) as u64
+        (self.ready.len() + self.held.len() + self.delayed.len()) as u64
     }
 
-    /// Bytes counted toward `max_length_bytes`: ready + held bodies.
+    /// Bytes counted toward `max_length_bytes`: ready + held + delayed bodies.
     fn limit_bytes(&self) -> u64 {
-        self.ready.bytes() + self.held.bytes()
+        self.ready.bytes() + self.held.bytes() + self.delayed.bytes()
     }
 
     /// Over either limit (rabbit_fifo `is_over_limit`).
@@ -40,13 +41,15 @@ impl QueueMachine {
     }
 
     /// After a state change (rabbit_fifo `evaluate_limit`): with drop-head,
-    /// dead-letter `maxlen` from the head (returns first) until within the
-    /// limits; with reject-publish, block publishers on going over.
+    /// dead-letter `maxlen` from the head (returns first; when nothing is
+    /// ready, the earliest delayed-retry message) until within the limits;
+    /// with reject-publish, block publishers on going over.
     pub(super) fn evaluate_limits(&mut self, effects: &mut Vec<Effect>) {
         match self.config.overflow {
             Overflow::DropHead => {
                 while self.is_over_limit() {
-                    let Some(msg) = self.ready.pop_head() else {
+                    let Some(msg) = self.ready.pop_head().or_else(|| self.delayed.pop_first())
+                    else {
                         break;
                     };
                     self.dead_letter(msg, DeadLetterReason::Maxlen, effects);

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::consumers::Consumers;
 use super::dead_letter::HeldArea;
+use super::delayed::DelayedArea;
 use super::messages::ReadyQueue;
 use super::types::{Delivery, Effect, ProposerId, QueueCommand, QueueConfig, QueueReply};
 
@@ -31,9 +32,17 @@ use super::types::{Delivery, Effect, ProposerId, QueueCommand, QueueConfig, Queu
 /// - x-expires: `QueueExpired` needs no consumer *record* at all (3.10
 ///   `is_expired`): a cancelled consumer or a basic.get slot still holding
 ///   unacked messages keeps the queue alive. Checked on `Tick` only.
-/// - `ExpiryTimer` is emitted when the head's expiry differs from the last
-///   one emitted (not on every command), and on every `Tick` if the head has
-///   one; a new leader reads `next_expiry_ms()`.
+/// - `ExpiryTimer` is emitted when the next timer instant — the head's
+///   expiry or the earliest delayed-retry release, whichever is first —
+///   differs from the last one emitted (not on every command), and on every
+///   `Tick` if there is one; a new leader reads `next_timer_ms()`.
+/// - Delayed retry (4.3): a delayed message is released to the back of the
+///   returns queue by the first command at or past its ready-at (before the
+///   head expiry runs), so it expires by TTL only once released (as 4.3,
+///   which promotes delayed messages before expiring). Delayed messages
+///   count toward the length limits; drop-head takes the earliest delayed
+///   one when nothing is ready; purge removes them too (4.3 counts them in
+///   the purged total).
 /// - Unknown ids, unknown consumers, and settles by the wrong consumer are
 ///   ignored (spec §2.2).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +66,8 @@ pub struct QueueMachine {
     /// resend (skipped), only the next one applies (gaps are refused).
     /// A proposer's entries go when its node restarts (`NodeRestarted`).
     pub(super) proposers: BTreeMap<ProposerId, u64>,
+    /// Delayed-retry messages waiting for their ready-at (RabbitMQ 4.3).
+    pub(super) delayed: DelayedArea,
 }
 
 impl QueueMachine {
@@ -186,7 +197,7 @@ impl QueueMachine {
                 ids,
             } => {
                 self.start_lease(now_ms);
-                self.return_ids(consumer, ids, effects);
+                self.return_ids(now_ms, consumer, ids, effects);
                 (now_ms, QueueReply::Ok)
             }
             C::Discard {
@@ -282,7 +293,7 @@ impl QueueMachine {
         if self.blocked {
             effects.push(Effect::PublishersBlocked(true));
         }
-        if let Some(at_ms) = self.next_expiry_ms() {
+        if let Some(at_ms) = self.next_timer_ms() {
             effects.push(Effect::ExpiryTimer { at_ms });
         }
         effects

@@ -12,7 +12,8 @@
 //! - `consumers`: consumer records, prefetch, round-robin
 //! - `dead_letter`: the dead-letter handler and the held (at-least-once) area
 //! - `limits`: max-length(-bytes), drop-head, reject-publish
-//! - `expiry`: message TTL, queue TTL (x-expires), the expiry timer
+//! - `expiry`: message TTL, queue TTL (x-expires), the leader's timer
+//! - `delayed`: delayed retry (returns that wait before they are ready again)
 //! - `queries`: read-only accessors for the broker
 //! - `snapshot_format`: the snapshot's tagged on-disk form and its upgrades
 //!
@@ -38,6 +39,7 @@ pub mod types;
 
 mod consumers;
 mod dead_letter;
+mod delayed;
 mod delivery;
 mod dequeue;
 mod enqueue;

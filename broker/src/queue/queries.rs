@@ -122,6 +122,28 @@ impl QueueMachine {
         self.ready.heads().filter_map(|m| m.expiry_ms()).min()
     }
 
+    /// When the leader must next propose a `Tick`: the earlier of the head's
+    /// expiry ([`QueueMachine::next_expiry_ms`]) and the earliest
+    /// delayed-retry release. A new leader arms its timer from this.
+    pub fn next_timer_ms(&self) -> Option<u64> {
+        match (self.next_expiry_ms(), self.delayed.next_ready_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Delayed-retry messages waiting to be ready again, count
+    /// (`messages_delayed`, RabbitMQ 4.3). Not part of `ready_count`;
+    /// counted toward `max_length`.
+    pub fn delayed_count(&self) -> u64 {
+        self.delayed.len() as u64
+    }
+
+    /// Body bytes of the delayed messages (counted toward `max_length_bytes`).
+    pub fn delayed_bytes(&self) -> u64 {
+        self.delayed.bytes()
+    }
+
     /// x-expires: `QueueExpired` was emitted for the current lease (the
     /// broker should delete the queue; a new leader can read this).
     pub fn queue_expired(&self) -> bool {
@@ -134,7 +156,7 @@ impl QueueMachine {
     }
 
     /// Every message the queue still owns (ready, checked out, held dead
-    /// letters), in no particular order: the bodies a snapshot of the queue
+    /// letters, delayed), in no particular order: the bodies a snapshot of the queue
     /// needs on another node.
     pub fn all_message_ids(&self) -> Vec<MsgId> {
         let mut ids: Vec<MsgId> = self.ready.iter().map(|m| m.id).collect();
@@ -142,6 +164,7 @@ impl QueueMachine {
             ids.extend(c.checked_out.keys().copied());
         }
         ids.extend(self.held.iter().map(|h| h.id));
+        ids.extend(self.delayed.iter().map(|(_, m)| m.id));
         ids
     }
 

@@ -1,5 +1,6 @@
 //! The leader-side runtime of one queue: carries out the machine's
-//! leader-only effects — expiry timers (proposing `Tick`), queue TTL
+//! leader-only effects — its one timer (proposing `Tick` when the head
+//! expires or the earliest delayed-retry message is due), queue TTL
 //! deletion, and handing dead-lettered messages to the dead-letter module.
 
 use std::sync::{Arc, Weak};

@@ -2,18 +2,10 @@
 //! discard (reject requeue=false), and the consumer going away
 //! (spec §2.2, §2.3, §2.8, §6.2; rabbit_fifo 3.10).
 
+use super::delayed::ReturnCause;
 use super::machine::QueueMachine;
 use super::message::Msg;
 use super::types::{ConsumerId, DeadLetterReason, Effect, MsgId};
-
-/// Where a counted return sends a message that is within its delivery limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ReturnTo {
-    /// The returns queue (served first).
-    Front,
-    /// 3.10 with no delivery limit, explicit client requeue: main-queue tail.
-    BackIfUnlimited,
-}
 
 impl QueueMachine {
     /// The delivery limit in effect. A negative limit counts as unlimited:
@@ -25,16 +17,33 @@ impl QueueMachine {
             .and_then(|l| u32::try_from(l).ok())
     }
 
-    /// A counted return: delivery_count +1, then dead-letter `delivery_limit`
-    /// if it is now above the limit (§6.2), else make it ready again.
-    fn return_msg(&mut self, mut msg: Msg, to: ReturnTo, effects: &mut Vec<Effect>) {
+    /// The single path of every counted return (a message leaving a
+    /// consumer for the queue): delivery_count +1, then dead-letter
+    /// `delivery_limit` if it is now above the limit (§6.2, checked before
+    /// any delay), else park it if delayed retry delays a return of this
+    /// `cause` (`delayed`), else make it ready again: a `Failed` return with
+    /// no delivery limit goes to the main-queue tail (3.10 `#requeue`, spec
+    /// §2.8), every other one to the returns queue (served first).
+    pub(super) fn return_msg(
+        &mut self,
+        mut msg: Msg,
+        cause: ReturnCause,
+        now_ms: u64,
+        effects: &mut Vec<Effect>,
+    ) {
         msg.count_return();
-        match self.delivery_limit() {
-            Some(limit) if msg.delivery_count() > limit => {
-                self.dead_letter(msg, DeadLetterReason::DeliveryLimit, effects);
-            }
-            None if to == ReturnTo::BackIfUnlimited => self.ready.push_back(msg),
-            _ => self.ready.push_return(msg),
+        let limit = self.delivery_limit();
+        if limit.is_some_and(|l| msg.delivery_count() > l) {
+            self.dead_letter(msg, DeadLetterReason::DeliveryLimit, effects);
+            return;
+        }
+        let Some(msg) = self.maybe_delay(msg, cause, now_ms) else {
+            return;
+        };
+        if limit.is_none() && cause == ReturnCause::Failed {
+            self.ready.push_back(msg);
+        } else {
+            self.ready.push_return(msg);
         }
     }
 
@@ -58,13 +67,14 @@ impl QueueMachine {
     /// spec §2.8); with a limit: to the returns queue.
     pub(super) fn return_ids(
         &mut self,
+        now_ms: u64,
         consumer: ConsumerId,
         ids: Vec<MsgId>,
         effects: &mut Vec<Effect>,
     ) {
         for id in ids {
             if let Some(msg) = self.consumers.take(consumer, id) {
-                self.return_msg(msg, ReturnTo::BackIfUnlimited, effects);
+                self.return_msg(msg, ReturnCause::Failed, now_ms, effects);
             }
         }
         self.consumers.gc(consumer);
@@ -106,7 +116,7 @@ impl QueueMachine {
             return;
         };
         for msg in rec.checked_out.into_values() {
-            self.return_msg(msg, ReturnTo::Front, effects);
+            self.return_msg(msg, ReturnCause::ConsumerGone, now_ms, effects);
         }
         self.touch(now_ms);
     }
@@ -145,7 +155,7 @@ impl QueueMachine {
             self.consumers.set_suspected(consumer, true);
             for id in ids {
                 if let Some(msg) = self.consumers.take(consumer, id) {
-                    self.return_msg(msg, ReturnTo::Front, effects);
+                    self.return_msg(msg, ReturnCause::ConsumerGone, now_ms, effects);
                 }
             }
             self.consumers.gc(consumer);

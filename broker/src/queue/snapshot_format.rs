@@ -3,7 +3,7 @@
 //!
 //! Format 2 (this one): bincode `(MAGIC, FORMAT, machine, index)`.
 //! Format 1: the same, the machine in the shape of `v1` below (consumer
-//! records without consumer priorities).
+//! records without consumer priorities, no delayed-retry area).
 //! Format 0 (before the tag): bincode `(machine, index)`, the machine in the
 //! shape of `v0` below; both are decoded and upgraded, so a node restarted
 //! on a newer binary keeps its queues. A change to the shape of any type inside
@@ -59,6 +59,7 @@ mod v0 {
             expired_notified: m.expired_notified,
             timer_at: m.timer_at,
             proposers: m.proposers,
+            delayed: Default::default(),
         }
     }
 
@@ -119,6 +120,7 @@ mod v1 {
             expired_notified: m.expired_notified,
             timer_at: m.timer_at,
             proposers: m.proposers,
+            delayed: Default::default(),
         }
     }
 }

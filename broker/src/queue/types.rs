@@ -460,7 +460,8 @@ pub enum Effect {
     /// x-expires elapsed with no consumers and no basic.get: delete the queue
     /// (its messages are NOT dead-lettered, spec §2.4).
     QueueExpired,
-    /// The next ready message expires at `at_ms`: the leader should propose a
-    /// `Tick` then (timer; spec §2.4).
+    /// The leader should propose a `Tick` at `at_ms` (one timer per queue):
+    /// the head of the ready queue expires then (spec §2.4), or the earliest
+    /// delayed-retry message is due, whichever is first.
     ExpiryTimer { at_ms: u64 },
 }

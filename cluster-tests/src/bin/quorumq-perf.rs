@@ -17,6 +17,18 @@
 //! I/O thread costs more client CPU than the broker spends per message on a
 //! small box. Queue setup and the depth polling use lapin either way.
 //!
+//! With `--retry`, a retry pipeline: every message fails `--retry-fails`
+//! times before it is acked (basic.nack requeue=true, the queue delaying each
+//! retry with `x-delayed-retry-type=all`, `x-delayed-retry-min` =
+//! `--retry-min` ms, RabbitMQ 4.3); `--retry-via ttl-dlx` runs the RabbitMQ
+//! 3.10 equivalent instead: the consumer republishes a failed message to
+//! delay queue k (`x-message-ttl` = k × `--retry-min`, dead-lettered back to
+//! the work queue) and acks it. Reports the completion rate (messages acked
+//! after their last retry, per second from the start), publish-to-completion
+//! latency, and the broker's CPU time per message when `--broker-pid` names
+//! the broker process (its /proc/PID/stat, one node; sum the nodes of a
+//! cluster yourself).
+//!
 //! Reports publish and consume rates (msg/s), end-to-end latency (publish to
 //! delivery) and, with the lean client and confirms, publish-to-confirm
 //! latency, each as p50/p90/p99/p99.9/max in ms from an HDR histogram,
@@ -109,6 +121,30 @@ struct Args {
     /// (measures a deep queue, e.g. RSS with 1M ready messages, then the drain).
     #[arg(long)]
     backlog: bool,
+    /// Retry mode (see the crate docs): every message fails --retry-fails times first.
+    #[arg(long)]
+    retry: bool,
+    /// Retry mode: failures per message before it is acked.
+    #[arg(long, default_value_t = 2)]
+    retry_fails: u32,
+    /// Retry mode: delay of the first retry, ms (the k-th waits k times this).
+    #[arg(long, default_value_t = 50)]
+    retry_min: u64,
+    /// Retry mode: how retries wait.
+    #[arg(long, value_enum, default_value_t = RetryVia::Delayed)]
+    retry_via: RetryVia,
+    /// Pid of the broker process: its CPU time over the run is reported (Linux /proc).
+    #[arg(long)]
+    broker_pid: Option<u32>,
+}
+
+/// How the retry mode delays a failed message.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum RetryVia {
+    /// basic.nack requeue=true into a queue with delayed retry (RabbitMQ 4.3, quorumq).
+    Delayed,
+    /// Republish to a TTL delay queue per attempt that dead-letters back (RabbitMQ 3.x).
+    TtlDlx,
 }
 
 /// Which AMQP client drives the producers and consumers.
@@ -599,6 +635,12 @@ async fn main() -> anyhow::Result<()> {
         bail!("--producers, --consumers and --queues must be at least 1");
     }
     let overall = Duration::from_secs(args.timeout);
+    if args.retry {
+        return match tokio::time::timeout(overall, retry::run(args)).await {
+            Ok(r) => r,
+            Err(_) => bail!("run exceeded --timeout {overall:?}"),
+        };
+    }
     match tokio::time::timeout(overall, run(args)).await {
         Ok(r) => r,
         Err(_) => bail!("run exceeded --timeout {overall:?}"),
@@ -855,4 +897,314 @@ async fn run(args: Args) -> anyhow::Result<()> {
         std::process::exit(2);
     }
     Ok(())
+}
+
+/// `--retry`: the retry pipeline benchmark.
+mod retry {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// What the retry consumers share: failures so far per message, and
+    /// the completions.
+    struct Book {
+        attempts: Mutex<HashMap<(u32, u64), u32>>,
+        done: Mutex<Receipts>,
+    }
+
+    /// CPU time (user + system) of process `pid` so far, from /proc/PID/stat.
+    fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        // Fields after the command name (which is in parentheses).
+        let rest = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .context("malformed /proc stat")?;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of the line, 12 and 13 after ')'.
+        let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        Ok(Duration::from_secs_f64(ticks as f64 / hz as f64))
+    }
+
+    async fn consumer(
+        args: Args,
+        queue: String,
+        delay_queues: Vec<String>,
+        book: Arc<Book>,
+        stop: Arc<tokio::sync::Notify>,
+    ) -> anyhow::Result<()> {
+        let conn = connect(&args.uri).await?;
+        let ch = conn.create_channel().await?;
+        let prefetch = if args.prefetch == 0 {
+            200
+        } else {
+            args.prefetch
+        };
+        ch.basic_qos(prefetch, BasicQosOptions::default()).await?;
+        let mut c = ch
+            .basic_consume(
+                queue.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        let stopped = stop.notified();
+        tokio::pin!(stopped);
+        loop {
+            let d = tokio::select! {
+                _ = &mut stopped => break,
+                d = c.next() => match d {
+                    Some(d) => d?,
+                    None => break,
+                },
+            };
+            if d.data.len() < HEADER_LEN {
+                d.ack(BasicAckOptions::default()).await?;
+                continue;
+            }
+            let id = u32::from_be_bytes(d.data[..4].try_into()?);
+            let seq = u64::from_be_bytes(d.data[4..12].try_into()?);
+            let failures = {
+                let mut a = book.attempts.lock().unwrap();
+                let n = a.entry((id, seq)).or_default();
+                *n += 1;
+                *n - 1
+            };
+            if failures < args.retry_fails {
+                match args.retry_via {
+                    RetryVia::Delayed => {
+                        d.nack(lapin::options::BasicNackOptions {
+                            requeue: true,
+                            ..Default::default()
+                        })
+                        .await?;
+                    }
+                    RetryVia::TtlDlx => {
+                        ch.basic_publish(
+                            "".into(),
+                            delay_queues[failures as usize].as_str().into(),
+                            Default::default(),
+                            &d.data,
+                            BasicProperties::default().with_delivery_mode(2),
+                        )
+                        .await?;
+                        d.ack(BasicAckOptions::default()).await?;
+                    }
+                }
+            } else {
+                d.ack(BasicAckOptions::default()).await?;
+                record_done(&book, &d.data)?;
+            }
+        }
+        let _ = conn.close(200, "OK".into()).await;
+        Ok(())
+    }
+
+    /// Records a completed message (publish-to-completion latency, duplicates).
+    fn record_done(book: &Book, data: &[u8]) -> anyhow::Result<()> {
+        let id = u32::from_be_bytes(data[..4].try_into()?);
+        let seq = u64::from_be_bytes(data[4..12].try_into()?);
+        let sent = u64::from_be_bytes(data[12..20].try_into()?);
+        let lat = now_ns().saturating_sub(sent) / 1000;
+        let now = Instant::now();
+        let mut r = book.done.lock().unwrap();
+        let _ = r.latency_us.record(lat.max(1));
+        if !r.received.insert((id, seq)) {
+            r.duplicates += 1;
+        }
+        r.first.get_or_insert(now);
+        r.last = Some(now);
+        Ok(())
+    }
+
+    pub(super) async fn run(args: Args) -> anyhow::Result<()> {
+        let mut base = FieldTable::default();
+        base.insert(
+            "x-queue-type".into(),
+            AMQPValue::LongString("quorum".into()),
+        );
+        for (k, v) in &args.queue_args {
+            base.insert(k.as_str().into(), arg_value(v));
+        }
+        let admin = connect(&args.uri).await?;
+        let ach = admin.create_channel().await?;
+        let work = format!("{}-retry", args.queue_prefix);
+        let mut all = vec![work.clone()];
+        let mut delay_queues = Vec::new();
+        let mut wargs = base.clone();
+        match args.retry_via {
+            RetryVia::Delayed => {
+                let max = args.retry_min * u64::from(args.retry_fails.max(1));
+                wargs.insert(
+                    "x-delayed-retry-type".into(),
+                    AMQPValue::LongString("all".into()),
+                );
+                wargs.insert(
+                    "x-delayed-retry-min".into(),
+                    AMQPValue::LongLongInt(args.retry_min as i64),
+                );
+                wargs.insert(
+                    "x-delayed-retry-max".into(),
+                    AMQPValue::LongLongInt(max as i64),
+                );
+            }
+            RetryVia::TtlDlx => {
+                for k in 1..=args.retry_fails {
+                    let dq = format!("{}-delay-{k}", args.queue_prefix);
+                    let mut a = base.clone();
+                    a.insert(
+                        "x-message-ttl".into(),
+                        AMQPValue::LongLongInt((args.retry_min * u64::from(k)) as i64),
+                    );
+                    a.insert(
+                        "x-dead-letter-exchange".into(),
+                        AMQPValue::LongString("".into()),
+                    );
+                    a.insert(
+                        "x-dead-letter-routing-key".into(),
+                        AMQPValue::LongString(work.as_str().into()),
+                    );
+                    declare(&ach, &dq, a).await?;
+                    delay_queues.push(dq.clone());
+                    all.push(dq);
+                }
+            }
+        }
+        declare(&ach, &work, wargs).await?;
+
+        let book = Arc::new(Book {
+            attempts: Mutex::new(HashMap::new()),
+            done: Mutex::new(Receipts::new()?),
+        });
+        let shared = Arc::new(Shared {
+            published: AtomicU64::new(0),
+            confirmed: Mutex::new(HashSet::new()),
+            confirm_us: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3)?),
+            nacked: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            receipts: Mutex::new(Receipts::new()?),
+        });
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let cpu0 = args.broker_pid.map(cpu_time).transpose()?;
+        let start = Instant::now();
+        let mut consumers = Vec::new();
+        for _ in 0..args.consumers {
+            consumers.push(tokio::spawn(consumer(
+                args.clone(),
+                work.clone(),
+                delay_queues.clone(),
+                book.clone(),
+                stop.clone(),
+            )));
+        }
+        let mut producers = Vec::new();
+        for i in 0..args.producers {
+            producers.push(tokio::spawn(producer(
+                args.clone(),
+                i as u32,
+                work.clone(),
+                shared.clone(),
+            )));
+        }
+        for p in producers {
+            p.await??;
+        }
+        let publish_elapsed = start.elapsed();
+        let expected = if args.confirm > 0 {
+            shared.confirmed.lock().unwrap().len() as u64
+        } else {
+            shared.published.load(Ordering::Relaxed)
+        };
+        let idle = Duration::from_secs(args.idle_timeout);
+        let (mut last, mut last_change) = (0, Instant::now());
+        loop {
+            let got = book.done.lock().unwrap().received.len() as u64;
+            if got >= expected {
+                break;
+            }
+            if got != last {
+                (last, last_change) = (got, Instant::now());
+            } else if last_change.elapsed() > idle {
+                eprintln!("no completion for {idle:?}; stopping with {got} of {expected}");
+                break;
+            }
+            if consumers.iter().any(|c| c.is_finished()) {
+                eprintln!("a consumer stopped early");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let end = Instant::now();
+        let cpu1 = args.broker_pid.map(cpu_time).transpose()?;
+        stop.notify_waiters();
+        for c in consumers {
+            match tokio::time::timeout(Duration::from_secs(10), c).await {
+                Ok(r) => r??,
+                Err(_) => eprintln!("a consumer did not stop within 10 s"),
+            }
+        }
+        let done = std::mem::replace(&mut *book.done.lock().unwrap(), Receipts::new()?);
+        let completed = done.received.len() as u64;
+        let span = done
+            .last
+            .unwrap_or(end)
+            .saturating_duration_since(start)
+            .max(Duration::from_millis(1));
+        let failures: u64 = book
+            .attempts
+            .lock()
+            .unwrap()
+            .values()
+            .map(|n| u64::from(*n).saturating_sub(1))
+            .sum();
+        println!(
+            "quorumq-perf mode=retry via={:?} uri={} producers={} consumers={} size={}B confirm={} prefetch={} messages/producer={} fails/message={} retry-min={} ms queue-args={:?}",
+            args.retry_via, args.uri, args.producers, args.consumers, args.size, args.confirm, args.prefetch, args.messages, args.retry_fails, args.retry_min, args.queue_args
+        );
+        println!(
+            "publish: {} sent in {:.2} s = {:.0} msg/s",
+            shared.published.load(Ordering::Relaxed),
+            publish_elapsed.as_secs_f64(),
+            shared.published.load(Ordering::Relaxed) as f64 / publish_elapsed.as_secs_f64()
+        );
+        println!(
+            "completed (acked after {} failures): {completed} of {expected} in {:.2} s from start = {:.0} msg/s ({failures} retries)",
+            args.retry_fails,
+            span.as_secs_f64(),
+            completed as f64 / span.as_secs_f64()
+        );
+        println!(
+            "publish-to-completion latency: {}",
+            percentiles(&done.latency_us)
+        );
+        match (cpu0, cpu1) {
+            (Some(a), Some(b)) => {
+                let cpu = b.saturating_sub(a);
+                println!(
+                    "broker CPU (pid {}): {:.2} s over {:.2} s = {:.0} us/message ({:.0}% of one core)",
+                    args.broker_pid.unwrap_or(0),
+                    cpu.as_secs_f64(),
+                    (end - start).as_secs_f64(),
+                    cpu.as_secs_f64() * 1e6 / completed.max(1) as f64,
+                    100.0 * cpu.as_secs_f64() / (end - start).as_secs_f64()
+                );
+            }
+            _ => println!("broker CPU: n/a (pass --broker-pid PID of the broker)"),
+        }
+        println!("duplicates: {}", done.duplicates);
+        if !args.keep_queues {
+            for q in &all {
+                let _ = ach
+                    .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                    .await;
+            }
+        }
+        let _ = admin.close(200, "OK".into()).await;
+        if completed < expected {
+            std::process::exit(2);
+        }
+        Ok(())
+    }
 }

@@ -31,13 +31,14 @@ pub const QUEUE_COLUMNS: &[&str] = &[
     "online",
     "unreadable_bodies",
     "below_quorum",
+    "messages_delayed",
 ];
 
 /// One queue of `list_queues`: `name`, `vhost`, `type` ("quorum" |
 /// "classic"), `leader` (node id, null while unknown), `members` (node ids
 /// holding a replica), `online` (those the answering node sees running),
 /// `messages_ready`, `messages_unacknowledged`, `consumers`,
-/// `dead_letter_held` (counts), `policy` (effective policy name, "" for none),
+/// `dead_letter_held`, `messages_delayed` (counts), `policy` (effective policy name, "" for none),
 /// `unreadable_bodies` (bodies the leader could not read back intact; > 0 =
 /// unhealthy), `below_quorum` (fewer members online than a majority of
 /// `members`: the queue takes no publishes, acks or deliveries until enough
@@ -59,6 +60,7 @@ pub fn queue_row(q: &QueueInfo) -> Row {
         ("policy", json!(q.policy)),
         ("unreadable_bodies", json!(q.unreadable_bodies)),
         ("below_quorum", json!(below_quorum)),
+        ("messages_delayed", json!(q.messages_delayed)),
     ])
 }
 
@@ -82,6 +84,7 @@ mod tests {
             members: members.to_vec(),
             online: online.to_vec(),
             unreadable_bodies: 0,
+            messages_delayed: 0,
         }
     }
 
@@ -108,14 +111,14 @@ mod tests {
                     "members": [1, 2, 3], "online": [2, 3],
                     "messages_ready": 3, "messages_unacknowledged": 2, "consumers": 1,
                     "dead_letter_held": 4, "policy": "DLX", "unreadable_bodies": 0,
-                    "below_quorum": false,
+                    "below_quorum": false, "messages_delayed": 0,
                 },
                 {
                     "name": "q2", "vhost": "/", "type": "quorum", "leader": null,
                     "members": [1], "online": [],
                     "messages_ready": 3, "messages_unacknowledged": 2, "consumers": 1,
                     "dead_letter_held": 4, "policy": "DLX", "unreadable_bodies": 0,
-                    "below_quorum": true,
+                    "below_quorum": true, "messages_delayed": 0,
                 },
             ])
         );
@@ -153,16 +156,17 @@ mod tests {
                 "members",
                 "online",
                 "unreadable_bodies",
-                "below_quorum"
+                "below_quorum",
+                "messages_delayed"
             ]
         );
         assert_eq!(
             lines[1],
-            ["q1", "quorum", "3", "2", "1", "4", "DLX", "2", "1,2,3", "2,3", "0", "false"]
+            ["q1", "quorum", "3", "2", "1", "4", "DLX", "2", "1,2,3", "2,3", "0", "false", "0"]
         );
         assert_eq!(
             lines[2],
-            ["q2", "quorum", "3", "2", "1", "4", "DLX", "", "", "", "0", "false"]
+            ["q2", "quorum", "3", "2", "1", "4", "DLX", "", "", "", "0", "false", "0"]
         );
         assert_eq!(lines.len(), 3, "{t}");
         // Every table column is a key of the row (a typo would print "").

@@ -95,9 +95,11 @@ fn queue_json(b: &Broker, rec: &QueueRecord, st: &crate::cluster::status::QueueS
         "operator_policy": null,
         "effective_policy_definition": definition,
         "consumers": st.consumers,
-        "messages": st.messages_ready + st.messages_unacknowledged,
+        // 4.3 counts delayed-retry messages in the total (messages_total).
+        "messages": st.messages_ready + st.messages_unacknowledged + st.messages_delayed,
         "messages_ready": st.messages_ready,
         "messages_unacknowledged": st.messages_unacknowledged,
+        "messages_delayed": st.messages_delayed,
         "messages_dlx": st.dead_letter_held,
         "unreadable_bodies": st.unreadable_bodies,
     })

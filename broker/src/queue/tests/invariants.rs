@@ -14,7 +14,13 @@ impl QueueMachine {
             ids.extend(c.checked_out.keys().copied());
         }
         ids.extend(self.held.iter().map(|h| h.id));
+        ids.extend(self.delayed.iter().map(|(_, m)| m.id));
         ids
+    }
+
+    /// Delayed (ready-at, id) in release order.
+    pub(crate) fn delayed_entries(&self) -> Vec<(u64, MsgId)> {
+        self.delayed.iter().map(|(at, m)| (at, m.id)).collect()
     }
 
     /// Ready ids in delivery order.
@@ -27,6 +33,7 @@ impl QueueMachine {
         self.ready.check()?;
         self.consumers.check()?;
         self.held.check()?;
+        self.delayed.check()?;
         let ids = self.live_ids();
         let set: BTreeSet<MsgId> = ids.iter().copied().collect();
         if set.len() != ids.len() {
@@ -46,11 +53,11 @@ impl QueueMachine {
         if self.config.overflow == Overflow::DropHead && self.is_over_limit() {
             return Err("drop-head queue over its limit".into());
         }
-        if self.timer_at != self.next_expiry_ms() {
+        if self.timer_at != self.next_timer_ms() {
             return Err(format!(
-                "timer {:?} != head expiry {:?}",
+                "timer {:?} != next timer instant {:?}",
                 self.timer_at,
-                self.next_expiry_ms()
+                self.next_timer_ms()
             ));
         }
         for (id, c) in self.consumers.iter() {

@@ -10,6 +10,7 @@ mod checkout;
 mod config;
 mod consumers;
 mod dead_letter;
+mod delayed;
 mod dequeue;
 mod enqueue;
 mod expiry;

@@ -56,6 +56,8 @@ pub struct Model {
     /// Consumers waiting for a message, in the order they became able to.
     waiting: Vec<ConsumerId>,
     held: Vec<(MsgId, u32, DeadLetterReason)>,
+    /// Delayed-retry messages with their ready-at, in no order.
+    delayed: Vec<(u64, MMsg)>,
     blocked: bool,
     lease: Option<u64>,
     expired_sent: bool,
@@ -98,6 +100,13 @@ impl Model {
     /// Held ids and reasons.
     pub fn held(&self) -> Vec<(MsgId, DeadLetterReason)> {
         self.held.iter().map(|h| (h.0, h.2)).collect()
+    }
+
+    /// Delayed ids with their ready-at, in (ready-at, id) order.
+    pub fn delayed(&self) -> Vec<(u64, MsgId)> {
+        let mut d: Vec<(u64, MsgId)> = self.delayed.iter().map(|(at, m)| (*at, m.id)).collect();
+        d.sort();
+        d
     }
 
     /// Active consumers.
@@ -214,9 +223,22 @@ impl Model {
         }
     }
 
-    /// Head-only expiry of every priority, highest first, until no head
-    /// is expired.
+    /// The earliest delayed message (by ready-at, then id), removed.
+    fn take_earliest_delayed(&mut self) -> Option<(u64, MMsg)> {
+        let i =
+            (0..self.delayed.len()).min_by_key(|i| (self.delayed[*i].0, self.delayed[*i].1.id))?;
+        Some(self.delayed.remove(i))
+    }
+
+    /// Delayed messages due now go to the returns tail in (ready-at, id)
+    /// order; then head-only expiry of every priority, highest first, until
+    /// no head is expired.
     fn expire(&mut self, now: u64, fx: &mut Vec<Effect>) {
+        while self.delayed.iter().any(|(at, _)| *at <= now) {
+            let (at, m) = self.take_earliest_delayed().expect("one is due");
+            assert!(at <= now);
+            self.returns.push(m);
+        }
         loop {
             let expired = self
                 .prios()
@@ -265,11 +287,12 @@ impl Model {
     }
 
     fn counted(&self) -> (u64, u64) {
-        let n = self.returns.len() + self.main.len() + self.held.len();
+        let n = self.returns.len() + self.main.len() + self.held.len() + self.delayed.len();
         let b: u64 = self
             .returns
             .iter()
             .chain(self.main.iter())
+            .chain(self.delayed.iter().map(|(_, m)| m))
             .map(|m| u64::from(m.size))
             .sum::<u64>()
             + self.held.iter().map(|h| u64::from(h.1)).sum::<u64>();
@@ -285,7 +308,12 @@ impl Model {
     fn limits(&mut self, fx: &mut Vec<Effect>) {
         if self.cfg.overflow == Overflow::DropHead {
             while self.over() {
-                let Some(m) = self.pop() else { break };
+                let Some(m) = self
+                    .pop()
+                    .or_else(|| self.take_earliest_delayed().map(|d| d.1))
+                else {
+                    break;
+                };
                 self.dead_letter(m, DeadLetterReason::Maxlen, fx);
             }
         } else if !self.blocked && self.over() {
@@ -305,12 +333,26 @@ impl Model {
         }
     }
 
-    fn give_back(&mut self, mut m: MMsg, explicit: bool, fx: &mut Vec<Effect>) {
+    /// A counted return; `explicit` = basic.reject/nack requeue (delayed by
+    /// `failed`), else the consumer went away (delayed by `returned`).
+    fn give_back(&mut self, now: u64, mut m: MMsg, explicit: bool, fx: &mut Vec<Effect>) {
         m.count += 1;
         let limit = self.cfg.delivery_limit.filter(|l| *l >= 0);
+        let dr = self.cfg.delayed_retry;
+        let delayed = match dr.kind {
+            DelayedRetryType::Disabled => false,
+            DelayedRetryType::All => true,
+            DelayedRetryType::Failed => explicit,
+            DelayedRetryType::Returned => !explicit,
+        };
         match limit {
             Some(l) if i64::from(m.count) > l => {
                 self.dead_letter(m, DeadLetterReason::DeliveryLimit, fx)
+            }
+            _ if delayed => {
+                let wait = (u128::from(dr.min_ms) * u128::from(m.count.max(1)))
+                    .min(u128::from(dr.max_ms)) as u64;
+                self.delayed.push((now.saturating_add(wait), m));
             }
             None if explicit => self.main.push(m),
             _ => self.returns.push(m),
@@ -321,7 +363,7 @@ impl Model {
         if let Some(r) = self.cons.remove(&c) {
             self.waiting.retain(|x| *x != c);
             for m in r.out.into_values() {
-                self.give_back(m, false, fx);
+                self.give_back(now, m, false, fx);
             }
             self.lease = Some(now);
             self.expired_sent = false;
@@ -370,11 +412,16 @@ impl Model {
         let mut fx = Vec::new();
         let mut ticked = false;
         let reply = self.one(cmd, &mut fx, &mut ticked);
-        let next = self
+        let head = self
             .prios()
             .into_iter()
             .filter_map(|p| self.lane_head(p).and_then(|h| h.expiry))
             .min();
+        let release = self.delayed.iter().map(|(at, _)| *at).min();
+        let next = match (head, release) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if next != self.timer || ticked {
             if let Some(at_ms) = next {
                 fx.push(Effect::ExpiryTimer { at_ms });
@@ -521,7 +568,7 @@ impl Model {
                     let out = std::mem::take(&mut r.out);
                     self.sync(*c);
                     for m in out.into_values() {
-                        self.give_back(m, false, fx);
+                        self.give_back(now, m, false, fx);
                     }
                     self.forget_if_idle(*c);
                 }
@@ -556,7 +603,7 @@ impl Model {
             C::Return { consumer, ids, .. } => {
                 for id in ids {
                     if let Some(m) = self.take(consumer, id) {
-                        self.give_back(m, true, fx);
+                        self.give_back(now, m, true, fx);
                     }
                 }
                 self.forget_if_idle(consumer);
@@ -595,9 +642,12 @@ impl Model {
                 reply = QueueReply::Dequeued(got);
             }
             C::Purge { .. } => {
-                let all = self.ready_ids();
+                let mut delayed: Vec<(u64, MMsg)> = std::mem::take(&mut self.delayed);
+                delayed.sort_by_key(|(at, m)| (*at, m.id));
+                let mut all = self.ready_ids();
                 self.returns.clear();
                 self.main.clear();
+                all.extend(delayed.into_iter().map(|(_, m)| m.id));
                 for id in &all {
                     fx.push(Effect::DropBody { id: *id });
                 }

@@ -95,6 +95,7 @@ fn config_strategy() -> impl Strategy<Value = QueueConfig> {
         prop::option::of(-1i64..3),
         prop::option::of(1u64..60),
         prop::option::of(0u8..5),
+        delayed_retry_strategy(),
     )
         .prop_map(
             |(
@@ -107,6 +108,7 @@ fn config_strategy() -> impl Strategy<Value = QueueConfig> {
                 delivery_limit,
                 expires_ms,
                 max_priority,
+                delayed_retry,
             )| {
                 QueueConfig {
                     dead_letter,
@@ -120,10 +122,29 @@ fn config_strategy() -> impl Strategy<Value = QueueConfig> {
                     // The naive model has no single-active-consumer mode.
                     single_active_consumer: false,
                     max_priority,
+                    delayed_retry,
                     ..QueueConfig::default()
                 }
             },
         )
+}
+
+/// Delayed retry of every kind (half the configurations have none); min and
+/// max in ms, max sometimes below min (the delay is then max).
+fn delayed_retry_strategy() -> impl Strategy<Value = DelayedRetry> {
+    prop_oneof![
+        3 => Just(DelayedRetry::default()),
+        3 => (
+            prop_oneof![
+                Just(DelayedRetryType::All),
+                Just(DelayedRetryType::Failed),
+                Just(DelayedRetryType::Returned)
+            ],
+            0u64..30,
+            0u64..80,
+        )
+            .prop_map(|(kind, min_ms, max_ms)| DelayedRetry { kind, min_ms, max_ms }),
+    ]
 }
 
 fn msgs_strategy() -> impl Strategy<Value = Vec<(u32, Option<u64>)>> {
@@ -438,6 +459,33 @@ fn stored_priorities(cmd: &QueueCommand, reply: &QueueReply, overflow: Overflow)
     }
 }
 
+/// The `now_ms` of a command (of its last part for a batch), if it has one.
+fn command_now(cmd: &QueueCommand) -> Option<u64> {
+    use QueueCommand as C;
+    match cmd {
+        C::Batch(cmds) => cmds.iter().rev().find_map(command_now),
+        C::Deduped { cmd, .. } => command_now(cmd),
+        C::Enqueue { now_ms, .. }
+        | C::EnqueuePrioritized { now_ms, .. }
+        | C::Checkout { now_ms, .. }
+        | C::Cancel { now_ms, .. }
+        | C::ConsumerDown { now_ms, .. }
+        | C::NodeRestarted { now_ms, .. }
+        | C::NodeDown { now_ms, .. }
+        | C::NodeUp { now_ms, .. }
+        | C::Settle { now_ms, .. }
+        | C::Return { now_ms, .. }
+        | C::Discard { now_ms, .. }
+        | C::Dequeue { now_ms, .. }
+        | C::Purge { now_ms }
+        | C::Tick { now_ms }
+        | C::UpdateConfig { now_ms, .. }
+        | C::Configure { now_ms, .. }
+        | C::Subscribe { now_ms, .. }
+        | C::DeadLetterSettled { now_ms, .. } => Some(*now_ms),
+    }
+}
+
 fn snapshot(q: &QueueMachine) -> QueueMachine {
     let bytes = bincode::serde::encode_to_vec(q, bincode::config::standard())
         .unwrap_or_else(|e| panic!("encode: {e}"));
@@ -473,6 +521,12 @@ fn run_ops(cfg: QueueConfig, ops: Vec<Op>, split: usize) -> Result<(), TestCaseE
         }
         let overflow = q.config().overflow;
         let max_priority = q.config().max_priority;
+        let was_delayed: BTreeMap<MsgId, u64> = q
+            .delayed_entries()
+            .into_iter()
+            .map(|(at, id)| (id, at))
+            .collect();
+        let cmd_now = command_now(&cmd);
         let (reply, effects) = q.apply(cmd.clone());
         let stored_now = stored_ids(&effects);
         let prios = stored_priorities(&cmd, &reply, overflow);
@@ -533,13 +587,63 @@ fn run_ops(cfg: QueueConfig, ops: Vec<Op>, split: usize) -> Result<(), TestCaseE
         let all: BTreeSet<MsgId> = live_set.union(&dropped).copied().collect();
         prop_assert_eq!(&all, &stored, "a message was lost or invented");
         prop_assert_eq!(
-            q.ready_count() + q.unacked_count() + q.held_count(),
+            q.ready_count() + q.unacked_count() + q.held_count() + q.delayed_count(),
             live.len() as u64
         );
 
-        // Delivery counts = counted returns so far; fresh messages in FIFO order.
+        // Delayed retry: nothing leaves the delayed area before its ready-at
+        // (ready, delivered, or got); what left now is in (ready-at, id)
+        // order among the ready ones; nothing due is still waiting.
+        let still: BTreeSet<MsgId> = q.delayed_entries().into_iter().map(|(_, id)| id).collect();
         let mut ds = Vec::new();
         deliveries(&reply, &effects, &mut ds);
+        let left_ready: Vec<(u64, MsgId)> = q
+            .ready_ids()
+            .into_iter()
+            .filter_map(|id| was_delayed.get(&id).map(|at| (*at, id)))
+            .collect();
+        // Left for the ready queue, a consumer or basic.get: due. (Dead-lettered
+        // ones — drop-head when nothing is ready — and purged ones are exempt.)
+        let handed: BTreeSet<MsgId> = ds.iter().map(|d| d.id).collect();
+        for (id, at) in &was_delayed {
+            let released = !still.contains(id)
+                && (handed.contains(id)
+                    || q.ready_ids().contains(id)
+                    || q.consumer_ids()
+                        .iter()
+                        .any(|c| q.checked_out(*c).any(|x| x == *id)));
+            if released {
+                prop_assert!(
+                    cmd_now.is_some_and(|n| n >= *at),
+                    "message {} released at {:?} before its ready-at {}",
+                    id,
+                    cmd_now,
+                    at
+                );
+            }
+        }
+        // Within one message priority (delivery order puts higher priorities first).
+        let mut by_priority: BTreeMap<u8, Vec<(u64, MsgId)>> = BTreeMap::new();
+        for (at, id) in &left_ready {
+            let p = priority_of.get(id).copied().unwrap_or(0);
+            by_priority.entry(p).or_default().push((*at, *id));
+        }
+        for lane in by_priority.values() {
+            let mut sorted = lane.clone();
+            sorted.sort();
+            prop_assert_eq!(lane, &sorted, "released out of (ready-at, id) order");
+        }
+        // (A resent or out-of-sequence `Deduped` is not applied at all.)
+        let applied = !matches!(reply, QueueReply::Resent | QueueReply::OutOfSequence);
+        if let Some(n) = cmd_now.filter(|_| applied) {
+            prop_assert!(
+                q.delayed_entries().first().is_none_or(|(at, _)| *at > n),
+                "a due delayed message is still waiting at {}",
+                n
+            );
+        }
+
+        // Delivery counts = counted returns so far; fresh messages in FIFO order.
         for d in ds {
             prop_assert_eq!(
                 d.delivery_count,
@@ -564,6 +668,7 @@ fn run_ops(cfg: QueueConfig, ops: Vec<Op>, split: usize) -> Result<(), TestCaseE
         // Views agree with the model.
         prop_assert_eq!(q.ready_ids(), model.ready_ids());
         prop_assert_eq!(q.held_dead_letters().collect::<Vec<_>>(), model.held());
+        prop_assert_eq!(q.delayed_entries(), model.delayed());
         prop_assert_eq!(q.consumer_count(), model.active());
         prop_assert_eq!(q.publishers_blocked(), model.blocked());
         for c in q.consumer_ids() {
@@ -657,6 +762,15 @@ fn generators_cover_every_effect() {
             if let QueueReply::Dequeued(Some(_)) = &reply {
                 seen.insert("Dequeued".into());
             }
+            if q.delayed_count() > 0 {
+                seen.insert("Delayed".into());
+            }
+            if effects.iter().any(
+                |e| matches!(e, Effect::Deliver { delivery, .. } if delivery.delivery_count > 0),
+            ) && q.config().delayed_retry.kind != DelayedRetryType::Disabled
+            {
+                seen.insert("Redelivered with delayed retry".into());
+            }
             for e in effects {
                 let key = match e {
                     Effect::StoreBody { .. } => "StoreBody".to_string(),
@@ -689,6 +803,8 @@ fn generators_cover_every_effect() {
         "Accepted",
         "Rejected",
         "Dequeued",
+        "Delayed",
+        "Redelivered with delayed retry",
     ]
     .iter()
     .map(|s| s.to_string())
