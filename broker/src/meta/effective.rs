@@ -85,7 +85,7 @@ fn as_string(v: Option<V>) -> Option<String> {
 /// Precedence (spec §1.2, 3.10.8 code): dead-letter-exchange,
 /// dead-letter-routing-key, dead-letter-strategy: argument wins; overflow and
 /// expires: policy wins; max-length, max-length-bytes, message-ttl,
-/// delivery-limit: the lower wins. `reject-publish-dlx` → drop-head with a
+/// delivery-limit, consumer-timeout (RabbitMQ 4.3): the lower wins. `reject-publish-dlx` → drop-head with a
 /// warning. Strategy (§5.1): at-least-once only with a DLX and effective
 /// overflow reject-publish; a DLRK or strategy without DLX disables
 /// dead-lettering. Negative delivery limits count as unlimited (spec §6.1:
@@ -192,6 +192,7 @@ pub fn effective_config(
             lookup(args, "x-single-active-consumer"),
             Some(AMQPValue::Boolean(true))
         ),
+        consumer_timeout_ms: as_u64(lookup_key("consumer-timeout", Resolve::Min, args, policy)),
         ..QueueConfig::default()
     };
 

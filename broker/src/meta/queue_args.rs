@@ -52,6 +52,8 @@ impl QueueType {
                 "x-delivery-limit",
                 "x-message-ttl",
                 "x-queue-leader-locator",
+                // RabbitMQ 3.12+ / 4.3: per-queue consumer timeout (ms).
+                "x-consumer-timeout",
             ],
             QueueType::Classic => &[
                 "x-expires",
@@ -67,6 +69,7 @@ impl QueueType {
                 "x-single-active-consumer",
                 "x-queue-type",
                 "x-queue-master-locator",
+                "x-consumer-timeout",
             ],
             QueueType::Stream => &[
                 "x-max-length-bytes",
@@ -148,6 +151,7 @@ const ALL_KNOWN_ARGS: &[&str] = &[
     "x-max-age",
     "x-stream-max-segment-size-bytes",
     "x-initial-cluster-size",
+    "x-consumer-timeout",
 ];
 
 /// quorumq's vhost default queue type is `quorum`: a declare without
@@ -260,7 +264,8 @@ fn check_arg(key: &str, v: &AMQPValue, args: &FieldTable) -> Check {
         | "x-max-length-bytes"
         | "x-max-in-memory-length"
         | "x-max-in-memory-bytes"
-        | "x-stream-max-segment-size-bytes" => non_neg_int(v).map(|_| ()),
+        | "x-stream-max-segment-size-bytes"
+        | "x-consumer-timeout" => non_neg_int(v).map(|_| ()),
         "x-max-priority" => {
             let n = non_neg_int(v)?;
             if n > 255 {
@@ -345,6 +350,7 @@ const VALIDATOR_ORDER: &[&str] = &[
     "x-stream-max-segment-size-bytes",
     "x-initial-cluster-size",
     "x-queue-leader-locator",
+    "x-consumer-timeout",
 ];
 
 fn invalid_arg(key: &str, rs_text: &str, term: &str) -> AmqpError {

@@ -1,7 +1,7 @@
 //! Consumer records (rabbit_fifo `consumers` + `service_queue`): what each
 //! consumer has checked out, its prefetch, and the round-robin order.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +25,15 @@ pub(super) struct Consumer {
     queued: bool,
     /// Messages delivered and not yet settled, by id.
     pub checked_out: BTreeMap<MsgId, Msg>,
+    /// Consumer timeout of its deliveries, ms (`ConsumerSpec::timeout_ms`);
+    /// None = the queue's `consumer_timeout_ms` (a basic.get slot).
+    pub timeout_ms: Option<u64>,
+    /// When each checked-out message was checked out (the `now_ms` of the
+    /// command), ordered by time: the first is the oldest unsettled delivery
+    /// (consumer timeouts). Messages checked out before format 1 have none.
+    delivered: BTreeSet<(u64, MsgId)>,
+    /// The same times by message id.
+    delivered_at: BTreeMap<MsgId, u64>,
 }
 
 impl Consumer {
@@ -36,7 +45,16 @@ impl Consumer {
             suspected: false,
             queued: false,
             checked_out: BTreeMap::new(),
+            timeout_ms: None,
+            delivered: BTreeSet::new(),
+            delivered_at: BTreeMap::new(),
         }
+    }
+
+    /// When the oldest checked-out message with a known delivery time was
+    /// checked out, ms.
+    pub fn oldest_delivery_ms(&self) -> Option<u64> {
+        self.delivered.first().map(|(t, _)| *t)
     }
 
     /// Can take one more pushed message.
@@ -80,10 +98,17 @@ impl Consumers {
     }
 
     /// basic.consume: add the consumer, or update and re-activate it.
-    pub fn checkout(&mut self, id: ConsumerId, prefetch: u32, no_ack: bool) {
+    pub fn checkout(
+        &mut self,
+        id: ConsumerId,
+        prefetch: u32,
+        no_ack: bool,
+        timeout_ms: Option<u64>,
+    ) {
         let rec = self.records.entry(id).or_insert_with(Consumer::new);
         rec.prefetch = prefetch;
         rec.no_ack = no_ack;
+        rec.timeout_ms = timeout_ms;
         if !rec.active {
             rec.active = true;
             self.active += 1;
@@ -162,20 +187,28 @@ impl Consumers {
         self.requeue(id);
     }
 
-    /// Record `msg` as checked out to `id`, creating an inactive record (the
-    /// basic.get slot) if there is none.
-    pub fn check_out(&mut self, id: ConsumerId, msg: Msg) {
+    /// Record `msg` as checked out to `id` at `now_ms`, creating an inactive
+    /// record (the basic.get slot) if there is none.
+    pub fn check_out(&mut self, id: ConsumerId, msg: Msg, now_ms: u64) {
         let rec = self.records.entry(id).or_insert_with(Consumer::new);
         if rec.checked_out.insert(msg.id, msg).is_none() {
             self.unacked += 1;
         }
+        if let Some(old) = rec.delivered_at.insert(msg.id, now_ms) {
+            rec.delivered.remove(&(old, msg.id));
+        }
+        rec.delivered.insert((now_ms, msg.id));
         self.requeue(id);
     }
 
     /// Take message `msg_id` back from consumer `id` if it holds it. Call
     /// [`Consumers::gc`] once done with the consumer.
     pub fn take(&mut self, id: ConsumerId, msg_id: MsgId) -> Option<Msg> {
-        let msg = self.records.get_mut(&id)?.checked_out.remove(&msg_id)?;
+        let rec = self.records.get_mut(&id)?;
+        let msg = rec.checked_out.remove(&msg_id)?;
+        if let Some(at) = rec.delivered_at.remove(&msg_id) {
+            rec.delivered.remove(&(at, msg_id));
+        }
         self.unacked -= 1;
         self.requeue(id);
         Some(msg)
@@ -276,7 +309,104 @@ impl Consumers {
             if r.checked_out.iter().any(|(k, m)| *k != m.id) {
                 return Err(format!("checked-out key mismatch for {id:?}"));
             }
+            if r.delivered.len() != r.delivered_at.len()
+                || r.delivered_at.iter().any(|(m, t)| {
+                    !r.checked_out.contains_key(m) || !r.delivered.contains(&(*t, *m))
+                })
+            {
+                return Err(format!("delivery times out of step for {id:?}"));
+            }
         }
         Ok(())
+    }
+}
+
+/// Snapshot format 0's shapes of the consumer records, frozen (format 1 added
+/// `timeout_ms` and the delivery times).
+pub(super) mod v0 {
+    use std::collections::{BTreeMap, VecDeque};
+
+    use serde::{Deserialize, Serialize};
+
+    use super::super::message::Msg;
+    use super::super::types::{ConsumerId, MsgId};
+
+    /// `Consumer` in format 0.
+    #[derive(Serialize, Deserialize)]
+    pub(in crate::queue) struct Consumer {
+        prefetch: u32,
+        no_ack: bool,
+        active: bool,
+        suspected: bool,
+        queued: bool,
+        checked_out: BTreeMap<MsgId, Msg>,
+    }
+
+    /// `Consumers` in format 0.
+    #[derive(Serialize, Deserialize)]
+    pub(in crate::queue) struct Consumers {
+        records: BTreeMap<ConsumerId, Consumer>,
+        service: VecDeque<ConsumerId>,
+        active: u64,
+        unacked: u64,
+    }
+
+    /// Format 0 → current: no timeouts; messages checked out then have no
+    /// delivery time (they never time out).
+    impl From<Consumers> for super::Consumers {
+        fn from(c: Consumers) -> Self {
+            super::Consumers {
+                records: c
+                    .records
+                    .into_iter()
+                    .map(|(id, r)| {
+                        (
+                            id,
+                            super::Consumer {
+                                prefetch: r.prefetch,
+                                no_ack: r.no_ack,
+                                active: r.active,
+                                suspected: r.suspected,
+                                queued: r.queued,
+                                checked_out: r.checked_out,
+                                ..super::Consumer::new()
+                            },
+                        )
+                    })
+                    .collect(),
+                service: c.service,
+                active: c.active,
+                unacked: c.unacked,
+            }
+        }
+    }
+
+    /// Current → format 0 (tests: what an old node wrote).
+    #[cfg(test)]
+    impl From<&super::Consumers> for Consumers {
+        fn from(c: &super::Consumers) -> Self {
+            Consumers {
+                records: c
+                    .records
+                    .iter()
+                    .map(|(id, r)| {
+                        (
+                            *id,
+                            Consumer {
+                                prefetch: r.prefetch,
+                                no_ack: r.no_ack,
+                                active: r.active,
+                                suspected: r.suspected,
+                                queued: r.queued,
+                                checked_out: r.checked_out.clone(),
+                            },
+                        )
+                    })
+                    .collect(),
+                service: c.service.clone(),
+                active: c.active,
+                unacked: c.unacked,
+            }
+        }
     }
 }

@@ -40,16 +40,27 @@ impl QueueMachine {
         }
     }
 
-    /// Emit `ExpiryTimer` when the head's expiry differs from the one last
-    /// emitted, or always (if the head has one) when `force` (a tick, so a
-    /// timer that fired early is re-armed).
+    /// Emit `ExpiryTimer` when the next timer ([`QueueMachine::next_timer_ms`])
+    /// differs from the one last emitted, or always (if there is one) when
+    /// `force` (a tick, so a timer that fired early is re-armed).
     pub(super) fn emit_expiry_timer(&mut self, force: bool, effects: &mut Vec<Effect>) {
-        let next = self.next_expiry_ms();
+        let next = self.next_timer_ms();
         if next != self.timer_at || force {
             if let Some(at_ms) = next {
                 effects.push(Effect::ExpiryTimer { at_ms });
             }
             self.timer_at = next;
         }
+    }
+}
+
+impl QueueMachine {
+    /// When the leader must tick next: the earlier of the head's expiry and
+    /// the next consumer timeout deadline.
+    pub fn next_timer_ms(&self) -> Option<u64> {
+        [self.next_expiry_ms(), self.next_timeout_ms()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }

@@ -24,7 +24,7 @@ mod v0 {
 
     use serde::Deserialize;
 
-    use super::super::consumers::Consumers;
+    use super::super::consumers::v0::Consumers;
     use super::super::dead_letter::HeldArea;
     use super::super::messages::ReadyQueue;
     use super::super::types::{ProposerId, QueueConfigV0};
@@ -50,13 +50,14 @@ mod v0 {
             config: m.config.into(),
             next_id: m.next_id,
             ready: m.ready,
-            consumers: m.consumers,
+            consumers: m.consumers.into(),
             held: m.held,
             blocked: m.blocked,
             last_active: m.last_active,
             expired_notified: m.expired_notified,
             timer_at: m.timer_at,
             proposers: m.proposers,
+            ..super::QueueMachine::default()
         }
     }
 
@@ -67,7 +68,7 @@ mod v0 {
         pub config: &'a QueueConfigV0,
         pub next_id: u64,
         pub ready: &'a ReadyQueue,
-        pub consumers: &'a Consumers,
+        pub consumers: Consumers,
         pub held: &'a HeldArea,
         pub blocked: bool,
         pub last_active: Option<u64>,
@@ -147,7 +148,7 @@ mod tests {
             config: &config,
             next_id: m.next_id,
             ready: &m.ready,
-            consumers: &m.consumers,
+            consumers: (&m.consumers).into(),
             held: &m.held,
             blocked: m.blocked,
             last_active: m.last_active,

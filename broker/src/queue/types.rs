@@ -288,6 +288,32 @@ pub enum QueueCommand {
 }
 
 impl QueueCommand {
+    /// The command's time; None for `Batch` and `Deduped` (their commands
+    /// carry it).
+    pub fn now_ms(&self) -> Option<u64> {
+        use QueueCommand as C;
+        match self {
+            C::Enqueue { now_ms, .. }
+            | C::Checkout { now_ms, .. }
+            | C::Cancel { now_ms, .. }
+            | C::ConsumerDown { now_ms, .. }
+            | C::NodeRestarted { now_ms, .. }
+            | C::Settle { now_ms, .. }
+            | C::Return { now_ms, .. }
+            | C::Discard { now_ms, .. }
+            | C::Dequeue { now_ms, .. }
+            | C::Purge { now_ms }
+            | C::Tick { now_ms }
+            | C::UpdateConfig { now_ms, .. }
+            | C::DeadLetterSettled { now_ms, .. }
+            | C::NodeDown { now_ms, .. }
+            | C::NodeUp { now_ms, .. }
+            | C::Configure { now_ms, .. }
+            | C::Subscribe { now_ms, .. } => Some(*now_ms),
+            C::Batch(_) | C::Deduped { .. } => None,
+        }
+    }
+
     /// Message bytes the command carries (encoded publishes), to bound a
     /// folded Raft entry by size; other commands count 0.
     pub fn payload_bytes(&self) -> usize {
@@ -412,7 +438,14 @@ pub enum Effect {
     /// x-expires elapsed with no consumers and no basic.get: delete the queue
     /// (its messages are NOT dead-lettered, spec §2.4).
     QueueExpired,
-    /// The next ready message expires at `at_ms`: the leader should propose a
+    /// The next ready message expires, or the next consumer timeout
+    /// deadline is, at `at_ms` (the earlier): the leader should propose a
     /// `Tick` then (timer; spec §2.4).
     ExpiryTimer { at_ms: u64 },
+    /// `consumer` held a delivery unsettled past its consumer timeout
+    /// (`timeout_ms`): its messages were returned and it was removed. Its
+    /// channel sends basic.cancel (consumer_cancel_notify) or closes with 406
+    /// (RabbitMQ 4.3); it answers with `Cancel` or `ConsumerDown`, until then
+    /// a new leader re-sends this.
+    ConsumerTimedOut { consumer: ConsumerId, timeout_ms: u64 },
 }

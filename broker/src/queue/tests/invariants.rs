@@ -46,11 +46,11 @@ impl QueueMachine {
         if self.config.overflow == Overflow::DropHead && self.is_over_limit() {
             return Err("drop-head queue over its limit".into());
         }
-        if self.timer_at != self.next_expiry_ms() {
+        if self.timer_at != self.next_timer_ms() {
             return Err(format!(
-                "timer {:?} != head expiry {:?}",
+                "timer {:?} != next timer {:?}",
                 self.timer_at,
-                self.next_expiry_ms()
+                self.next_timer_ms()
             ));
         }
         for (id, c) in self.consumers.iter() {
