@@ -285,3 +285,46 @@ async fn the_timeout_survives_a_leader_kill() -> anyhow::Result<()> {
     })
     .await
 }
+
+#[tokio::test]
+async fn an_unacknowledged_basic_get_times_out_by_the_queues_timeout() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::spawn().await?;
+        let conn = connect(broker.uri()).await?;
+        let q = unique("ct.get");
+        declare(&conn.create_channel().await?, &q, &[("x-consumer-timeout", long(1000))]).await?;
+        publish(&conn, &q, "m").await?;
+        let mut raw = RawConn::handshake(broker.uri()).await?;
+        let t = Duration::from_secs(5);
+        raw.send_method(3, Args::method(20, 10).shortstr("")).await?;
+        assert_eq!(raw.read_method(t).await?.and_then(|f| f.method()), Some((20, 11)));
+        raw.send_method(3, Args::method(60, 70).u16(0).shortstr(&q).u8(0))
+            .await?;
+        assert_eq!(raw.read_method(t).await?.and_then(|f| f.method()), Some((60, 71)));
+        let got = Instant::now();
+        let close = loop {
+            let f = raw
+                .read_frame(t)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("EOF before channel.close"))?;
+            if f.method() == Some((20, 40)) {
+                break f;
+            }
+        };
+        assert_on_time(got.elapsed(), Duration::from_millis(1000));
+        assert_eq!(
+            close.close_reason(),
+            Some((
+                406,
+                "PRECONDITION_FAILED - delivery acknowledgement on channel 3 timed out. Timeout value used: 1000 ms. This timeout value can be configured, see consumers doc guide to learn more".to_string()
+            ))
+        );
+        raw.send_method(3, Args::method(20, 41)).await?;
+        let (_ch, mut c) = consume(&conn, &q, table(&[("x-consumer-timeout", long(60_000))])).await?;
+        let d = next(&mut c, Duration::from_secs(5)).await?;
+        assert!(d.redelivered);
+        d.ack(BasicAckOptions::default()).await?;
+        Ok(())
+    })
+    .await
+}

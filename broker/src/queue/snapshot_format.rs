@@ -163,6 +163,53 @@ mod tests {
     }
 
     #[test]
+    fn format_0_checked_out_messages_have_no_delivery_time() {
+        use crate::queue::types::ConsumerId;
+        let mut m = machine_with_messages();
+        let c = ConsumerId {
+            node: 1,
+            epoch: 1,
+            seq: 1,
+        };
+        m.apply(QueueCommand::Checkout {
+            now_ms: 6,
+            consumer: c,
+            prefetch: 0,
+            no_ack: false,
+        });
+        assert_eq!(m.checked_out(c).count(), 1);
+        let written = v0::Written {
+            config: &QueueConfigV0 {
+                max_length: Some(10),
+                ..QueueConfigV0::default()
+            },
+            next_id: m.next_id,
+            ready: &m.ready,
+            consumers: (&m.consumers).into(),
+            held: &m.held,
+            blocked: m.blocked,
+            last_active: m.last_active,
+            expired_notified: m.expired_notified,
+            timer_at: m.timer_at,
+            proposers: &m.proposers,
+        };
+        let old = raft_log::codec::encode(&(written, b"idx".to_vec())).unwrap();
+        let (mut back, _) = decode(&old).unwrap();
+        assert_eq!(back.checked_out(c).collect::<Vec<_>>(), vec![0]);
+        // A queue timeout set later does not reach a delivery of unknown age.
+        let config = QueueConfig {
+            max_length: Some(10),
+            consumer_timeout_ms: Some(1),
+            ..QueueConfig::default()
+        };
+        back.apply(QueueCommand::Configure { now_ms: 7, config });
+        back.apply(QueueCommand::Tick { now_ms: 1_000_000 });
+        assert_eq!(back.next_timeout_ms(), None);
+        assert_eq!(back.checked_out(c).count(), 1);
+        assert!(back.check_invariants().is_ok());
+    }
+
+    #[test]
     fn a_newer_format_is_refused_not_misread() {
         let m = machine_with_messages();
         let newer = raft_log::codec::encode(&(MAGIC, FORMAT + 1, &m, b"".to_vec())).unwrap();
