@@ -58,7 +58,11 @@ async fn next(consumer: &mut Consumer, limit: Duration) -> anyhow::Result<Delive
 
 /// Waits for the server's basic.cancel (lapin ends the consumer's stream);
 /// returns the time it took from `since`.
-async fn cancelled(consumer: &mut Consumer, since: Instant, limit: Duration) -> anyhow::Result<Duration> {
+async fn cancelled(
+    consumer: &mut Consumer,
+    since: Instant,
+    limit: Duration,
+) -> anyhow::Result<Duration> {
     match tokio::time::timeout(limit, consumer.next()).await {
         Ok(None) => Ok(since.elapsed()),
         other => anyhow::bail!("consumer not cancelled within {limit:?}: {other:?}"),
@@ -81,7 +85,8 @@ fn assert_on_time(took: Duration, timeout: Duration) {
 }
 
 #[tokio::test]
-async fn consume_argument_cancels_the_consumer_and_the_message_is_redelivered() -> anyhow::Result<()> {
+async fn consume_argument_cancels_the_consumer_and_the_message_is_redelivered() -> anyhow::Result<()>
+{
     bounded(T, async {
         let broker = Broker::spawn().await?;
         let conn = connect(broker.uri()).await?;
@@ -132,9 +137,27 @@ async fn queue_argument_and_policy_the_smaller_wins_and_the_consume_argument_win
         // qa: argument 1000 < policy 60000; qp: argument 60000 > policy 1000.
         declare(&ch, &qa, &[("x-consumer-timeout", long(1000))]).await?;
         declare(&ch, &qp, &[("x-consumer-timeout", long(60_000))]).await?;
-        dlx::set_policy(&broker, "ct", &format!("^{prefix}"), r#"{"consumer-timeout": 1000}"#).await?;
+        dlx::set_policy(
+            &broker,
+            "ct",
+            &format!("^{prefix}"),
+            r#"{"consumer-timeout": 1000}"#,
+        )
+        .await?;
         let _ = dlx::run(
-            dlx::ctl(&broker, &["set_policy", "ct-a", &format!("^{prefix}\\.arg$"), r#"{"consumer-timeout": 60000}"#, "--priority", "1", "--apply-to", "queues"])?,
+            dlx::ctl(
+                &broker,
+                &[
+                    "set_policy",
+                    "ct-a",
+                    &format!("^{prefix}\\.arg$"),
+                    r#"{"consumer-timeout": 60000}"#,
+                    "--priority",
+                    "1",
+                    "--apply-to",
+                    "queues",
+                ],
+            )?,
             Duration::from_secs(30),
         )
         .await?;
@@ -148,7 +171,8 @@ async fn queue_argument_and_policy_the_smaller_wins_and_the_consume_argument_win
             assert_on_time(took, Duration::from_millis(1000));
         }
         // A consume argument wins over both: 60 s, so no cancel in 2.5 s.
-        let (_ch, mut c) = consume(&conn, &qp, table(&[("x-consumer-timeout", long(60_000))])).await?;
+        let (_ch, mut c) =
+            consume(&conn, &qp, table(&[("x-consumer-timeout", long(60_000))])).await?;
         let d = next(&mut c, Duration::from_secs(5)).await?;
         assert!(d.redelivered);
         match tokio::time::timeout(Duration::from_millis(2500), c.next()).await {
@@ -237,7 +261,12 @@ async fn the_node_setting_applies_when_nothing_else_does() -> anyhow::Result<()>
         assert_on_time(took, Duration::from_millis(1000));
         // A queue argument wins over the node setting.
         let q2 = unique("ct.node.q");
-        declare(&conn.create_channel().await?, &q2, &[("x-consumer-timeout", long(60_000))]).await?;
+        declare(
+            &conn.create_channel().await?,
+            &q2,
+            &[("x-consumer-timeout", long(60_000))],
+        )
+        .await?;
         let (_ch2, mut c2) = consume(&conn, &q2, FieldTable::default()).await?;
         publish(&conn, &q2, "m").await?;
         let d = next(&mut c2, Duration::from_secs(5)).await?;
@@ -266,7 +295,8 @@ async fn the_timeout_survives_a_leader_kill() -> anyhow::Result<()> {
         let (_c1, ch1) = cluster.quorum_queue_led_by(1, q).await?;
         // The consumer is on node 2; its timeout is 4 s.
         let conn2 = connect(&cluster.uri(2)).await?;
-        let (_ch2, mut c) = consume(&conn2, q, table(&[("x-consumer-timeout", long(4000))])).await?;
+        let (_ch2, mut c) =
+            consume(&conn2, q, table(&[("x-consumer-timeout", long(4000))])).await?;
         publish_confirmed(&ch1, "", q, b"m", BasicProperties::default()).await?;
         let _d = next(&mut c, Duration::from_secs(10)).await?;
         let got = Instant::now();

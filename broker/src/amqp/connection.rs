@@ -447,8 +447,7 @@ impl Conn {
             _ => return Ok(None),
         };
         self.blocked_capable = has_capability(&start_ok.client_properties, "connection.blocked");
-        self.cancel_notify =
-            has_capability(&start_ok.client_properties, "consumer_cancel_notify");
+        self.cancel_notify = has_capability(&start_ok.client_properties, "consumer_cancel_notify");
         let mechanism = start_ok.mechanism.as_str().to_string();
         // rabbit_reader auth_phase: the password, then loopback-only users (guest by
         // default) from another address; both refusals look the same to the client.

@@ -94,11 +94,7 @@ impl RemoteDeliveries {
     }
 }
 
-async fn run(
-    owner: Weak<RemoteDeliveries>,
-    node: u64,
-    mut rx: mpsc::UnboundedReceiver<Outgoing>,
-) {
+async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
     let mut batch: Vec<Outgoing> = Vec::with_capacity(BATCH);
     while let Some(first) = rx.recv().await {
         batch.push(first);

@@ -81,7 +81,10 @@ mod v0 {
 /// Encodes `machine` with the body `index` in the current format.
 ///
 /// Errors: bincode encoding (not expected for these types).
-pub(super) fn encode(machine: &QueueMachine, index: &[u8]) -> Result<Vec<u8>, raft_log::StoreError> {
+pub(super) fn encode(
+    machine: &QueueMachine,
+    index: &[u8],
+) -> Result<Vec<u8>, raft_log::StoreError> {
     raft_log::codec::encode(&(MAGIC, FORMAT, machine, index))
 }
 
@@ -91,7 +94,8 @@ pub(super) fn encode(machine: &QueueMachine, index: &[u8]) -> Result<Vec<u8>, ra
 /// Errors: a tagged snapshot of an unknown (newer) format; bytes that decode
 /// as no known format (corrupt).
 pub(super) fn decode(data: &[u8]) -> Result<(QueueMachine, Vec<u8>), raft_log::StoreError> {
-    if let Ok((magic, format)) = raft_log::codec::decode_prefix::<(u64, u32)>(data).map(|(v, _)| v) {
+    if let Ok((magic, format)) = raft_log::codec::decode_prefix::<(u64, u32)>(data).map(|(v, _)| v)
+    {
         if magic == MAGIC {
             if format != FORMAT {
                 return Err(raft_log::StoreError::corrupt(format!(

@@ -447,5 +447,8 @@ pub enum Effect {
     /// channel sends basic.cancel (consumer_cancel_notify) or closes with 406
     /// (RabbitMQ 4.3); it answers with `Cancel` or `ConsumerDown`, until then
     /// a new leader re-sends this.
-    ConsumerTimedOut { consumer: ConsumerId, timeout_ms: u64 },
+    ConsumerTimedOut {
+        consumer: ConsumerId,
+        timeout_ms: u64,
+    },
 }

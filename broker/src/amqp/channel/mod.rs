@@ -68,7 +68,10 @@ pub enum Event {
     Confirmed { seq: u64, ok: bool },
     /// A queue timed one of this channel's consumers (or basic.get slots)
     /// out: its messages are back in the queue (consumer timeout).
-    TimedOut { consumer: ConsumerId, timeout_ms: u64 },
+    TimedOut {
+        consumer: ConsumerId,
+        timeout_ms: u64,
+    },
 }
 
 /// A connection-level error raised on a channel: the connection answers it

@@ -95,7 +95,10 @@ fn returns_are_counted_and_hit_the_delivery_limit() {
     // The second timeout is the second return: over the limit of 1.
     let e = tick(&mut q, 200);
     assert_eq!(timed_out(&e), vec![(cid(2), 100)]);
-    assert_eq!(dead_lettered(&e), vec![(0, DeadLetterReason::DeliveryLimit)]);
+    assert_eq!(
+        dead_lettered(&e),
+        vec![(0, DeadLetterReason::DeliveryLimit)]
+    );
     assert_eq!(q.ready_count(), 0);
 }
 
