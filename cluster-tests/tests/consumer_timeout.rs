@@ -291,6 +291,19 @@ async fn the_node_setting_applies_when_nothing_else_does() -> anyhow::Result<()>
 async fn the_timeout_survives_a_leader_kill() -> anyhow::Result<()> {
     bounded(Duration::from_secs(180), async {
         let cluster = Cluster::start(3).await?;
+        // A consumer on another node than the leader hears of its timeout
+        // through the cluster's delivery channel.
+        let remote = "ct.remote";
+        let (_c0, ch0) = cluster.quorum_queue_led_by(1, remote).await?;
+        let conn3 = connect(&cluster.uri(3)).await?;
+        let (ch3, mut c) =
+            consume(&conn3, remote, table(&[("x-consumer-timeout", long(1000))])).await?;
+        publish_confirmed(&ch0, "", remote, b"r", BasicProperties::default()).await?;
+        let _d = next(&mut c, Duration::from_secs(10)).await?;
+        let took = cancelled(&mut c, Instant::now(), Duration::from_secs(5)).await?;
+        assert_on_time(took, Duration::from_millis(1000));
+        assert!(ch3.status().connected());
+
         let q = "ct.failover";
         let (_c1, ch1) = cluster.quorum_queue_led_by(1, q).await?;
         // The consumer is on node 2; its timeout is 4 s.
