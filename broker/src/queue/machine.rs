@@ -38,6 +38,11 @@ use super::types::{
 ///   one; a new leader reads `next_expiry_ms()`.
 /// - Unknown ids, unknown consumers, and settles by the wrong consumer are
 ///   ignored (spec §2.2).
+/// - Consumer timeouts (RabbitMQ 4.3, `consumer_timeout.rs`) are checked
+///   before every command at its `now_ms`: a consumer whose oldest unsettled
+///   delivery is older than its timeout goes down (all its messages
+///   returned, counted) and `ConsumerTimedOut` tells its channel; the
+///   `ExpiryTimer` is the earlier of the head's expiry and the next deadline.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueMachine {
     pub(super) config: QueueConfig,
