@@ -213,6 +213,20 @@ mod tests {
     }
 
     #[test]
+    fn consumer_timeout_the_smaller_of_argument_and_policy() {
+        let arg = |ms: i32| t(&[("x-consumer-timeout", AMQPValue::LongInt(ms))]);
+        let pol = |ms: u64| json!({ "consumer-timeout": ms });
+        let ct = |args: &FieldTable, p: Option<&Value>| {
+            effective_config("/", "q", args, p).0.consumer_timeout_ms
+        };
+        assert_eq!(ct(&FieldTable::default(), None), None);
+        assert_eq!(ct(&arg(1000), None), Some(1000));
+        assert_eq!(ct(&FieldTable::default(), Some(&pol(2000))), Some(2000));
+        assert_eq!(ct(&arg(1000), Some(&pol(60_000))), Some(1000));
+        assert_eq!(ct(&arg(60_000), Some(&pol(1000))), Some(1000));
+    }
+
+    #[test]
     fn precedence() {
         let args = t(&[
             ("x-dead-letter-exchange", s("arg-dlx")),

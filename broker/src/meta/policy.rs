@@ -296,6 +296,10 @@ mod tests {
             "Validation failed\n\n-1 is not a valid delivery limit\n"
         );
         assert_eq!(
+            f(json!({"consumer-timeout": -1})),
+            "Validation failed\n\n-1 is not a valid consumer timeout\n"
+        );
+        assert_eq!(
             f(json!({"overflow": "x"})),
             "Validation failed\n\n<<\"x\">> is not a valid overflow value\n"
         );

@@ -535,6 +535,7 @@ mod tests {
     fn value_texts() {
         let cases: Vec<(FieldTable, &str)> = vec![
             (qq(&[("x-max-length", AMQPValue::LongInt(-5))]), "invalid arg 'x-max-length' for queue 'q' in vhost '/': {value_negative,-5}"),
+            (qq(&[("x-consumer-timeout", AMQPValue::LongInt(-5))]), "invalid arg 'x-consumer-timeout' for queue 'q' in vhost '/': {value_negative,-5}"),
             (qq(&[("x-max-length", s("5"))]), "invalid arg 'x-max-length' for queue 'q' in vhost '/': \"expected integer, got longstr\""),
             (qq(&[("x-expires", AMQPValue::LongInt(0))]), "invalid arg 'x-expires' for queue 'q' in vhost '/': {value_zero,0}"),
             (qq(&[("x-message-ttl", AMQPValue::LongLongInt(315_360_000_001))]), "invalid arg 'x-message-ttl' for queue 'q' in vhost '/': {value_too_large,315360000001}"),
