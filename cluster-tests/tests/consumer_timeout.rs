@@ -371,3 +371,33 @@ async fn an_unacknowledged_basic_get_times_out_by_the_queues_timeout() -> anyhow
     })
     .await
 }
+
+#[tokio::test]
+async fn a_local_exclusive_queue_times_out_too() -> anyhow::Result<()> {
+    bounded(T, async {
+        let broker = Broker::spawn().await?;
+        let conn = connect(broker.uri()).await?;
+        let ch = conn.create_channel().await?;
+        let q = unique("ct.excl");
+        ch.queue_declare(
+            q.as_str().into(),
+            QueueDeclareOptions {
+                exclusive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+        let (_ch, mut c) = consume(&conn, &q, table(&[("x-consumer-timeout", long(1000))])).await?;
+        publish(&conn, &q, "m").await?;
+        let _d = next(&mut c, Duration::from_secs(5)).await?;
+        let took = cancelled(&mut c, Instant::now(), Duration::from_secs(5)).await?;
+        assert_on_time(took, Duration::from_millis(1000));
+        let (_ch2, mut c2) = consume(&conn, &q, FieldTable::default()).await?;
+        let d = next(&mut c2, Duration::from_secs(5)).await?;
+        assert!(d.redelivered);
+        d.ack(BasicAckOptions::default()).await?;
+        Ok(())
+    })
+    .await
+}
