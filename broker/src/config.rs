@@ -74,6 +74,13 @@ pub struct Config {
     /// Most consumers on one channel (RabbitMQ 3.12+ `consumer_max_per_channel`); one more
     /// basic.consume closes the connection with 530 NOT_ALLOWED. None (default) = no limit.
     pub consumer_max_per_channel: Option<u64>,
+    /// Consumer timeout in ms (RabbitMQ `consumer_timeout`, default 1,800,000 = 30 min; 0 =
+    /// none): a consumer holding a delivery unacknowledged longer is cancelled and its
+    /// messages return to the queue. The lowest-precedence source: a `basic.consume`
+    /// `x-consumer-timeout` argument wins, then the queue's (`x-consumer-timeout` argument
+    /// and `consumer-timeout` policy, the smaller). Applied by the node the consumer's
+    /// connection is on.
+    pub consumer_timeout: u64,
     /// File holding the cluster secret every cluster/admin call must carry (Erlang's
     /// cookie; `cluster::secret`). Default: `$QUORUMQ_CLUSTER_SECRET_FILE`, else
     /// `$HOME/.quorumq.cookie`; created on the first start when missing.
@@ -130,6 +137,9 @@ pub struct Config {
 /// CPU per message (README "Benchmark").
 pub const DEFAULT_SYNC_INTERVAL_US: u64 = 300;
 
+/// Default of [`Config::consumer_timeout`]: 30 minutes, as RabbitMQ.
+pub const DEFAULT_CONSUMER_TIMEOUT_MS: u64 = 1_800_000;
+
 /// Default of [`Config::channel_max`]: channels per connection, RabbitMQ's default
 /// `channel_max` (2047). The AMQP front end starts a connection with it before tuning.
 pub const DEFAULT_CHANNEL_MAX: u16 = 2047;
@@ -184,6 +194,7 @@ impl Default for Config {
             connection_max: None,
             channel_max: DEFAULT_CHANNEL_MAX,
             consumer_max_per_channel: None,
+            consumer_timeout: DEFAULT_CONSUMER_TIMEOUT_MS,
             loopback_users: vec!["guest".into()],
             cluster_secret_file: None,
             tls_cert_file: None,

@@ -33,6 +33,13 @@ pub enum ConnEvent {
     /// The consumer's queue is gone: send basic.cancel to the client
     /// (RabbitMQ's consumer_cancel_notify).
     Cancelled { channel: u64, consumer: ConsumerId },
+    /// The consumer held a delivery past its consumer timeout (`timeout_ms`):
+    /// the queue took its messages back and removed it.
+    TimedOut {
+        channel: u64,
+        consumer: ConsumerId,
+        timeout_ms: u64,
+    },
 }
 
 struct Entry {
@@ -137,6 +144,28 @@ impl ConsumerRegistry {
                 })
                 .is_ok(),
             None => false,
+        }
+    }
+
+    /// A queue timed `consumer` out (`Effect::ConsumerTimedOut`): tell its
+    /// channel (on another node: through that node's outbox). Dropped if
+    /// the local consumer is gone (its channel already let it go).
+    pub fn timed_out(&self, group: u64, consumer: ConsumerId, timeout_ms: u64) {
+        if consumer.node != self.node {
+            if let Some(r) = self.remote.get() {
+                r.send_timed_out(group, consumer, timeout_ms);
+            }
+            return;
+        }
+        let Ok(m) = self.mailboxes.read() else {
+            return;
+        };
+        if let Some(e) = m.get(&consumer) {
+            let _ = e.mailbox.send(ConnEvent::TimedOut {
+                channel: e.channel,
+                consumer,
+                timeout_ms,
+            });
         }
     }
 

@@ -93,6 +93,10 @@ struct Args {
     /// Most consumers per channel (default: no limit).
     #[arg(long, value_name = "N")]
     consumer_max_per_channel: Option<u64>,
+    /// Consumer timeout in ms (RabbitMQ `consumer_timeout`, default 1800000; 0 = none):
+    /// a delivery left unacknowledged longer cancels its consumer.
+    #[arg(long, value_name = "MS")]
+    consumer_timeout: Option<u64>,
     /// Users who may connect only from loopback, comma-separated (default: guest; an
     /// empty value lets every user connect from anywhere).
     #[arg(long, value_name = "USERS", value_delimiter = ',')]
@@ -211,6 +215,9 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(v) = args.consumer_max_per_channel {
         config.consumer_max_per_channel = Some(v);
+    }
+    if let Some(v) = args.consumer_timeout {
+        config.consumer_timeout = v;
     }
     if let Some(v) = args.loopback_users {
         config.loopback_users = v.into_iter().filter(|u| !u.is_empty()).collect();

@@ -224,6 +224,17 @@ impl Channels {
         let (key, event) = match e {
             ConnEvent::Delivery { channel, delivery } => (channel, Event::Delivery(delivery)),
             ConnEvent::Cancelled { channel, consumer } => (channel, Event::Cancelled(consumer)),
+            ConnEvent::TimedOut {
+                channel,
+                consumer,
+                timeout_ms,
+            } => (
+                channel,
+                Event::TimedOut {
+                    consumer,
+                    timeout_ms,
+                },
+            ),
         };
         let Some(slot) = self.slots.get_mut(&key) else {
             tracing::debug!(target: "deliveries", channel = key, "dropped: the channel is closed");

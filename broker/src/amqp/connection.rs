@@ -53,6 +53,8 @@ pub struct Conn {
     saw_publish: bool,
     /// The client announced the `connection.blocked` capability.
     blocked_capable: bool,
+    /// The client announced the `consumer_cancel_notify` capability.
+    cancel_notify: bool,
     /// This connection in the node's connection counts (connection limits), once open.
     counted: Option<crate::connections::Counted>,
     /// The authenticated user (permission checks), once open.
@@ -178,6 +180,7 @@ async fn serve_io<R, W>(
         alarm: crate::alarms::Alarm::default(),
         saw_publish: false,
         blocked_capable: false,
+        cancel_notify: false,
         counted: None,
         user: String::new(),
         peer,
@@ -213,6 +216,7 @@ async fn serve_io<R, W>(
         conn.user.clone(),
         conn.frame_max,
         conn.mailbox.clone(),
+        conn.cancel_notify,
     )));
     let mut alarms = conn.broker.alarms().subscribe();
     let alarm = *alarms.borrow_and_update();
@@ -443,6 +447,7 @@ impl Conn {
             _ => return Ok(None),
         };
         self.blocked_capable = has_capability(&start_ok.client_properties, "connection.blocked");
+        self.cancel_notify = has_capability(&start_ok.client_properties, "consumer_cancel_notify");
         let mechanism = start_ok.mechanism.as_str().to_string();
         // rabbit_reader auth_phase: the password, then loopback-only users (guest by
         // default) from another address; both refusals look the same to the client.

@@ -16,15 +16,37 @@ use tokio::sync::mpsc;
 use super::detector::Detector;
 use super::peers::{Peers, MAX_MESSAGE_BYTES};
 use crate::consumers::QueueDelivery;
+use crate::queue::types::ConsumerId;
 
 /// Most deliveries per `Deliver` call.
 const BATCH: usize = 512;
+
+/// What goes to a peer's consumers, in the order the leaders made it.
+#[derive(Debug)]
+enum Outgoing {
+    Delivery(QueueDelivery),
+    /// A queue (`group`) timed the consumer out (consumer timeout, ms).
+    TimedOut {
+        group: u64,
+        consumer: ConsumerId,
+        timeout_ms: u64,
+    },
+}
+
+impl Outgoing {
+    fn consumer(&self) -> ConsumerId {
+        match self {
+            Outgoing::Delivery(d) => d.consumer,
+            Outgoing::TimedOut { consumer, .. } => *consumer,
+        }
+    }
+}
 
 /// The per-peer outboxes.
 pub struct RemoteDeliveries {
     peers: Arc<Peers>,
     detector: Arc<Detector>,
-    outboxes: Mutex<HashMap<u64, mpsc::UnboundedSender<QueueDelivery>>>,
+    outboxes: Mutex<HashMap<u64, mpsc::UnboundedSender<Outgoing>>>,
 }
 
 impl RemoteDeliveries {
@@ -39,7 +61,21 @@ impl RemoteDeliveries {
 
     /// Queues `d` for its consumer's node (`d.consumer.node`).
     pub fn send(self: &Arc<Self>, d: QueueDelivery) {
-        let node = d.consumer.node;
+        self.push(Outgoing::Delivery(d));
+    }
+
+    /// Tells `consumer`'s node that queue `group` timed it out, after the
+    /// deliveries queued for that node before.
+    pub fn send_timed_out(self: &Arc<Self>, group: u64, consumer: ConsumerId, timeout_ms: u64) {
+        self.push(Outgoing::TimedOut {
+            group,
+            consumer,
+            timeout_ms,
+        });
+    }
+
+    fn push(self: &Arc<Self>, d: Outgoing) {
+        let node = d.consumer().node;
         let Ok(mut o) = self.outboxes.lock() else {
             return;
         };
@@ -58,32 +94,44 @@ impl RemoteDeliveries {
     }
 }
 
-async fn run(
-    owner: Weak<RemoteDeliveries>,
-    node: u64,
-    mut rx: mpsc::UnboundedReceiver<QueueDelivery>,
-) {
-    let mut batch: Vec<QueueDelivery> = Vec::with_capacity(BATCH);
+async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
+    let mut batch: Vec<Outgoing> = Vec::with_capacity(BATCH);
     while let Some(first) = rx.recv().await {
         batch.push(first);
-        while batch.len() < BATCH {
+        // A timeout ends a batch: the receiver handles deliveries first.
+        while batch.len() < BATCH && !matches!(batch.last(), Some(Outgoing::TimedOut { .. })) {
             match rx.try_recv() {
                 Ok(d) => batch.push(d),
                 Err(_) => break,
             }
         }
-        let wire: Vec<_> = batch
-            .drain(..)
-            .map(|d| (d.group, d.consumer, d.delivery))
-            .collect();
-        let Ok(bytes) = raft_log::codec::encode(&wire) else {
+        let mut wire = Vec::new();
+        let mut timed_out = Vec::new();
+        for d in batch.drain(..) {
+            match d {
+                Outgoing::Delivery(d) => wire.push((d.group, d.consumer, d.delivery)),
+                Outgoing::TimedOut {
+                    group,
+                    consumer,
+                    timeout_ms,
+                } => timed_out.push((group, consumer, timeout_ms)),
+            }
+        }
+        let first_consumer = wire
+            .first()
+            .map(|(_, c, _)| *c)
+            .or(timed_out.first().map(|(_, c, _)| *c));
+        let (Ok(bytes), Ok(timed_out_bytes)) = (
+            raft_log::codec::encode(&wire),
+            raft_log::codec::encode(&timed_out),
+        ) else {
             continue;
         };
         let mut tries = 0u32;
         loop {
             let Some(me) = owner.upgrade() else { return };
             // Consumers of an earlier boot of that node are gone.
-            if let (Some(now), Some((_, c, _))) = (me.detector.epoch_of(node), wire.first()) {
+            if let (Some(now), Some(c)) = (me.detector.epoch_of(node), first_consumer) {
                 if c.epoch < now {
                     tracing::debug!(target: "deliveries", node, n = wire.len(), "dropped: consumers of an earlier boot");
                     break;
@@ -97,6 +145,11 @@ async fn run(
             let req = DeliverRequest {
                 deliveries: bytes.clone().into(),
                 from_node: me.peers.me(),
+                timed_out: if timed_out.is_empty() {
+                    Vec::new().into()
+                } else {
+                    timed_out_bytes.clone().into()
+                },
             };
             drop(me);
             match tokio::time::timeout(Duration::from_secs(5), client.deliver(req)).await {

@@ -259,7 +259,13 @@ impl Cluster for ClusterServices {
         &self,
         req: Request<DeliverRequest>,
     ) -> Result<Response<DeliverReply>, Status> {
-        let wire: Vec<(u64, ConsumerId, Delivery)> = decode(&req.into_inner().deliveries)?;
+        let req = req.into_inner();
+        let wire: Vec<(u64, ConsumerId, Delivery)> = decode(&req.deliveries)?;
+        let timed_out: Vec<(u64, ConsumerId, u64)> = if req.timed_out.is_empty() {
+            Vec::new()
+        } else {
+            decode(&req.timed_out)?
+        };
         let mut gone = Vec::new();
         for (group, consumer, delivery) in wire {
             if !self.consumers.deliver(QueueDelivery {
@@ -269,6 +275,9 @@ impl Cluster for ClusterServices {
             }) {
                 gone.push(consumer);
             }
+        }
+        for (group, consumer, timeout_ms) in timed_out {
+            self.consumers.timed_out(group, consumer, timeout_ms);
         }
         if !gone.is_empty() {
             tracing::debug!(target: "deliveries", gone = ?gone, "deliveries for consumers that are gone");

@@ -88,10 +88,11 @@ fn as_string(v: Option<V>) -> Option<String> {
 /// Precedence (spec §1.2, 3.10.8 code): dead-letter-exchange,
 /// dead-letter-routing-key, dead-letter-strategy: argument wins; overflow and
 /// expires: policy wins; max-length, max-length-bytes, message-ttl,
-/// delivery-limit: the lower wins. `reject-publish-dlx` is kept (3.10.8
-/// quorum queues map it to drop-head with a warning; quorumq implements it,
-/// issue 28). Strategy (§5.1): at-least-once only with a DLX and effective
-/// overflow reject-publish or reject-publish-dlx; a DLRK or strategy without DLX disables
+/// delivery-limit, consumer-timeout (RabbitMQ 4.3): the lower wins.
+/// `reject-publish-dlx` is kept (3.10.8 quorum queues map it to drop-head
+/// with a warning; quorumq implements it, issue 28). Strategy (§5.1):
+/// at-least-once only with a DLX and effective overflow reject-publish or
+/// reject-publish-dlx; a DLRK or strategy without DLX disables
 /// dead-lettering. Negative delivery limits count as unlimited (spec §6.1:
 /// do not copy 3.10's literal negative limit), so a finite limit from the
 /// other source wins.
@@ -198,6 +199,7 @@ pub fn effective_config(
             .and_then(|n| u8::try_from(n).ok())
             .filter(|n| *n > 0),
         delayed_retry: delayed_retry(args, policy),
+        consumer_timeout_ms: as_u64(lookup_key("consumer-timeout", Resolve::Min, args, policy)),
         ..QueueConfig::default()
     };
 
@@ -244,6 +246,20 @@ mod tests {
         let (c, w) = effective_config("/", "q", &FieldTable::default(), None);
         assert_eq!(c, QueueConfig::default());
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn consumer_timeout_the_smaller_of_argument_and_policy() {
+        let arg = |ms: i32| t(&[("x-consumer-timeout", AMQPValue::LongInt(ms))]);
+        let pol = |ms: u64| json!({ "consumer-timeout": ms });
+        let ct = |args: &FieldTable, p: Option<&Value>| {
+            effective_config("/", "q", args, p).0.consumer_timeout_ms
+        };
+        assert_eq!(ct(&FieldTable::default(), None), None);
+        assert_eq!(ct(&arg(1000), None), Some(1000));
+        assert_eq!(ct(&FieldTable::default(), Some(&pol(2000))), Some(2000));
+        assert_eq!(ct(&arg(1000), Some(&pol(60_000))), Some(1000));
+        assert_eq!(ct(&arg(60_000), Some(&pol(1000))), Some(1000));
     }
 
     #[test]

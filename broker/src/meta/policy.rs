@@ -152,6 +152,8 @@ fn validate_key(key: &str, v: &Value) -> Result<bool, String> {
         ),
         // 3.10.8 requires >= 0 (4.x accepts any integer).
         "delivery-limit" => (int_at_least(v, 0), "delivery limit"),
+        // RabbitMQ 3.12+ / 4.3: consumer timeout in ms.
+        "consumer-timeout" => (int_at_least(v, 0), "consumer timeout"),
         "max-age" => (v.as_str().map(valid_max_age).unwrap_or(false), "max age"),
         "queue-leader-locator" => (
             str_in(v, &["client-local", "balanced", "random", "least-leaders"]),
@@ -336,6 +338,10 @@ mod tests {
         assert_eq!(
             f(json!({"delivery-limit": -1})),
             "Validation failed\n\n-1 is not a valid delivery limit\n"
+        );
+        assert_eq!(
+            f(json!({"consumer-timeout": -1})),
+            "Validation failed\n\n-1 is not a valid consumer timeout\n"
         );
         assert_eq!(
             f(json!({"overflow": "x"})),

@@ -58,6 +58,8 @@ impl QueueType {
                 "x-delayed-retry-type",
                 "x-delayed-retry-min",
                 "x-delayed-retry-max",
+                // RabbitMQ 3.12+ / 4.3: per-queue consumer timeout (ms).
+                "x-consumer-timeout",
             ],
             QueueType::Classic => &[
                 "x-expires",
@@ -73,6 +75,7 @@ impl QueueType {
                 "x-single-active-consumer",
                 "x-queue-type",
                 "x-queue-master-locator",
+                "x-consumer-timeout",
             ],
             QueueType::Stream => &[
                 "x-max-length-bytes",
@@ -157,6 +160,7 @@ const ALL_KNOWN_ARGS: &[&str] = &[
     "x-delayed-retry-type",
     "x-delayed-retry-min",
     "x-delayed-retry-max",
+    "x-consumer-timeout",
 ];
 
 /// quorumq's vhost default queue type is `quorum`: a declare without
@@ -272,7 +276,8 @@ fn check_arg(key: &str, v: &AMQPValue, args: &FieldTable, qtype: QueueType) -> C
         | "x-max-length-bytes"
         | "x-max-in-memory-length"
         | "x-max-in-memory-bytes"
-        | "x-stream-max-segment-size-bytes" => non_neg_int(v).map(|_| ()),
+        | "x-stream-max-segment-size-bytes"
+        | "x-consumer-timeout" => non_neg_int(v).map(|_| ()),
         "x-max-priority" => {
             let n = non_neg_int(v)?;
             let max = match qtype {
@@ -392,6 +397,7 @@ const VALIDATOR_ORDER: &[&str] = &[
     "x-delayed-retry-type",
     "x-delayed-retry-min",
     "x-delayed-retry-max",
+    "x-consumer-timeout",
 ];
 
 fn invalid_arg(key: &str, rs_text: &str, term: &str) -> AmqpError {
@@ -600,6 +606,7 @@ mod tests {
     fn value_texts() {
         let cases: Vec<(FieldTable, &str)> = vec![
             (qq(&[("x-max-length", AMQPValue::LongInt(-5))]), "invalid arg 'x-max-length' for queue 'q' in vhost '/': {value_negative,-5}"),
+            (qq(&[("x-consumer-timeout", AMQPValue::LongInt(-5))]), "invalid arg 'x-consumer-timeout' for queue 'q' in vhost '/': {value_negative,-5}"),
             (qq(&[("x-max-length", s("5"))]), "invalid arg 'x-max-length' for queue 'q' in vhost '/': \"expected integer, got longstr\""),
             (qq(&[("x-expires", AMQPValue::LongInt(0))]), "invalid arg 'x-expires' for queue 'q' in vhost '/': {value_zero,0}"),
             (qq(&[("x-message-ttl", AMQPValue::LongLongInt(315_360_000_001))]), "invalid arg 'x-message-ttl' for queue 'q' in vhost '/': {value_too_large,315360000001}"),

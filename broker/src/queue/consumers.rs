@@ -32,6 +32,15 @@ pub(super) struct Consumer {
     pub priority: i32,
     /// In the single-active-consumer candidates (= active, not suspected).
     candidate: bool,
+    /// Consumer timeout of its deliveries, ms (`ConsumerSpec::timeout_ms`);
+    /// None = the queue's `consumer_timeout_ms` (a basic.get slot).
+    pub timeout_ms: Option<u64>,
+    /// When each checked-out message was checked out (the `now_ms` of the
+    /// command), ordered by time: the first is the oldest unsettled delivery
+    /// (consumer timeouts). Messages checked out before format 1 have none.
+    delivered: BTreeSet<(u64, MsgId)>,
+    /// The same times by message id.
+    delivered_at: BTreeMap<MsgId, u64>,
 }
 
 impl Consumer {
@@ -45,12 +54,21 @@ impl Consumer {
             checked_out: BTreeMap::new(),
             priority: 0,
             candidate: false,
+            timeout_ms: None,
+            delivered: BTreeSet::new(),
+            delivered_at: BTreeMap::new(),
         }
     }
 
     /// Could be the single active consumer.
     fn is_candidate(&self) -> bool {
         self.active && !self.suspected
+    }
+
+    /// When the oldest checked-out message with a known delivery time was
+    /// checked out, ms.
+    pub fn oldest_delivery_ms(&self) -> Option<u64> {
+        self.delivered.first().map(|(t, _)| *t)
     }
 
     /// Can take one more pushed message.
@@ -165,9 +183,17 @@ impl Consumers {
     }
 
     /// basic.consume: add the consumer, or update and re-activate it, with
-    /// its prefetch, no-ack and consumer priority (`x-priority`). A
-    /// re-subscription with another priority goes to the back of the new one.
-    pub fn checkout(&mut self, id: ConsumerId, prefetch: u32, no_ack: bool, priority: i32) {
+    /// its prefetch, no-ack, consumer priority (`x-priority`) and consumer
+    /// timeout (ms). A re-subscription with another priority goes to the back
+    /// of the new one.
+    pub fn checkout(
+        &mut self,
+        id: ConsumerId,
+        prefetch: u32,
+        no_ack: bool,
+        priority: i32,
+        timeout_ms: Option<u64>,
+    ) {
         if self
             .records
             .get(&id)
@@ -179,6 +205,7 @@ impl Consumers {
         rec.prefetch = prefetch;
         rec.no_ack = no_ack;
         rec.priority = priority;
+        rec.timeout_ms = timeout_ms;
         if !rec.active {
             rec.active = true;
             self.active += 1;
@@ -265,20 +292,28 @@ impl Consumers {
         self.requeue(id);
     }
 
-    /// Record `msg` as checked out to `id`, creating an inactive record (the
-    /// basic.get slot) if there is none.
-    pub fn check_out(&mut self, id: ConsumerId, msg: Msg) {
+    /// Record `msg` as checked out to `id` at `now_ms`, creating an inactive
+    /// record (the basic.get slot) if there is none.
+    pub fn check_out(&mut self, id: ConsumerId, msg: Msg, now_ms: u64) {
         let rec = self.records.entry(id).or_insert_with(Consumer::new);
         if rec.checked_out.insert(msg.id, msg).is_none() {
             self.unacked += 1;
         }
+        if let Some(old) = rec.delivered_at.insert(msg.id, now_ms) {
+            rec.delivered.remove(&(old, msg.id));
+        }
+        rec.delivered.insert((now_ms, msg.id));
         self.requeue(id);
     }
 
     /// Take message `msg_id` back from consumer `id` if it holds it. Call
     /// [`Consumers::gc`] once done with the consumer.
     pub fn take(&mut self, id: ConsumerId, msg_id: MsgId) -> Option<Msg> {
-        let msg = self.records.get_mut(&id)?.checked_out.remove(&msg_id)?;
+        let rec = self.records.get_mut(&id)?;
+        let msg = rec.checked_out.remove(&msg_id)?;
+        if let Some(at) = rec.delivered_at.remove(&msg_id) {
+            rec.delivered.remove(&(at, msg_id));
+        }
         self.unacked -= 1;
         self.requeue(id);
         Some(msg)
@@ -395,8 +430,30 @@ impl Consumers {
             if r.checked_out.iter().any(|(k, m)| *k != m.id) {
                 return Err(format!("checked-out key mismatch for {id:?}"));
             }
+            if r.delivered.len() != r.delivered_at.len()
+                || r.delivered_at.iter().any(|(m, t)| {
+                    !r.checked_out.contains_key(m) || !r.delivered.contains(&(*t, *m))
+                })
+            {
+                return Err(format!("delivery times out of step for {id:?}"));
+            }
         }
         Ok(())
+    }
+}
+
+impl Consumers {
+    /// These records as a format-0/1 snapshot restores them (tests): no
+    /// delivery times, no emptied service lanes.
+    #[cfg(test)]
+    pub fn without_delivery_times(&self) -> Consumers {
+        let mut c = self.clone();
+        for rec in c.records.values_mut() {
+            rec.delivered.clear();
+            rec.delivered_at.clear();
+        }
+        c.drop_empty_lanes();
+        c
     }
 }
 

@@ -34,7 +34,7 @@ impl QueueMachine {
                 effects.push(Effect::DropBody { id: msg.id });
                 self.consumers.pushed_no_ack(consumer);
             } else {
-                self.consumers.check_out(consumer, msg);
+                self.consumers.check_out(consumer, msg, now_ms);
             }
         }
     }

@@ -23,7 +23,7 @@ impl QueueMachine {
         if no_ack {
             effects.push(Effect::DropBody { id: msg.id });
         } else {
-            self.consumers.check_out(consumer, msg);
+            self.consumers.check_out(consumer, msg, now_ms);
         }
         Some((delivery, self.ready.len() as u64))
     }

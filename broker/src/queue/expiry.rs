@@ -43,10 +43,10 @@ impl QueueMachine {
         }
     }
 
-    /// Emit `ExpiryTimer` when the next timer instant (head expiry or
-    /// earliest delayed release) differs from the one last emitted, or
-    /// always (if there is one) when `force` (a tick, so a timer that fired
-    /// early is re-armed).
+    /// Emit `ExpiryTimer` when the next timer ([`QueueMachine::next_timer_ms`]:
+    /// head expiry, earliest delayed release or consumer timeout deadline)
+    /// differs from the one last emitted, or always (if there is one) when
+    /// `force` (a tick, so a timer that fired early is re-armed).
     pub(super) fn emit_expiry_timer(&mut self, force: bool, effects: &mut Vec<Effect>) {
         let next = self.next_timer_ms();
         if next != self.timer_at || force {

@@ -207,6 +207,15 @@ impl QueueHost {
                 Effect::ExpiryTimer { at_ms } if lead => {
                     let _ = self.ctx.effects.send(LeaderEffect::ExpiryTimer { at_ms });
                 }
+                Effect::ConsumerTimedOut {
+                    consumer,
+                    timeout_ms,
+                } if lead => {
+                    tracing::info!(queue = %self.ctx.name, ?consumer, timeout_ms, "consumer timed out: its unacknowledged messages are returned");
+                    self.ctx
+                        .consumers
+                        .timed_out(self.ctx.group, consumer, timeout_ms);
+                }
                 Effect::PublishersBlocked(b) if lead => {
                     let _ = self.ctx.effects.send(LeaderEffect::PublishersBlocked(b));
                 }

@@ -8,7 +8,9 @@ use super::consumers::Consumers;
 use super::dead_letter::HeldArea;
 use super::delayed::DelayedArea;
 use super::messages::ReadyQueue;
-use super::types::{Delivery, Effect, ProposerId, QueueCommand, QueueConfig, QueueReply};
+use super::types::{
+    ConsumerId, Delivery, Effect, ProposerId, QueueCommand, QueueConfig, QueueReply,
+};
 
 /// The replicated state of one quorum queue (RabbitMQ 3.10 `rabbit_fifo` +
 /// `rabbit_fifo_dlx`, spec §2, §5, §6).
@@ -45,6 +47,11 @@ use super::types::{Delivery, Effect, ProposerId, QueueCommand, QueueConfig, Queu
 ///   the purged total).
 /// - Unknown ids, unknown consumers, and settles by the wrong consumer are
 ///   ignored (spec §2.2).
+/// - Consumer timeouts (RabbitMQ 4.3, `consumer_timeout.rs`) are checked
+///   before every command at its `now_ms`: a consumer whose oldest unsettled
+///   delivery is older than its timeout goes down (all its messages
+///   returned, counted) and `ConsumerTimedOut` tells its channel; the
+///   `ExpiryTimer` is the earlier of the head's expiry and the next deadline.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueMachine {
     pub(super) config: QueueConfig,
@@ -68,6 +75,10 @@ pub struct QueueMachine {
     pub(super) proposers: BTreeMap<ProposerId, u64>,
     /// Delayed-retry messages waiting for their ready-at (RabbitMQ 4.3).
     pub(super) delayed: DelayedArea,
+    /// Consumers removed by their consumer timeout whose channel has not
+    /// answered yet (`Cancel` or `ConsumerDown`), with the timeout used: a
+    /// new leader re-sends `ConsumerTimedOut` for them (`consumer_timeout.rs`).
+    pub(super) timed_out: BTreeMap<ConsumerId, u64>,
 }
 
 impl QueueMachine {
@@ -100,6 +111,12 @@ impl QueueMachine {
         tick: &mut bool,
     ) -> QueueReply {
         use QueueCommand as C;
+        if let Some(now_ms) = cmd.now_ms() {
+            // Deadlines passed by now win over what this command does (a
+            // late ack is too late).
+            self.start_lease(now_ms);
+            self.time_out_consumers(now_ms, effects);
+        }
         let (now, reply) = match cmd {
             C::Batch(cmds) => {
                 return QueueReply::Batch(
@@ -142,16 +159,18 @@ impl QueueMachine {
                 no_ack,
             } => {
                 self.start_lease(now_ms);
-                self.consumers.checkout(consumer, prefetch, no_ack, 0);
+                self.consumers.checkout(consumer, prefetch, no_ack, 0, None);
                 (now_ms, QueueReply::Ok)
             }
             C::Cancel { now_ms, consumer } => {
                 self.start_lease(now_ms);
+                self.timed_out.remove(&consumer);
                 self.cancel(now_ms, consumer);
                 (now_ms, QueueReply::Ok)
             }
             C::ConsumerDown { now_ms, consumer } => {
                 self.start_lease(now_ms);
+                self.timed_out.remove(&consumer);
                 self.consumer_down(now_ms, consumer, effects);
                 (now_ms, QueueReply::Ok)
             }
@@ -163,6 +182,7 @@ impl QueueMachine {
                 self.start_lease(now_ms);
                 self.proposers
                     .retain(|p, _| p.node != node || p.epoch >= epoch);
+                self.forget_timed_out(node, epoch);
                 self.node_restarted(now_ms, node, epoch, effects);
                 (now_ms, QueueReply::Ok)
             }
@@ -179,6 +199,7 @@ impl QueueMachine {
                 self.start_lease(now_ms);
                 self.proposers
                     .retain(|p, _| p.node != node || p.epoch >= epoch);
+                self.forget_timed_out(node, epoch);
                 self.node_up(now_ms, node, epoch, effects);
                 (now_ms, QueueReply::Ok)
             }
@@ -249,8 +270,14 @@ impl QueueMachine {
                 spec,
             } => {
                 self.start_lease(now_ms);
-                self.consumers
-                    .checkout(consumer, spec.prefetch, spec.no_ack, spec.priority);
+                self.timed_out.remove(&consumer);
+                self.consumers.checkout(
+                    consumer,
+                    spec.prefetch,
+                    spec.no_ack,
+                    spec.priority,
+                    spec.timeout_ms,
+                );
                 (now_ms, QueueReply::Ok)
             }
             C::DeadLetterSettled { now_ms, ids } => {
@@ -269,8 +296,11 @@ impl QueueMachine {
     /// proposed were applied here without their effects): `Deliver` for
     /// every checked-out message of an active or cancelled consumer (the
     /// consumer's channel drops copies it already holds), `DeadLetterHeld`
-    /// for every held dead letter, `PublishersBlocked` if blocked, and the
-    /// head's `ExpiryTimer`. Pure: the state is not changed.
+    /// for every held dead letter, `PublishersBlocked` if blocked,
+    /// `ConsumerTimedOut` for every timed-out consumer whose channel has not
+    /// answered, and the next timer (`ExpiryTimer` at the earlier of the
+    /// head's expiry and the next consumer deadline). Pure: the state is not
+    /// changed.
     pub fn leader_effects(&self) -> Vec<Effect> {
         let mut effects = Vec::new();
         for (consumer, c) in self.consumers.iter() {
@@ -293,6 +323,12 @@ impl QueueMachine {
         if self.blocked {
             effects.push(Effect::PublishersBlocked(true));
         }
+        for (consumer, timeout_ms) in &self.timed_out {
+            effects.push(Effect::ConsumerTimedOut {
+                consumer: *consumer,
+                timeout_ms: *timeout_ms,
+            });
+        }
         if let Some(at_ms) = self.next_timer_ms() {
             effects.push(Effect::ExpiryTimer { at_ms });
         }
@@ -306,8 +342,9 @@ impl QueueMachine {
         }
     }
 
-    /// Run after every command (rabbit_fifo 3.10 `checkout/4`): expire the
-    /// head and deliver, then apply the limits, then maybe unblock publishers.
+    /// Run after every command (rabbit_fifo 3.10 `checkout/4`; consumers
+    /// past their deadline were timed out before it): expire the head and
+    /// deliver, then apply the limits, then maybe unblock publishers.
     fn after_command(&mut self, now_ms: u64, effects: &mut Vec<Effect>) {
         self.deliver(now_ms, effects);
         self.evaluate_limits(effects);

@@ -10,6 +10,7 @@
 //! - `delivery`: handing ready messages to consumers
 //! - `message`, `messages`: the compact message index and the ready queues
 //! - `consumers`: consumer records, prefetch, round-robin
+//! - `consumer_timeout`: consumer timeouts (RabbitMQ 4.3 `x-consumer-timeout`)
 //! - `dead_letter`: the dead-letter handler and the held (at-least-once) area
 //! - `limits`: max-length(-bytes), drop-head, reject-publish
 //! - `expiry`: message TTL, queue TTL (x-expires), the leader's timer
@@ -37,6 +38,7 @@ pub mod services;
 pub mod supervise;
 pub mod types;
 
+mod consumer_timeout;
 mod consumers;
 mod dead_letter;
 mod delayed;

@@ -122,14 +122,19 @@ impl QueueMachine {
         self.ready.heads().filter_map(|m| m.expiry_ms()).min()
     }
 
-    /// When the leader must next propose a `Tick`: the earlier of the head's
-    /// expiry ([`QueueMachine::next_expiry_ms`]) and the earliest
-    /// delayed-retry release. A new leader arms its timer from this.
+    /// When the leader must next propose a `Tick`: the earliest of the
+    /// head's expiry ([`QueueMachine::next_expiry_ms`]), the earliest
+    /// delayed-retry release and the next consumer timeout deadline. A new
+    /// leader arms its timer from this.
     pub fn next_timer_ms(&self) -> Option<u64> {
-        match (self.next_expiry_ms(), self.delayed.next_ready_at()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.next_expiry_ms(),
+            self.delayed.next_ready_at(),
+            self.next_timeout_ms(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Delayed-retry messages waiting to be ready again, count

@@ -3,7 +3,8 @@
 //!
 //! Format 2 (this one): bincode `(MAGIC, FORMAT, machine, index)`.
 //! Format 1: the same, the machine in the shape of `v1` below (consumer
-//! records without consumer priorities, no delayed-retry area).
+//! records without consumer priorities or delivery times, no delayed-retry
+//! area, no timed-out consumers).
 //! Format 0 (before the tag): bincode `(machine, index)`, the machine in the
 //! shape of `v0` below; both are decoded and upgraded, so a node restarted
 //! on a newer binary keeps its queues. A change to the shape of any type inside
@@ -59,7 +60,7 @@ mod v0 {
             expired_notified: m.expired_notified,
             timer_at: m.timer_at,
             proposers: m.proposers,
-            delayed: Default::default(),
+            ..super::QueueMachine::default()
         }
     }
 
@@ -120,7 +121,7 @@ mod v1 {
             expired_notified: m.expired_notified,
             timer_at: m.timer_at,
             proposers: m.proposers,
-            delayed: Default::default(),
+            ..super::QueueMachine::default()
         }
     }
 }
@@ -261,8 +262,17 @@ mod tests {
         };
         let old = raft_log::codec::encode(&(written, b"idx".to_vec())).unwrap();
         let (back, index) = decode(&old).unwrap();
-        assert_eq!(back, m);
+        assert_eq!(back, as_old_formats_knew(&m));
         assert_eq!(index, b"idx");
+    }
+
+    /// `m` as formats 0 and 1 keep it: no delivery times (and no service
+    /// lanes a push emptied).
+    fn as_old_formats_knew(m: &QueueMachine) -> QueueMachine {
+        QueueMachine {
+            consumers: m.consumers.without_delivery_times(),
+            ..m.clone()
+        }
     }
 
     #[test]
@@ -283,8 +293,50 @@ mod tests {
         );
         let old = raft_log::codec::encode(&(MAGIC, 1u32, written, b"idx".to_vec())).unwrap();
         let (back, index) = decode(&old).unwrap();
-        assert_eq!(back, m);
+        assert_eq!(back, as_old_formats_knew(&m));
         assert_eq!(index, b"idx");
+    }
+
+    #[test]
+    fn format_0_checked_out_messages_have_no_delivery_time() {
+        use crate::queue::types::ConsumerId;
+        let m = machine_with_messages();
+        let c = ConsumerId {
+            node: 1,
+            epoch: 1,
+            seq: 1,
+        };
+        assert_eq!(m.checked_out(c).count(), 1);
+        let consumers = v1_consumers(&m);
+        let written = v0::Written {
+            config: &QueueConfigV0 {
+                max_length: Some(10),
+                ..QueueConfigV0::default()
+            },
+            next_id: m.next_id,
+            ready: &m.ready,
+            consumers: &consumers,
+            held: &m.held,
+            blocked: m.blocked,
+            last_active: m.last_active,
+            expired_notified: m.expired_notified,
+            timer_at: m.timer_at,
+            proposers: &m.proposers,
+        };
+        let old = raft_log::codec::encode(&(written, b"idx".to_vec())).unwrap();
+        let (mut back, _) = decode(&old).unwrap();
+        assert_eq!(back.checked_out(c).collect::<Vec<_>>(), vec![0]);
+        // A queue timeout set later does not reach a delivery of unknown age.
+        let config = QueueConfig {
+            max_length: Some(10),
+            consumer_timeout_ms: Some(1),
+            ..QueueConfig::default()
+        };
+        back.apply(QueueCommand::Configure { now_ms: 7, config });
+        back.apply(QueueCommand::Tick { now_ms: 1_000_000 });
+        assert_eq!(back.next_timeout_ms(), None);
+        assert_eq!(back.checked_out(c).count(), 1);
+        assert!(back.check_invariants().is_ok());
     }
 
     #[test]

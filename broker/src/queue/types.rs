@@ -330,6 +330,33 @@ impl QueueCommand {
         }
     }
 
+    /// The command's time; None for `Batch` and `Deduped` (their commands
+    /// carry it).
+    pub fn now_ms(&self) -> Option<u64> {
+        use QueueCommand as C;
+        match self {
+            C::Enqueue { now_ms, .. }
+            | C::EnqueuePrioritized { now_ms, .. }
+            | C::Checkout { now_ms, .. }
+            | C::Cancel { now_ms, .. }
+            | C::ConsumerDown { now_ms, .. }
+            | C::NodeRestarted { now_ms, .. }
+            | C::Settle { now_ms, .. }
+            | C::Return { now_ms, .. }
+            | C::Discard { now_ms, .. }
+            | C::Dequeue { now_ms, .. }
+            | C::Purge { now_ms }
+            | C::Tick { now_ms }
+            | C::UpdateConfig { now_ms, .. }
+            | C::DeadLetterSettled { now_ms, .. }
+            | C::NodeDown { now_ms, .. }
+            | C::NodeUp { now_ms, .. }
+            | C::Configure { now_ms, .. }
+            | C::Subscribe { now_ms, .. } => Some(*now_ms),
+            C::Batch(_) | C::Deduped { .. } => None,
+        }
+    }
+
     /// Message bytes the command carries (encoded publishes), to bound a
     /// folded Raft entry by size; other commands count 0.
     pub fn payload_bytes(&self) -> usize {
@@ -461,7 +488,17 @@ pub enum Effect {
     /// (its messages are NOT dead-lettered, spec §2.4).
     QueueExpired,
     /// The leader should propose a `Tick` at `at_ms` (one timer per queue):
-    /// the head of the ready queue expires then (spec §2.4), or the earliest
-    /// delayed-retry message is due, whichever is first.
+    /// the head of the ready queue expires then (spec §2.4), the earliest
+    /// delayed-retry message is due, or the next consumer timeout deadline
+    /// is, whichever is first.
     ExpiryTimer { at_ms: u64 },
+    /// `consumer` held a delivery unsettled past its consumer timeout
+    /// (`timeout_ms`): its messages were returned and it was removed. Its
+    /// channel sends basic.cancel (consumer_cancel_notify) or closes with 406
+    /// (RabbitMQ 4.3); it answers with `Cancel` or `ConsumerDown`, until then
+    /// a new leader re-sends this.
+    ConsumerTimedOut {
+        consumer: ConsumerId,
+        timeout_ms: u64,
+    },
 }

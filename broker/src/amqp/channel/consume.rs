@@ -3,7 +3,7 @@
 
 use amq_protocol::protocol::basic;
 use amq_protocol::protocol::AMQPClass;
-use amq_protocol::types::AMQPValue;
+use amq_protocol::types::{AMQPValue, FieldTable};
 use bytes::Bytes;
 
 use super::{server_name, Channel, ConsumerEntry, Result, Unacked};
@@ -12,6 +12,7 @@ use crate::amqp::error::ProtocolError;
 use crate::consumers::QueueDelivery;
 use crate::message::StoredMessage;
 use crate::meta::access::Perm;
+use crate::meta::value::{as_integer, lookup};
 use crate::queue::types::{ConsumerId, ConsumerSpec, QueueCommand, QueueReply};
 
 impl Channel {
@@ -43,6 +44,7 @@ impl Channel {
             &c.arguments,
             &crate::meta::error::rs("queue", &name, &self.session.vhost),
         )?;
+        let timeout_ms = self.consumer_timeout(&name, &c.arguments)?;
         let tag = if c.consumer_tag.as_str().is_empty() {
             server_name("amq.ctag-")
         } else {
@@ -92,6 +94,7 @@ impl Channel {
                     prefetch: u32::from(prefetch),
                     no_ack: c.no_ack,
                     priority,
+                    timeout_ms,
                     ..ConsumerSpec::default()
                 },
             })
@@ -100,6 +103,113 @@ impl Channel {
             return Err(ProtocolError::internal(e));
         }
         Ok(())
+    }
+
+    /// The consumer timeout of a new consumer on queue `name`, ms (RabbitMQ
+    /// 4.3 precedence): the `x-consumer-timeout` argument of basic.consume,
+    /// else the queue's (`x-consumer-timeout` argument and `consumer-timeout`
+    /// policy, the smaller), else the node's `consumer_timeout` (0 = none).
+    /// A no-ack consumer never holds a delivery, so it never times out.
+    ///
+    /// Errors: 406 for an `x-consumer-timeout` that is not a non-negative
+    /// integer.
+    fn consumer_timeout(&self, name: &str, args: &FieldTable) -> Result<Option<u64>> {
+        if let Some(v) = lookup(args, "x-consumer-timeout") {
+            return match as_integer(v).and_then(|i| u64::try_from(i).ok()) {
+                Some(ms) => Ok(Some(ms)),
+                None => Err(ProtocolError::precondition(format!(
+                    "invalid arg 'x-consumer-timeout' for queue '{name}' in vhost '{}': expected a non-negative integer",
+                    self.session.vhost
+                ))),
+            };
+        }
+        let broker = &self.session.broker;
+        Ok(broker
+            .effective_config(&self.session.vhost, name)
+            .consumer_timeout_ms
+            .or_else(|| {
+                let node = broker.config().consumer_timeout;
+                (node > 0).then_some(node)
+            }))
+    }
+
+    /// A queue timed out consumer (or basic.get slot) `id` of this channel
+    /// (`timeout_ms`): the queue already took its messages back and removed
+    /// it, so acks of those deliveries are ignored from now on. A client
+    /// that announced `consumer_cancel_notify` gets basic.cancel for the
+    /// consumer and the channel stays open (RabbitMQ 4.3); otherwise — and
+    /// always for a basic.get delivery, which has no consumer to cancel — the
+    /// channel is closed with 406 and RabbitMQ's text (3.10.8 behaviour). A
+    /// consumer the client had cancelled already just loses its messages.
+    /// The queue is answered with `Cancel`, so it stops re-announcing the
+    /// timeout after a leader change.
+    pub(super) fn on_consumer_timed_out(&mut self, id: ConsumerId, timeout_ms: u64) {
+        if self.closing || self.ended {
+            return;
+        }
+        let active = self
+            .consumers
+            .iter()
+            .find(|(_, c)| c.id == id && !c.cancelled)
+            .map(|(t, c)| (t.clone(), c.queue.clone(), c.exclusive));
+        let slot = self
+            .get_slots
+            .values()
+            .find(|(c, _)| *c == id)
+            .map(|(_, q)| q.clone());
+        let cancelled = self
+            .consumers
+            .values()
+            .find(|c| c.id == id)
+            .map(|c| c.queue.clone())
+            .or_else(|| {
+                self.cancelled
+                    .iter()
+                    .find(|(c, _)| *c == id)
+                    .map(|(_, q)| q.clone())
+            });
+        let Some(queue) = slot.clone().or(cancelled) else {
+            return;
+        };
+        let tags: Vec<u64> = self
+            .unacked
+            .iter()
+            .filter(|(_, u)| u.consumer == id)
+            .map(|(t, _)| *t)
+            .collect();
+        for t in tags {
+            self.take_unacked(t);
+            self.timed_out_tags.insert(t);
+        }
+        tracing::warn!(channel = self.number, ?id, timeout_ms, queue = %queue.name, "consumer timed out");
+        if slot.is_some() || !self.session.cancel_notify {
+            let text = format!(
+                "PRECONDITION_FAILED - delivery acknowledgement on channel {} timed out. Timeout value used: {} ms. This timeout value can be configured, see consumers doc guide to learn more",
+                self.number, timeout_ms
+            );
+            self.close_with(406, text, 0, 0);
+            return;
+        }
+        if let Some((tag, _, exclusive)) = active {
+            self.consumers.remove(&tag);
+            self.session.unregister_consumer(id);
+            queue.remove_consumer(exclusive);
+            self.send(AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
+                consumer_tag: tag.as_str().into(),
+                nowait: true,
+            })));
+            self.cancelled.push((id, queue.clone()));
+        }
+        let broker = self.session.broker.clone();
+        tokio::spawn(async move {
+            let _ = queue
+                .call(QueueCommand::Cancel {
+                    now_ms: crate::now_ms(),
+                    consumer: id,
+                })
+                .await;
+            broker.maybe_auto_delete(&queue).await;
+        });
     }
 
     pub(super) async fn on_cancel(&mut self, c: basic::Cancel) -> Result<()> {

@@ -66,6 +66,12 @@ pub enum Event {
     Cancelled(ConsumerId),
     /// A confirm-mode publish finished on every target queue (`ok`: ack).
     Confirmed { seq: u64, ok: bool },
+    /// A queue timed one of this channel's consumers (or basic.get slots)
+    /// out: its messages are back in the queue (consumer timeout).
+    TimedOut {
+        consumer: ConsumerId,
+        timeout_ms: u64,
+    },
 }
 
 /// A connection-level error raised on a channel: the connection answers it
@@ -144,6 +150,10 @@ pub struct Channel {
     /// Cancelled consumers: their unacked messages stay checked out to
     /// them until acked or until the channel closes (spec §2.3).
     cancelled: Vec<(ConsumerId, Arc<QueueHandle>)>,
+    /// Delivery tags whose messages a consumer timeout took back: a late
+    /// ack, nack or reject of one is ignored, not a 406 "unknown delivery
+    /// tag" (RabbitMQ 4.3).
+    timed_out_tags: HashSet<u64>,
     /// Counts the channel in `rabbitmq_channels` while it exists.
     _open: crate::metrics::OpenChannel,
 }
@@ -173,6 +183,7 @@ impl Channel {
             unacked_index: None,
             tx: None,
             cancelled: Vec::new(),
+            timed_out_tags: HashSet::new(),
             _open: Default::default(),
         })
     }
@@ -216,6 +227,10 @@ impl Channel {
             Event::Delivery(d) => self.on_delivery(d),
             Event::Cancelled(id) => self.on_consumer_cancelled(id),
             Event::Confirmed { seq, ok } => self.confirmed(seq, ok),
+            Event::TimedOut {
+                consumer,
+                timeout_ms,
+            } => self.on_consumer_timed_out(consumer, timeout_ms),
         }
     }
 
@@ -523,6 +538,7 @@ impl Channel {
         }
         self.unacked.clear();
         self.unacked_index = None;
+        self.timed_out_tags.clear();
         let mut waits = Vec::new();
         for (id, q) in downs {
             waits.push(q.consumer_down(id, now_ms).await);

@@ -26,6 +26,10 @@ pub struct Session {
     pub frame_max: u32,
     /// The connection's mailbox: deliveries and cancellations of its consumers.
     pub mailbox: UnboundedSender<ConnEvent>,
+    /// The client announced the `consumer_cancel_notify` capability: a
+    /// consumer timeout sends it basic.cancel instead of closing the channel
+    /// (RabbitMQ 4.3).
+    pub cancel_notify: bool,
 }
 
 impl Session {
@@ -37,6 +41,7 @@ impl Session {
         user: String,
         frame_max: u32,
         mailbox: UnboundedSender<ConnEvent>,
+        cancel_notify: bool,
     ) -> Session {
         Session {
             broker,
@@ -45,6 +50,7 @@ impl Session {
             user,
             frame_max,
             mailbox,
+            cancel_notify,
         }
     }
 

@@ -62,6 +62,25 @@ impl Channel {
     /// collect_acks); `multiple` takes every tag up to it; tag 0 with
     /// `multiple` takes everything.
     pub(super) async fn settle(&mut self, tag: u64, multiple: bool, how: Settlement) -> Result<()> {
+        if !self.timed_out_tags.is_empty() {
+            // A consumer timeout took these back: settling them is no error.
+            let late = if multiple {
+                let hit = self.timed_out_tags.contains(&tag);
+                if tag != 0 {
+                    self.timed_out_tags.retain(|t| *t > tag);
+                }
+                hit
+            } else {
+                self.timed_out_tags.remove(&tag)
+            };
+            if late {
+                if !multiple {
+                    return Ok(());
+                }
+                let tags: Vec<u64> = self.unacked.range(..=tag).map(|(t, _)| *t).collect();
+                return self.settle_tags(tags, how).await;
+            }
+        }
         let tags: Vec<u64> = if multiple && tag == 0 {
             self.unacked.keys().copied().collect()
         } else if !self.unacked.contains_key(&tag) {

@@ -8,6 +8,7 @@ mod model;
 mod batch;
 mod checkout;
 mod config;
+mod consumer_timeout;
 mod consumers;
 mod dead_letter;
 mod delayed;

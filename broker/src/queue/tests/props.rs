@@ -786,6 +786,7 @@ fn generators_cover_every_effect() {
                     Effect::PublishersBlocked(b) => format!("Blocked {b}"),
                     Effect::QueueExpired => "QueueExpired".to_string(),
                     Effect::ExpiryTimer { .. } => "ExpiryTimer".to_string(),
+                    Effect::ConsumerTimedOut { .. } => "ConsumerTimedOut".to_string(),
                 };
                 seen.insert(key);
             }
