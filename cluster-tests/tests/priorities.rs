@@ -60,6 +60,26 @@ fn mixed_priorities(max: u8, n: u16) -> Vec<Option<u8>> {
         .collect()
 }
 
+/// The publish sequence numbers of `prios` in the order a queue with
+/// `x-max-priority` `max` delivers them: by priority (clamped to `max`, none
+/// = 0), highest first, publish order within one.
+fn expected_order(prios: &[Option<u8>], max: u8) -> Vec<u16> {
+    let mut order: Vec<(u8, u16)> = prios
+        .iter()
+        .enumerate()
+        .map(|(seq, p)| (p.unwrap_or(0).min(max), seq as u16))
+        .collect();
+    order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    order.into_iter().map(|(_, seq)| seq).collect()
+}
+
+/// The publish sequence numbers of deliveries (see [`publish_prio`]).
+fn seqs(got: &[lapin::message::Delivery]) -> Vec<u16> {
+    got.iter()
+        .map(|d| u16::from(d.data[1]) << 8 | u16::from(d.data[2]))
+        .collect()
+}
+
 /// Publishes `prios` in order, then consumes everything and checks the
 /// order: strictly by priority (clamped to `max`), highest first, and in
 /// publish order within one priority.
@@ -73,22 +93,13 @@ async fn check_priority_order(
     for (seq, p) in prios.iter().enumerate() {
         publish_prio(pub_ch, q, seq as u16, *p).await?;
     }
-    let mut expected: Vec<(u8, u16)> = prios
-        .iter()
-        .enumerate()
-        .map(|(seq, p)| (p.unwrap_or(0).min(max), seq as u16))
-        .collect();
-    expected.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let (ch, mut c) = consumer(conn, q, 1000, None).await?;
     let got = consume_n(&mut c, prios.len(), WAIT).await?;
-    let seen: Vec<(u8, u16)> = got
-        .iter()
-        .map(|d| {
-            let seq = u16::from(d.data[1]) << 8 | u16::from(d.data[2]);
-            (prios[usize::from(seq)].unwrap_or(0).min(max), seq)
-        })
-        .collect();
-    assert_eq!(seen, expected, "delivery order of {q}");
+    assert_eq!(
+        seqs(&got),
+        expected_order(prios, max),
+        "delivery order of {q}"
+    );
     for d in &got {
         d.ack(BasicAckOptions::default()).await?;
     }
@@ -343,26 +354,12 @@ async fn priority_order_survives_a_restart() -> anyhow::Result<()> {
         }
         broker.restart().await?;
         let conn = connect(broker.uri()).await?;
-        let mut expected: Vec<(u8, u16)> = prios
-            .iter()
-            .enumerate()
-            .map(|(seq, p)| (p.unwrap_or(0).min(5), seq as u16))
-            .collect();
-        expected.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         let (_cch, mut c) = cluster::retry(WAIT, "consume after restart", || async {
             consumer(&conn, &q, 1000, None).await
         })
         .await?;
         let got = consume_n(&mut c, prios.len(), WAIT).await?;
-        let seen: Vec<u16> = got
-            .iter()
-            .map(|d| u16::from(d.data[1]) << 8 | u16::from(d.data[2]))
-            .collect();
-        assert_eq!(
-            seen,
-            expected.iter().map(|e| e.1).collect::<Vec<_>>(),
-            "order after restart"
-        );
+        assert_eq!(seqs(&got), expected_order(&prios, 5), "order after restart");
         close_connection(&conn).await
     })
     .await
@@ -397,24 +394,14 @@ async fn priority_order_survives_a_leader_kill() -> anyhow::Result<()> {
             .wait_queue_leader(client, &q, Duration::from_secs(30))
             .await?;
         assert_ne!(now, leader);
-        let mut expected: Vec<(u8, u16)> = prios
-            .iter()
-            .enumerate()
-            .map(|(seq, p)| (p.unwrap_or(0).min(8), seq as u16))
-            .collect();
-        expected.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         let (_cch, mut cons) = cluster::retry(WAIT, "consume after failover", || async {
             consumer(&conn, &q, 1000, None).await
         })
         .await?;
         let got = consume_n(&mut cons, prios.len(), Duration::from_secs(30)).await?;
-        let seen: Vec<u16> = got
-            .iter()
-            .map(|d| u16::from(d.data[1]) << 8 | u16::from(d.data[2]))
-            .collect();
         assert_eq!(
-            seen,
-            expected.iter().map(|e| e.1).collect::<Vec<_>>(),
+            seqs(&got),
+            expected_order(&prios, 8),
             "order after the leader kill"
         );
         close_connection(&conn).await

@@ -184,7 +184,8 @@ async fn quorum_argument_validation_is_406() -> anyhow::Result<()> {
             (vec![("x-message-ttl", AMQPValue::LongInt(-1))], p(&format!("'x-message-ttl' for queue '{name}' in vhost '/': {{value_negative,-1}}"))),
             (vec![("x-expires", AMQPValue::LongInt(0))], p(&format!("'x-expires' for queue '{name}' in vhost '/': {{value_zero,0}}"))),
             (vec![("x-queue-mode", s("lazy"))], p(&format!("'x-queue-mode' for queue '{name}' in vhost '/' of queue type rabbit_quorum_queue"))),
-            (vec![("x-max-priority", AMQPValue::LongInt(5))], p(&format!("'x-max-priority' for queue '{name}' in vhost '/' of queue type rabbit_quorum_queue"))),
+            // 1-32 is accepted (RabbitMQ 4.3-style; a deliberate difference from 3.10.8).
+            (vec![("x-max-priority", AMQPValue::LongInt(33))], p(&format!("'x-max-priority' for queue '{name}' in vhost '/': {{max_value_exceeded,33}}"))),
             (vec![("x-overflow", s("sideways"))], p(&format!("'x-overflow' for queue '{name}' in vhost '/': invalid_overflow"))),
             (vec![("x-dead-letter-routing-key", s("rk"))], p(&format!("'x-dead-letter-routing-key' for queue '{name}' in vhost '/': routing_key_but_no_dlx_defined"))),
             (vec![("x-dead-letter-strategy", s("sometimes"))], p(&format!("'x-dead-letter-strategy' for queue '{name}' in vhost '/': invalid_dlx_strategy"))),

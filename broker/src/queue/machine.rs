@@ -19,7 +19,8 @@ use super::types::{
 /// the commands' `now_ms`; all collections are ordered, so replaying the same
 /// commands on any replica gives the same state and effects. Payloads are
 /// never kept: each accepted message leaves at once in `Effect::StoreBody` and
-/// the machine keeps a 24-byte index (id, expiry, body size, delivery count).
+/// the machine keeps a 24-byte index (id, expiry, body size, delivery count
+/// and message priority).
 ///
 /// Design choices where the spec is open (see also the method docs):
 /// - Negative `delivery_limit` = unlimited (spec §6.1 says not to copy 3.10).
@@ -52,6 +53,12 @@ use super::types::{
 ///   delivery is older than its timeout goes down (all its messages
 ///   returned, counted) and `ConsumerTimedOut` tells its channel; the
 ///   `ExpiryTimer` is the earlier of the head's expiry and the next deadline.
+/// - Priorities (RabbitMQ consumer priorities; `x-max-priority` as RabbitMQ
+///   4.3 allows it on quorum queues): pushes go to the highest consumer
+///   priority with spare prefetch; ready messages are served strictly by
+///   message priority, and head-only expiry and drop-head work per the
+///   README's "Priorities" (expiry checks the head of every priority,
+///   drop-head takes the next message to be delivered).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueMachine {
     pub(super) config: QueueConfig,

@@ -112,9 +112,18 @@ impl ReadyQueue {
         self.bytes
     }
 
+    /// The highest priority with a ready message. A queue without
+    /// priorities (one lane) skips the bitmap.
+    fn top(&self) -> Option<u8> {
+        if self.lanes.len() <= 1 {
+            return (self.len > 0).then_some(0);
+        }
+        self.occupied.top()
+    }
+
     /// Take the next message to be delivered.
     pub fn pop_head(&mut self) -> Option<Msg> {
-        self.pop_from(self.occupied.top()?)
+        self.pop_from(self.top()?)
     }
 
     /// Take the head of lane `p` (occupied).
@@ -133,18 +142,26 @@ impl ReadyQueue {
     /// head-only expiry per priority (RabbitMQ's classic priority queue
     /// drops expired messages at the head of every priority).
     pub fn pop_head_where(&mut self, mut pred: impl FnMut(&Msg) -> bool) -> Option<Msg> {
-        let p = self
-            .occupied
-            .iter()
-            .find(|p| self.lanes[usize::from(*p)].head().is_some_and(&mut pred))?;
+        let p = if self.lanes.len() <= 1 {
+            self.lanes.first()?.head().is_some_and(pred).then_some(0)?
+        } else {
+            self.occupied
+                .iter()
+                .find(|p| self.lanes[usize::from(*p)].head().is_some_and(&mut pred))?
+        };
         self.pop_from(p)
     }
 
-    /// The heads of every priority, highest first.
-    pub fn heads(&self) -> impl Iterator<Item = &Msg> + '_ {
+    /// The earliest expiry over the heads of every priority (see
+    /// [`super::message::Msg::expiry_ms`]).
+    pub fn next_head_expiry_ms(&self) -> Option<u64> {
+        if self.lanes.len() <= 1 {
+            return self.lanes.first()?.head()?.expiry_ms();
+        }
         self.occupied
             .iter()
-            .filter_map(|p| self.lanes[usize::from(p)].head())
+            .filter_map(|p| self.lanes[usize::from(p)].head()?.expiry_ms())
+            .min()
     }
 
     /// The lane of `msg`'s priority, created if needed, marked occupied.

@@ -119,7 +119,7 @@ impl QueueMachine {
     /// earliest over the heads of every priority). None if no head has a
     /// TTL or nothing is ready. A new leader arms its timer from this.
     pub fn next_expiry_ms(&self) -> Option<u64> {
-        self.ready.heads().filter_map(|m| m.expiry_ms()).min()
+        self.ready.next_head_expiry_ms()
     }
 
     /// When the leader must next propose a `Tick`: the earliest of the
