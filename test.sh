@@ -35,5 +35,7 @@ cargo test --workspace
 timeout 900 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/pika
 # A real Celery 5.5 worker on quorum queues (native delayed delivery, retries, acks_late).
 timeout 600 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/celery
+# kombu's own AMQP integration tests (its sdist's t/integration/test_py_amqp.py).
+timeout 600 cluster-tests/compat/with-quorumq.sh cluster-tests/celery/kombu-integration.sh
 # The fault-injection suite, short profile: every workload and nemesis kind.
 timeout 900 cluster-tests/faults/run.sh --profile short
