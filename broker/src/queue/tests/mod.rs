@@ -14,6 +14,7 @@ mod dequeue;
 mod enqueue;
 mod expiry;
 mod limits;
+mod peek;
 mod props;
 mod returns;
 mod settle;
