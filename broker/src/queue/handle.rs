@@ -61,6 +61,9 @@ pub struct QueueHandle {
     /// Declared `x-queue-type: quorum` by the client: `queue.delete` with if-empty /
     /// if-unused is refused as RabbitMQ 3.10 refuses it on quorum queues.
     declared_quorum: bool,
+    /// Why the at-least-once worker still holds each held dead letter
+    /// (leader-local, not replicated).
+    held_reasons: crate::dead_letter::held::HeldReasons,
 }
 
 impl QueueHandle {
@@ -138,6 +141,7 @@ impl QueueHandle {
             backend: Backend::Raft { tx },
             route: Some(route),
             usage: Mutex::default(),
+            held_reasons: Default::default(),
             classic: false,
             declared_quorum: false,
         }
@@ -160,6 +164,7 @@ impl QueueHandle {
             backend: Backend::Local,
             route: None,
             usage: Mutex::default(),
+            held_reasons: Default::default(),
             classic: false,
             declared_quorum: false,
         }
@@ -223,6 +228,12 @@ impl QueueHandle {
     /// Where the leader is (quorum queues).
     pub fn route(&self) -> Option<&Arc<Route>> {
         self.route.as_ref()
+    }
+
+    /// Why the dead-letter worker still holds each held dead letter it
+    /// tried (leader-local, see [`crate::dead_letter::held`]).
+    pub fn held_reasons(&self) -> &crate::dead_letter::held::HeldReasons {
+        &self.held_reasons
     }
 
     /// The queue's shared context (leader effects, consumers).
