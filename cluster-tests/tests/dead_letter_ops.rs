@@ -90,7 +90,12 @@ async fn inspect_counts_dead_letters_by_last_death() -> anyhow::Result<()> {
         .await?;
         // b: 17 published over max-length 5 (drop-head): 12 maxlen; then 5 rejected.
         let seventeen: Vec<String> = (0..17).map(|i| format!("b-{i}")).collect();
-        publish(&ch, &b, &seventeen.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+        publish(
+            &ch,
+            &b,
+            &seventeen.iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+        .await?;
         wait_for_messages(&h.broker, &b, [5, 5, 0]).await?;
         reject_n(&ch, &b, 5).await?;
         wait_for_messages(&h.broker, &dlq, [35, 35, 0]).await?;
@@ -116,18 +121,35 @@ async fn inspect_counts_dead_letters_by_last_death() -> anyhow::Result<()> {
             "ISO 8601 UTC times, oldest first: {v}"
         );
         assert_eq!(v["without_death"], 0);
-        assert_eq!(v["held"]["messages"], 0, "a DLQ holds no dead letters of its own");
+        assert_eq!(
+            v["held"]["messages"], 0,
+            "a DLQ holds no dead letters of its own"
+        );
 
         let via_http = h.get(&format!("/api/queues/%2F/{dlq}/dead-letters"))?;
-        for key in ["messages", "by_reason", "by_source_queue", "oldest_death", "newest_death"] {
+        for key in [
+            "messages",
+            "by_reason",
+            "by_source_queue",
+            "oldest_death",
+            "newest_death",
+        ] {
             assert_eq!(via_http[key], v[key], "HTTP {key}: {via_http}");
         }
-        let (code, _) = h.guest("GET", "/api/queues/%2F/no_such_queue_ops/dead-letters", None)?;
+        let (code, _) = h.guest(
+            "GET",
+            "/api/queues/%2F/no_such_queue_ops/dead-letters",
+            None,
+        )?;
         assert_eq!(code, 404);
 
         // Nothing was consumed.
         wait_for_messages(&h.broker, &dlq, [35, 35, 0]).await?;
-        let table = run(ctl(&h.broker, &["inspect_dead_letters", &dlq])?, CTL_TIMEOUT).await?;
+        let table = run(
+            ctl(&h.broker, &["inspect_dead_letters", &dlq])?,
+            CTL_TIMEOUT,
+        )
+        .await?;
         assert!(table.contains("by_reason.maxlen\t12"), "{table}");
         Ok(())
     })
@@ -166,7 +188,10 @@ async fn peek_shows_messages_in_delivery_order_and_changes_nothing() -> anyhow::
         )
         .await?;
         wait_for_messages(&broker, &q, [10, 10, 0]).await?;
-        let order: Vec<String> = (1..10).map(|i| format!("m{i}")).chain(["m0".into()]).collect();
+        let order: Vec<String> = (1..10)
+            .map(|i| format!("m{i}"))
+            .chain(["m0".into()])
+            .collect();
 
         for (pos, want) in [(1usize, "m1"), (5, "m5"), (10, "m0")] {
             let v = ctl_json(&broker, &["peek", &q, &pos.to_string()]).await?;
@@ -213,14 +238,23 @@ async fn peek_shows_messages_in_delivery_order_and_changes_nothing() -> anyhow::
             v["message"],
             "Target queue does not have a message at that position"
         );
-        let out = output(ctl(&broker, &["peek", "ops_no_such_queue", "1"])?, CTL_TIMEOUT).await?;
+        let out = output(
+            ctl(&broker, &["peek", "ops_no_such_queue", "1"])?,
+            CTL_TIMEOUT,
+        )
+        .await?;
         assert!(!out.status.success());
         assert!(String::from_utf8_lossy(&out.stderr)
             .contains("Target queue was not found in virtual host '/'"));
 
         // Unchanged: counts, then the same consume order.
         wait_for_messages(&broker, &q, [10, 10, 0]).await?;
-        let got = consume(&ch, &q, &order.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+        let got = consume(
+            &ch,
+            &q,
+            &order.iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+        .await?;
         assert_eq!(got.last().map(|d| d.redelivered), Some(true));
         assert!(got[..9].iter().all(|d| !d.redelivered));
         consume_empty(&ch, &q).await?;
@@ -234,7 +268,9 @@ fn held_metric(metrics: &str, q: &str, reason: &str) -> Option<u64> {
     metrics
         .lines()
         .filter(|l| l.starts_with("quorumq_queue_dead_letters_held{"))
-        .filter(|l| l.contains(&format!("queue=\"{q}\"")) && l.contains(&format!("reason=\"{reason}\"")))
+        .filter(|l| {
+            l.contains(&format!("queue=\"{q}\"")) && l.contains(&format!("reason=\"{reason}\""))
+        })
         .find_map(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
@@ -257,7 +293,10 @@ async fn held_dead_letters_are_reported_by_reason() -> anyhow::Result<()> {
         ch.queue_declare(
             target.as_str().into(),
             durable(),
-            quorum_args(&[("x-max-length", long(1)), ("x-overflow", ls("reject-publish"))]),
+            quorum_args(&[
+                ("x-max-length", long(1)),
+                ("x-overflow", ls("reject-publish")),
+            ]),
         )
         .await?;
         // Full: the publish over the limit is accepted, later ones refused.
@@ -298,7 +337,11 @@ async fn held_dead_letters_are_reported_by_reason() -> anyhow::Result<()> {
         let (code, metrics) = h.guest("GET", "/metrics", None)?;
         assert_eq!(code, 200);
         let metrics = metrics.as_str().unwrap_or_default().to_string();
-        assert_eq!(held_metric(&metrics, &src, "target_full"), Some(3), "{metrics}");
+        assert_eq!(
+            held_metric(&metrics, &src, "target_full"),
+            Some(3),
+            "{metrics}"
+        );
         assert_eq!(held_metric(&metrics, &src, "pending"), Some(0));
         assert_eq!(held_metric(&metrics, &lost, "no_route"), Some(2));
 

@@ -78,7 +78,9 @@ pub fn without_leader(
         .filter(|q| vhost.is_none_or(|v| q.vhost == v) && re.is_match(&q.name))
         .filter(|q| {
             let online = q.members.iter().filter(|m| detector.is_alive(**m)).count();
-            let route = queues.queue_by_group(q.group_id).and_then(|h| h.route().cloned());
+            let route = queues
+                .queue_by_group(q.group_id)
+                .and_then(|h| h.route().cloned());
             let leader = route.as_ref().and_then(|r| r.leader());
             let leads = match leader {
                 Some(l) if l == me => route

@@ -128,7 +128,12 @@ pub async fn queue_read(
     if what == What::Peek(0) {
         return Err(err(400, "position value must be a positive integer"));
     }
-    let not_found = || err(404, format!("Target queue was not found in virtual host '{vhost}'"));
+    let not_found = || {
+        err(
+            404,
+            format!("Target queue was not found in virtual host '{vhost}'"),
+        )
+    };
     let rec = queues
         .meta()
         .with_topology(|t| t.queue(vhost, name).cloned())
@@ -159,7 +164,10 @@ pub async fn queue_read(
         Some(l) if l != me && !forwarded => forward(queues, l, vhost, name, what).await,
         _ if what == What::QuorumStatus => quorum_status(queues, &rec).await,
         _ if forwarded => Err(err(503, "the queue's leader moved; try again")),
-        _ => Err(err(503, format!("queue '{name}' in vhost '{vhost}' has no elected leader"))),
+        _ => Err(err(
+            503,
+            format!("queue '{name}' in vhost '{vhost}' has no elected leader"),
+        )),
     }
 }
 
@@ -184,7 +192,12 @@ async fn forward(queues: &Arc<Queues>, to: u64, vhost: &str, name: &str, what: W
 }
 
 /// The read on this node, which leads the queue.
-async fn answer(queues: &Arc<Queues>, rec: &QueueRecord, h: &Arc<QueueHandle>, what: What) -> ReadResult {
+async fn answer(
+    queues: &Arc<Queues>,
+    rec: &QueueRecord,
+    h: &Arc<QueueHandle>,
+    what: What,
+) -> ReadResult {
     match what {
         What::Peek(position) => peek(h, position),
         What::DeadLetters => dead_letters(h).await,
@@ -258,7 +271,16 @@ fn replica(queues: &Queues, rec: &QueueRecord, h: Option<&Arc<QueueHandle>>) -> 
     let raft = h
         .and_then(|h| h.route())
         .and_then(|r| r.raft())
-        .ok_or_else(|| err(404, format!("node {} holds no replica of '{}'", queues.node_id(), rec.name)))?;
+        .ok_or_else(|| {
+            err(
+                404,
+                format!(
+                    "node {} holds no replica of '{}'",
+                    queues.node_id(),
+                    rec.name
+                ),
+            )
+        })?;
     let m = raft.metrics().borrow().clone();
     Ok(json!({
         "node": queues.node_id(),
@@ -279,7 +301,10 @@ fn replica(queues: &Queues, rec: &QueueRecord, h: Option<&Arc<QueueHandle>>) -> 
 async fn quorum_status(queues: &Arc<Queues>, rec: &QueueRecord) -> ReadResult {
     let me = queues.node_id();
     let handle = queues.queue_by_group(rec.group_id);
-    let local_raft = handle.as_ref().and_then(|h| h.route()).and_then(|r| r.raft());
+    let local_raft = handle
+        .as_ref()
+        .and_then(|h| h.route())
+        .and_then(|r| r.raft());
     let metrics = local_raft.as_ref().map(|r| r.metrics().borrow().clone());
     let replication: Option<BTreeMap<u64, Option<u64>>> = metrics.as_ref().and_then(|m| {
         m.replication
@@ -293,7 +318,14 @@ async fn quorum_status(queues: &Arc<Queues>, rec: &QueueRecord) -> ReadResult {
     let commit_index = replication.as_ref().map(|r| {
         let mut idx: Vec<u64> = members
             .iter()
-            .map(|m| if *m == me { leader_last } else { r.get(m).copied().flatten() }.unwrap_or(0))
+            .map(|m| {
+                if *m == me {
+                    leader_last
+                } else {
+                    r.get(m).copied().flatten()
+                }
+                .unwrap_or(0)
+            })
             .collect();
         idx.sort_unstable_by(|a, b| b.cmp(a));
         idx.get(members.len() / 2).copied().unwrap_or(0)
@@ -309,7 +341,9 @@ async fn quorum_status(queues: &Arc<Queues>, rec: &QueueRecord) -> ReadResult {
             if !queues.detector().is_alive(m) {
                 return None;
             }
-            forward(&queues, m, &rec.vhost, &rec.name, What::Replica).await.ok()
+            forward(&queues, m, &rec.vhost, &rec.name, What::Replica)
+                .await
+                .ok()
         }
     });
     let own = futures::future::join_all(asks).await;

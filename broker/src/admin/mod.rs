@@ -21,9 +21,7 @@ use quorumq_proto::v1::{
     SetPolicyRequest, SetVhostLimitsRequest, ShrinkRequest, StatusReply, StatusRequest, VhostInfo,
     VhostLimits as PbVhostLimits,
 };
-use quorumq_proto::v1::{
-    JsonReply, LeaderlessRequest, QueueReadRequest, QuorumCriticalRequest,
-};
+use quorumq_proto::v1::{JsonReply, LeaderlessRequest, QueueReadRequest, QuorumCriticalRequest};
 use quorumq_proto::v1::{
     ListPermissionsReply, ListPermissionsRequest, ListUsersReply, ListUsersRequest,
     PermissionRequest, UserInfo, UserRequest,
@@ -659,7 +657,9 @@ impl Admin for AdminService {
         let message = if nodes <= 1 {
             Some(format!("Node {node} seems to be the only one in a single node cluster, the check does not apply"))
         } else if node == self.broker.node_id() && self.broker.detector().is_draining() {
-            Some(format!("Node {node} seems to be in maintenance mode, the check does not apply"))
+            Some(format!(
+                "Node {node} seems to be in maintenance mode, the check does not apply"
+            ))
         } else {
             None
         };

@@ -62,9 +62,8 @@ fn properties_json(p: &AMQPProperties) -> Value {
             m.insert(k.to_string(), v);
         }
     };
-    let s = |v: &Option<amq_protocol::types::ShortString>| {
-        v.as_ref().map(|s| Value::from(s.as_str()))
-    };
+    let s =
+        |v: &Option<amq_protocol::types::ShortString>| v.as_ref().map(|s| Value::from(s.as_str()));
     put("content_type", s(p.content_type()));
     put("content_encoding", s(p.content_encoding()));
     put("headers", p.headers().as_ref().map(headers_json));
@@ -124,7 +123,12 @@ mod tests {
 
     #[test]
     fn binary_body_is_base64_and_classic_has_no_delivery_count() {
-        let v = message_json(&stored(&[0xff, 0x00], AMQPProperties::default()), 0, 0, false);
+        let v = message_json(
+            &stored(&[0xff, 0x00], AMQPProperties::default()),
+            0,
+            0,
+            false,
+        );
         assert_eq!(v["payload"], "/wA=");
         assert_eq!(v["payload_encoding"], "base64");
         assert_eq!(v["redelivered"], false);

@@ -118,13 +118,16 @@ mod tests {
     #[test]
     fn a_round_replaces_the_record_and_untried_messages_are_pending() {
         let h = HeldReasons::default();
-        h.replace(HashMap::from([(1, HoldReason::NoRoute), (2, HoldReason::TargetFull)]));
-        h.replace(HashMap::from([(2, HoldReason::TargetFull), (3, HoldReason::TargetFull)]));
+        h.replace(HashMap::from([
+            (1, HoldReason::NoRoute),
+            (2, HoldReason::TargetFull),
+        ]));
+        h.replace(HashMap::from([
+            (2, HoldReason::TargetFull),
+            (3, HoldReason::TargetFull),
+        ]));
         assert_eq!(h.reason(1), None, "forwarded in the last round");
-        assert_eq!(
-            h.counts(),
-            BTreeMap::from([(HoldReason::TargetFull, 2)])
-        );
+        assert_eq!(h.counts(), BTreeMap::from([(HoldReason::TargetFull, 2)]));
         let s = h.summarise([2, 3, 4].into_iter());
         assert_eq!(s.get("target_full"), Some(&2));
         assert_eq!(s.get(PENDING), Some(&1));
@@ -137,7 +140,13 @@ mod tests {
         let names: Vec<_> = HoldReason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(
             names,
-            ["no_dlx", "no_route", "target_full", "cycle", "target_unavailable"]
+            [
+                "no_dlx",
+                "no_route",
+                "target_full",
+                "cycle",
+                "target_unavailable"
+            ]
         );
     }
 }

@@ -49,7 +49,12 @@ fn open_fds() -> Option<u64> {
 /// `quorumq_queue_dead_letters_held{vhost,queue,reason}` of a queue this node leads
 /// holding `total` dead letters: the worker's leader-local record per reason
 /// (`crate::dead_letter::held`, no body is read), the rest `pending`.
-fn held_by_reason(family: &PerObject, labels: &Labels, h: &crate::queue::handle::QueueHandle, total: u64) {
+fn held_by_reason(
+    family: &PerObject,
+    labels: &Labels,
+    h: &crate::queue::handle::QueueHandle,
+    total: u64,
+) {
     use crate::dead_letter::held::{HoldReason, PENDING};
     let counts = h.held_reasons().counts();
     let mut known = 0;

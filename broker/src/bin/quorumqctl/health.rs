@@ -18,8 +18,16 @@ pub const CHECK_FAILED: i32 = 69;
 /// answering node last heard from it). JSON: `{"queue","vhost","leader","members":[..]}`.
 ///
 /// Errors: no such queue, not a quorum queue.
-pub async fn quorum_status(c: &mut Client, f: Formatter, vhost: &str, queue: &str) -> anyhow::Result<()> {
-    banner(f, &format!("Status of quorum queue {queue} in vhost {vhost} ...\n"));
+pub async fn quorum_status(
+    c: &mut Client,
+    f: Formatter,
+    vhost: &str,
+    queue: &str,
+) -> anyhow::Result<()> {
+    banner(
+        f,
+        &format!("Status of quorum queue {queue} in vhost {vhost} ...\n"),
+    );
     let r = c
         .queue_read(QueueReadRequest {
             vhost: vhost.to_string(),
@@ -101,7 +109,11 @@ fn check_outcome(f: Formatter, r: JsonReply, line: impl Fn(&str) -> String) -> a
 /// line each, and exit 69.
 ///
 /// Errors: the call fails.
-pub async fn quorum_critical(c: &mut Client, f: Formatter, node: Option<u64>) -> anyhow::Result<()> {
+pub async fn quorum_critical(
+    c: &mut Client,
+    f: Formatter,
+    node: Option<u64>,
+) -> anyhow::Result<()> {
     let r = c
         .quorum_critical(QuorumCriticalRequest {
             node: node.unwrap_or(0),
@@ -115,14 +127,11 @@ pub async fn quorum_critical(c: &mut Client, f: Formatter, node: Option<u64>) ->
     );
     let target = match node {
         Some(n) => n.to_string(),
-        None => r
-            .error
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or("?")
-            .to_string(),
+        None => r.error.split_whitespace().nth(1).unwrap_or("?").to_string(),
     };
-    check_outcome(f, r, |q| format!("{q} would lose quorum if node {target} is stopped"))
+    check_outcome(f, r, |q| {
+        format!("{q} would lose quorum if node {target} is stopped")
+    })
 }
 
 /// `check_for_quorum_queues_without_an_elected_leader [--across-all-vhosts] [PATTERN]`

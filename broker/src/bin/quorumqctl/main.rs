@@ -122,7 +122,9 @@ async fn main() -> anyhow::Result<()> {
         Cmd::ClearPermissions { user } => permissions::clear(&mut c, vhost, user).await,
         Cmd::ListPermissions => permissions::list(&mut c, f, vhost).await,
         Cmd::ListQueues => queues::list(&mut c, f, vhost).await,
-        Cmd::Peek { queue, position } => dead_letters::peek(&mut c, f, &vhost, &queue, position).await,
+        Cmd::Peek { queue, position } => {
+            dead_letters::peek(&mut c, f, &vhost, &queue, position).await
+        }
         Cmd::InspectDeadLetters { queue } => dead_letters::inspect(&mut c, f, &vhost, &queue).await,
         Cmd::QuorumStatus { queue } => health::quorum_status(&mut c, f, &vhost, &queue).await,
         Cmd::CheckIfNodeIsQuorumCritical { node } => health::quorum_critical(&mut c, f, node).await,

@@ -17,10 +17,7 @@ use crate::http::{Api, ApiError, Started};
 
 /// The dead-letter routes.
 pub(super) fn routes() -> Router<Started> {
-    Router::new().route(
-        "/api/queues/{vhost}/{name}/dead-letters",
-        get(dead_letters),
-    )
+    Router::new().route("/api/queues/{vhost}/{name}/dead-letters", get(dead_letters))
 }
 
 /// 200 with the summary; 404 for no such queue; 503 while the queue has no leader.

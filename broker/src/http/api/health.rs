@@ -18,7 +18,10 @@ pub(super) fn routes() -> Router<Started> {
         .route("/api/health/checks/alarms", get(alarms))
         .route(&format!("{LEADERLESS}/all-vhosts/"), get(leaderless_all))
         .route(&format!("{LEADERLESS}/all-vhosts"), get(leaderless_all))
-        .route(&format!("{LEADERLESS}/vhost/{{vhost}}/"), get(leaderless_in))
+        .route(
+            &format!("{LEADERLESS}/vhost/{{vhost}}/"),
+            get(leaderless_in),
+        )
         .route(&format!("{LEADERLESS}/vhost/{{vhost}}"), get(leaderless_in))
 }
 
