@@ -3,7 +3,9 @@
 //! A failed check prints its queues and exits with 69 (EX_UNAVAILABLE), as RabbitMQ's CLI.
 
 use anyhow::bail;
-use quorumq_proto::v1::{JsonReply, LeaderlessRequest, QueueReadRequest, QuorumCriticalRequest};
+use quorumq_proto::v1::{
+    JsonReply, LeaderlessRequest, QueueReadRequest, QuorumCriticalRequest, StatusRequest,
+};
 use serde_json::{json, Value};
 
 use crate::output::{banner, emit, listing, to_json, Formatter, Row};
@@ -114,23 +116,20 @@ pub async fn quorum_critical(
     f: Formatter,
     node: Option<u64>,
 ) -> anyhow::Result<()> {
-    let r = c
-        .quorum_critical(QuorumCriticalRequest {
-            node: node.unwrap_or(0),
-        })
-        .await?
-        .into_inner();
-    let shown = node.map_or_else(|| "asked".to_string(), |n| n.to_string());
+    let node = match node {
+        Some(n) => n,
+        None => c.status(StatusRequest {}).await?.into_inner().node_id,
+    };
     banner(
         f,
-        &format!("Checking if node {shown} is critical for quorum of any quorum queues ...\n"),
+        &format!("Checking if node {node} is critical for quorum of any quorum queues ...\n"),
     );
-    let target = match node {
-        Some(n) => n.to_string(),
-        None => r.error.split_whitespace().nth(1).unwrap_or("?").to_string(),
-    };
+    let r = c
+        .quorum_critical(QuorumCriticalRequest { node })
+        .await?
+        .into_inner();
     check_outcome(f, r, |q| {
-        format!("{q} would lose quorum if node {target} is stopped")
+        format!("{q} would lose quorum if node {node} is stopped")
     })
 }
 
