@@ -372,6 +372,7 @@ async fn quorum_health_checks_on_three_nodes() -> anyhow::Result<()> {
                 let conn = connect(&cluster.uri(1)).await?;
                 let ch = confirm_channel(&conn).await?;
                 cluster_tests::cluster::declare_durable(&ch, q, quorum_args(&[])).await?;
+                publish(&ch, q, &["first", "second"]).await?;
                 v.push(conn);
             }
             v
@@ -410,6 +411,23 @@ async fn quorum_health_checks_on_three_nodes() -> anyhow::Result<()> {
         }
         let table = cluster.ctl(3, &["quorum_status", &queues[0]]).await?;
         assert_eq!(table.lines().filter(|l| l.contains("leader\t")).count(), 1, "{table}");
+
+        // peek and inspect_dead_letters asked of every node: answered by the leader
+        // (forwarded by the others), the same answer everywhere.
+        for id in 1..=3 {
+            let out = cluster
+                .ctl(id, &["peek", &queues[0], "2", "--formatter", "json"])
+                .await?;
+            let v: Value = serde_json::from_str(&out)?;
+            assert_eq!(v["payload"], "second", "via node {id}: {v}");
+            assert_eq!(v["message_count"], 0, "via node {id}: {v}");
+            let out = cluster
+                .ctl(id, &["inspect_dead_letters", &queues[0], "--formatter", "json"])
+                .await?;
+            let v: Value = serde_json::from_str(&out)?;
+            assert_eq!(v["messages"], 2, "via node {id}: {v}");
+            assert_eq!(v["without_death"], 2, "never dead-lettered: {v}");
+        }
 
         let health = || {
             let out = std::process::Command::new("curl")
