@@ -54,3 +54,62 @@ fn queued_message_ids_lists_ready_then_checked_out_not_held() {
     assert_eq!(q.held_count(), 1);
     assert_eq!(q.queued_message_ids(), vec![2, 3, 0]);
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Over random enqueues, gets, returns (with and without a delivery
+        /// limit, so both back and front requeues) and discards: position i
+        /// is the i-th ready message in delivery order with its delivery
+        /// count, nothing after the last, and `queued_message_ids` is every
+        /// ready or checked-out message, never a held one.
+        #[test]
+        fn ready_at_is_the_delivery_order(
+            ops in prop::collection::vec((0u8..4, 0usize..5), 0..60),
+            limit in prop::option::of(1i64..4),
+        ) {
+            let mut q = QueueMachine::new(QueueConfig { delivery_limit: limit, ..alo() });
+            let mut out: Vec<MsgId> = Vec::new();
+            let mut returns: std::collections::HashMap<MsgId, u32> = Default::default();
+            for (i, (op, n)) in ops.into_iter().enumerate() {
+                let now = i as u64 + 1;
+                match op {
+                    0 => {
+                        enqueue_n(&mut q, now, n);
+                    }
+                    1 => {
+                        if let (Some((d, _)), _) = get(&mut q, now, cid(9), false) {
+                            out.push(d.id);
+                        }
+                    }
+                    _ if out.is_empty() => {}
+                    2 => {
+                        let id = out.remove(n % out.len());
+                        ret(&mut q, now, cid(9), &[id]);
+                        *returns.entry(id).or_default() += 1;
+                    }
+                    _ => {
+                        let id = out.remove(n % out.len());
+                        discard(&mut q, now, cid(9), &[id]);
+                    }
+                }
+                let ready = q.ready_ids();
+                for (pos, id) in ready.iter().enumerate() {
+                    let at = q.ready_at(pos as u64 + 1);
+                    let count = returns.get(id).copied().unwrap_or(0);
+                    prop_assert_eq!(at, Some((*id, count)));
+                }
+                prop_assert_eq!(q.ready_at(ready.len() as u64 + 1), None);
+                let held: Vec<MsgId> = held_list(&q).into_iter().map(|(id, _)| id).collect();
+                let mut queued = q.queued_message_ids();
+                queued.sort_unstable();
+                let mut want: Vec<MsgId> =
+                    q.live_ids().into_iter().filter(|id| !held.contains(id)).collect();
+                want.sort_unstable();
+                prop_assert_eq!(queued, want);
+            }
+        }
+    }
+}
