@@ -276,7 +276,8 @@ fn held_metric(metrics: &str, q: &str, reason: &str) -> Option<u64> {
 
 /// A source queue with at-least-once dead-lettering reports its held dead
 /// letters by why they are held: `target_full` while the target refuses with
-/// reject-publish, `no_route` when its DLX does not exist; through
+/// reject-publish, `no_route` when its DLX does not exist, `cycle` when it
+/// expires into itself; through
 /// `inspect_dead_letters`, the HTTP endpoint and `/metrics`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_dead_letters_are_reported_by_reason() -> anyhow::Result<()> {
@@ -331,6 +332,19 @@ async fn held_dead_letters_are_reported_by_reason() -> anyhow::Result<()> {
         })
         .await?;
         assert_eq!(v["held"]["messages"], 2, "{v}");
+
+        // Expired into itself: an automatic cycle (no `rejected` death), held as `cycle`.
+        let cyc = unique("ops_cycle");
+        let mut cycle_args = alo.to_vec();
+        cycle_args.push(("x-message-ttl", long(20)));
+        ch.queue_declare(cyc.as_str().into(), durable(), to_dlq(&cyc, &cycle_args))
+            .await?;
+        publish(&ch, &cyc, &["c1"]).await?;
+        wait_until_some(Duration::from_secs(30), "1 held as cycle", || async {
+            let v = ctl_json(&h.broker, &["inspect_dead_letters", &cyc]).await?;
+            Ok((held(&v, "cycle") == Some(1)).then_some(v))
+        })
+        .await?;
 
         let via_http = h.get(&format!("/api/queues/%2F/{src}/dead-letters"))?;
         assert_eq!(held(&via_http, "target_full"), Some(3), "{via_http}");

@@ -389,3 +389,25 @@ async fn quorum_status(queues: &Arc<Queues>, rec: &QueueRecord) -> ReadResult {
         "members": rows,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_parses_the_admin_names() {
+        assert_eq!(What::parse("peek", 3), Ok(What::Peek(3)));
+        for w in [What::DeadLetters, What::QuorumStatus, What::Replica] {
+            assert_eq!(What::parse(w.name(), 0), Ok(w));
+        }
+        assert!(What::parse("purge", 0).is_err());
+    }
+
+    #[test]
+    fn replies_round_trip_documents_and_errors() {
+        let v = json!({"payload": "x", "n": 1});
+        assert_eq!(from_reply(to_reply(Ok(v.clone()))), Ok(v));
+        let e = err(400, NO_MESSAGE_AT_POSITION);
+        assert_eq!(from_reply(to_reply(Err(e.clone()))), Err(e));
+    }
+}
