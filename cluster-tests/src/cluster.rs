@@ -131,6 +131,8 @@ struct Proc {
     launched_at: u64,
     /// SIGSTOP sent and no SIGCONT since.
     stopped: bool,
+    /// Flags added to the node's command line ([`Cluster::restart_with`]).
+    extra_args: Vec<String>,
 }
 
 impl Cluster {
@@ -337,6 +339,7 @@ impl Cluster {
     /// Every node gets the same data dir (it keeps its files in `node-I/`).
     fn spawn_node(&self, id: u64) -> anyhow::Result<()> {
         let (log, launched_at) = open_log(&self.log_path(id))?;
+        let extra_args = self.proc(id).extra_args.clone();
         let mut cmd = match &self.node(id).place.netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -374,6 +377,7 @@ impl Cluster {
                     .iter()
                     .flat_map(|_| ["--loopback-users", ""]),
             )
+            .args(&extra_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -487,6 +491,13 @@ impl Cluster {
         self.kill9(id);
         self.spawn_node(id)?;
         self.wait_ready(id).await
+    }
+
+    /// Starts node `id` again as [`Cluster::restart`] does, with `args` added
+    /// to its command line from now on (e.g. `--http-listen 127.0.0.1:P`).
+    pub async fn restart_with(&self, id: u64, args: &[&str]) -> anyhow::Result<()> {
+        self.proc(id).extra_args = args.iter().map(|a| a.to_string()).collect();
+        self.restart(id).await
     }
 
     /// SIGSTOP node `id` (it stays alive but answers nothing until [`Cluster::sigcont`]).

@@ -1,5 +1,11 @@
 //! The admin gRPC service quorumqctl talks to (proto `quorumq.v1.Admin`),
-//! served on the cluster listener.
+//! served on the cluster listener. Queue reads answered by the leader
+//! (`peek`, `inspect_dead_letters`, `quorum_status`) live in `inspect`,
+//! the message shape of peek in `peek`, the quorum health checks in `health`.
+
+pub mod health;
+pub mod inspect;
+pub mod peek;
 
 use std::sync::Arc;
 
@@ -15,6 +21,7 @@ use quorumq_proto::v1::{
     SetPolicyRequest, SetVhostLimitsRequest, ShrinkRequest, StatusReply, StatusRequest, VhostInfo,
     VhostLimits as PbVhostLimits,
 };
+use quorumq_proto::v1::{JsonReply, LeaderlessRequest, QueueReadRequest, QuorumCriticalRequest};
 use quorumq_proto::v1::{
     ListPermissionsReply, ListPermissionsRequest, ListUsersReply, ListUsersRequest,
     PermissionRequest, UserInfo, UserRequest,
@@ -623,5 +630,90 @@ impl Admin for AdminService {
             })
             .collect();
         Ok(Response::new(ListQueuesReply { queues }))
+    }
+
+    async fn queue_read(
+        &self,
+        req: Request<QueueReadRequest>,
+    ) -> Result<Response<JsonReply>, Status> {
+        let r = req.into_inner();
+        let what = inspect::What::parse(&r.what, r.position).map_err(Status::invalid_argument)?;
+        let vhost = vhost_or_default(&r.vhost);
+        let result =
+            inspect::queue_read(self.broker.queues(), &vhost, &r.queue, what, r.forwarded).await;
+        Ok(Response::new(inspect::to_reply(result)))
+    }
+
+    /// ok with `{"message"}` when no queue is critical; else not ok, `json` = the queues.
+    async fn quorum_critical(
+        &self,
+        req: Request<QuorumCriticalRequest>,
+    ) -> Result<Response<JsonReply>, Status> {
+        let queues = self.broker.queues();
+        let node = match req.into_inner().node {
+            0 => self.broker.node_id(),
+            n => n,
+        };
+        let nodes = self.broker.cluster_status().nodes.len();
+        let message = if nodes <= 1 {
+            Some(format!("Node {node} seems to be the only one in a single node cluster, the check does not apply"))
+        } else if node == self.broker.node_id() && self.broker.detector().is_draining() {
+            Some(format!(
+                "Node {node} seems to be in maintenance mode, the check does not apply"
+            ))
+        } else {
+            None
+        };
+        let critical = if message.is_some() {
+            Vec::new()
+        } else {
+            health::quorum_critical(queues, node)
+        };
+        Ok(Response::new(if critical.is_empty() {
+            let message = message.unwrap_or_else(|| {
+                format!("Node {node} reported no quorum queues with minimum quorum")
+            });
+            JsonReply {
+                ok: true,
+                error: String::new(),
+                status: 0,
+                json: serde_json::json!({"result": "ok", "message": message}).to_string(),
+            }
+        } else {
+            JsonReply {
+                ok: false,
+                error: format!("Node {node} reported local queues with minimum online quorum"),
+                status: 503,
+                json: serde_json::Value::from(critical).to_string(),
+            }
+        }))
+    }
+
+    /// ok when every matching quorum queue has a leader; else not ok, `json` = the queues.
+    async fn queues_without_leader(
+        &self,
+        req: Request<LeaderlessRequest>,
+    ) -> Result<Response<JsonReply>, Status> {
+        let r = req.into_inner();
+        let vhost = vhost_or_default(&r.vhost);
+        let vhost = (!r.across_all_vhosts).then_some(vhost.as_str());
+        let node = self.broker.node_id();
+        let found = health::without_leader(self.broker.queues(), vhost, &r.pattern)
+            .map_err(Status::invalid_argument)?;
+        Ok(Response::new(if found.is_empty() {
+            JsonReply {
+                ok: true,
+                error: String::new(),
+                status: 0,
+                json: serde_json::json!({"result": "ok", "message": format!("Node {node} reported all quorum queue as having responsive leader replicas")}).to_string(),
+            }
+        } else {
+            JsonReply {
+                ok: false,
+                error: format!("Node {node} reported quorum queues with a missing (not elected) or unresponsive leader replica"),
+                status: 503,
+                json: serde_json::Value::from(found).to_string(),
+            }
+        }))
     }
 }

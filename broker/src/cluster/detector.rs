@@ -187,6 +187,17 @@ impl Detector {
                 .unwrap_or(false)
     }
 
+    /// Milliseconds since this node last heard a beat from `node` (0 for
+    /// itself; None if never heard from since this node started).
+    pub fn last_seen_ms(&self, node: u64) -> Option<u64> {
+        if node == self.me {
+            return Some(0);
+        }
+        let s = self.state.lock().ok()?;
+        s.get(&node)
+            .map(|p| u64::try_from(p.last_seen.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
     /// The boot epoch `node` last reported (this node's own for itself).
     pub fn epoch_of(&self, node: u64) -> Option<u32> {
         if node == self.me {

@@ -29,15 +29,15 @@ pub fn log_once(key: String, text: impl FnOnce() -> String) {
 }
 
 /// Rewrites and routes one dead-lettered message; returns the target
-/// queues (cycles removed, spec §4) and the message, or None when the DLX
-/// does not exist.
+/// queues (cycles removed, spec §4), the message and how many routed
+/// targets were removed as cycles, or None when the DLX does not exist.
 pub fn prepare(
     services: &dyn QueueServices,
     source: &QueueHandle,
     reason: DeadLetterReason,
     target: &DeadLetterTarget,
     payload: &Bytes,
-) -> Option<(DeadLettered, Vec<Arc<QueueHandle>>)> {
+) -> Option<(DeadLettered, Vec<Arc<QueueHandle>>, usize)> {
     let msg = TrackedMessage::decode(payload).ok()?;
     let dl = rewrite(&msg, &source.name, reason, target, crate::now_ms() / 1000);
     let routed = services
@@ -57,7 +57,8 @@ pub fn prepare(
             format!("Message dropped because the following list of queues (ordered by death recency) contains a dead letter cycle without reason 'rejected'. This list will not be logged again: {queues:?}")
         });
     }
-    Some((dl, targets))
+    let cycles = cycling.len();
+    Some((dl, targets, cycles))
 }
 
 /// Publishes message `id` of `source`, dead-lettered for `reason`.
@@ -69,7 +70,7 @@ pub async fn publish(
     target: &DeadLetterTarget,
     payload: &Bytes,
 ) {
-    let Some((dl, targets)) = prepare(services, source, reason, target, payload) else {
+    let Some((dl, targets, _)) = prepare(services, source, reason, target, payload) else {
         tracing::debug!(queue = %source.name, id, "dead-letter exchange missing; message dropped");
         return;
     };

@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::at_most_once::{log_once, prepare};
+use super::held::HoldReason;
 use crate::queue::handle::QueueHandle;
 use crate::queue::services::QueueServices;
 use crate::queue::supervise::supervise;
@@ -75,8 +76,11 @@ async fn run(services: Weak<dyn QueueServices>, queue: Arc<QueueHandle>, wake: A
         }
         // The worker runs beside the leader only (spec §5.8); a new leader is
         // woken by the held messages it re-announces.
-        let progress =
-            queue.is_local_leader() && forward_round(&*b, &queue, &mut settled_targets).await;
+        let leads = queue.is_local_leader();
+        if !leads {
+            queue.held_reasons().clear();
+        }
+        let progress = leads && forward_round(&*b, &queue, &mut settled_targets).await;
         drop(b);
         if progress {
             continue;
@@ -94,7 +98,8 @@ async fn run(services: Weak<dyn QueueServices>, queue: Arc<QueueHandle>, wake: A
     }
 }
 
-/// One pass over the held messages; true if any was settled.
+/// One pass over the held messages; true if any was settled. Records why
+/// each message it could not forward stays held ([`HoldReason`]).
 async fn forward_round(
     services: &dyn QueueServices,
     queue: &QueueHandle,
@@ -114,11 +119,17 @@ async fn forward_round(
     };
     if held.is_empty() {
         settled_targets.clear();
+        queue.held_reasons().clear();
         return false;
     }
+    let mut holds: HashMap<MsgId, HoldReason> = HashMap::new();
     let (DeadLetterStrategy::AtLeastOnce, Some(target)) =
         (config.strategy, config.dead_letter.as_ref())
     else {
+        if config.dead_letter.is_none() {
+            holds.extend(held.iter().map(|(id, _, _)| (*id, HoldReason::NoDlx)));
+        }
+        queue.held_reasons().replace(holds);
         return false;
     };
     let now_ms = crate::now_ms();
@@ -128,9 +139,11 @@ async fn forward_round(
     let mut done: Vec<MsgId> = Vec::new();
     for (id, reason, payload) in held {
         let Some(payload) = payload else {
+            holds.insert(id, HoldReason::TargetUnavailable);
             continue;
         };
-        let Some((dl, targets)) = prepare(services, queue, reason, target, &payload) else {
+        let Some((dl, targets, cycles)) = prepare(services, queue, reason, target, &payload) else {
+            holds.insert(id, HoldReason::NoRoute);
             log_once(format!("nodlx:{}:{}", queue.name, target.exchange), || {
                 format!("Cannot forward any dead-letter messages from source quorum queue '{}' because its configured dead-letter-exchange '{}' does not exist. This message will not be logged again.", queue.name, target.exchange)
             });
@@ -143,6 +156,12 @@ async fn forward_round(
             .collect();
         if pending.is_empty() {
             if already.is_empty() {
+                let why = if cycles > 0 {
+                    HoldReason::Cycle
+                } else {
+                    HoldReason::NoRoute
+                };
+                holds.insert(id, why);
                 log_once(
                     format!("noroute:{}:{}", queue.name, target.exchange),
                     || {
@@ -155,6 +174,7 @@ async fn forward_round(
             continue;
         }
         let Ok(encoded) = dl.message.encode() else {
+            holds.insert(id, HoldReason::TargetUnavailable);
             continue;
         };
         let body_size = dl.message.body.len() as u32;
@@ -187,13 +207,24 @@ async fn forward_round(
             _ => Vec::new(),
         };
         for (i, id) in ids.into_iter().enumerate() {
-            let ok = outcomes.get(i) == Some(&EnqueueOutcome::Accepted);
+            let outcome = outcomes.get(i);
+            let ok = outcome == Some(&EnqueueOutcome::Accepted);
             if ok {
                 settled_targets.entry(id).or_default().insert(group);
+            } else {
+                // A full target outranks an unavailable one: it is the one to act on.
+                let why = if outcome == Some(&EnqueueOutcome::Rejected) {
+                    HoldReason::TargetFull
+                } else {
+                    HoldReason::TargetUnavailable
+                };
+                let e = holds.entry(id).or_insert(why);
+                *e = (*e).min(why);
             }
             *all_ok.entry(id).or_insert(true) &= ok;
         }
     }
+    queue.held_reasons().replace(holds);
     done.extend(all_ok.into_iter().filter(|(_, ok)| *ok).map(|(id, _)| id));
     if done.is_empty() {
         return false;

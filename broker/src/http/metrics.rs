@@ -46,6 +46,30 @@ fn open_fds() -> Option<u64> {
         .map(|d| d.count() as u64)
 }
 
+/// `quorumq_queue_dead_letters_held{vhost,queue,reason}` of a queue this node leads
+/// holding `total` dead letters: the worker's leader-local record per reason
+/// (`crate::dead_letter::held`, no body is read), the rest `pending`.
+fn held_by_reason(
+    family: &PerObject,
+    labels: &Labels,
+    h: &crate::queue::handle::QueueHandle,
+    total: u64,
+) {
+    use crate::dead_letter::held::{HoldReason, PENDING};
+    let counts = h.held_reasons().counts();
+    let mut known = 0;
+    for r in HoldReason::ALL {
+        let n = counts.get(&r).copied().unwrap_or(0);
+        known += n;
+        let mut l = labels.clone();
+        l.push(("reason", r.as_str().to_string()));
+        family.set(&l, n);
+    }
+    let mut l = labels.clone();
+    l.push(("reason", PENDING.to_string()));
+    family.set(&l, total.saturating_sub(known));
+}
+
 /// The node's metrics now, in the OpenMetrics text format.
 pub async fn scrape(broker: &Broker) -> String {
     let mut reg = Registry::default();
@@ -97,6 +121,7 @@ pub async fn scrape(broker: &Broker) -> String {
     let consumers = PerObject::new();
     let dlx = PerObject::new();
     let delayed = PerObject::new();
+    let held = PerObject::new();
     let term = Family::<Labels, Counter<u64, AtomicU64>>::default();
     let written = PerObject::new();
     let applied = PerObject::new();
@@ -125,6 +150,9 @@ pub async fn scrape(broker: &Broker) -> String {
             delayed.set(&labels, st.messages_delayed);
             consumers.set(&labels, st.consumers);
             dlx.set(&labels, st.dead_letter_held);
+            if st.dead_letter_held > 0 {
+                held_by_reason(&held, &labels, &h, st.dead_letter_held);
+            }
             all_consumers += st.consumers;
         }
     }
@@ -164,6 +192,11 @@ pub async fn scrape(broker: &Broker) -> String {
             "quorumq_queue_messages_dlx",
             "At-least-once dead letters held by the queue until their targets confirm",
             dlx,
+        ),
+        (
+            "quorumq_queue_dead_letters_held",
+            "At-least-once dead letters held by the queue, by why its worker last could not forward them (pending: not tried since this node leads)",
+            held,
         ),
         (
             "rabbitmq_raft_log_last_written_index",

@@ -64,6 +64,9 @@ pub struct QueueHandle {
     /// `x-max-priority` (an argument, fixed for the queue's life): publishes
     /// carry their message priority only to such a queue.
     max_priority: Option<u8>,
+    /// Why the at-least-once worker still holds each held dead letter
+    /// (leader-local, not replicated).
+    held_reasons: crate::dead_letter::held::HeldReasons,
 }
 
 impl QueueHandle {
@@ -159,6 +162,7 @@ impl QueueHandle {
             backend: Backend::Raft { tx },
             route: Some(route),
             usage: Mutex::default(),
+            held_reasons: Default::default(),
             classic: false,
             declared_quorum: false,
             max_priority: None,
@@ -182,6 +186,7 @@ impl QueueHandle {
             backend: Backend::Local,
             route: None,
             usage: Mutex::default(),
+            held_reasons: Default::default(),
             classic: false,
             declared_quorum: false,
             max_priority: None,
@@ -246,6 +251,12 @@ impl QueueHandle {
     /// Where the leader is (quorum queues).
     pub fn route(&self) -> Option<&Arc<Route>> {
         self.route.as_ref()
+    }
+
+    /// Why the dead-letter worker still holds each held dead letter it
+    /// tried (leader-local, see [`crate::dead_letter::held`]).
+    pub fn held_reasons(&self) -> &crate::dead_letter::held::HeldReasons {
+        &self.held_reasons
     }
 
     /// The queue's shared context (leader effects, consumers).

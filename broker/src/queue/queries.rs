@@ -95,6 +95,31 @@ impl QueueMachine {
         self.held.iter().map(|h| (h.id, h.reason))
     }
 
+    /// The ready message at 1-based `position` in delivery order (returns
+    /// first, then the main queue), with its delivery count (returns so far,
+    /// `redelivered` = count > 0): what `quorumqctl peek` shows (RabbitMQ
+    /// `rabbit_fifo:query_peek/2`). None when `position` is 0 or past the
+    /// last ready message (RabbitMQ `no_message_at_pos`). Checked-out
+    /// messages are not counted, as in RabbitMQ. O(position).
+    pub fn ready_at(&self, position: u64) -> Option<(MsgId, u32)> {
+        let skip = usize::try_from(position.checked_sub(1)?).ok()?;
+        self.ready
+            .iter()
+            .nth(skip)
+            .map(|m| (m.id, m.delivery_count()))
+    }
+
+    /// The messages the queue holds for consumers — ready ones in delivery
+    /// order, then those checked out (unacked), by consumer — without the
+    /// held dead letters: what `inspect_dead_letters` reads.
+    pub fn queued_message_ids(&self) -> Vec<MsgId> {
+        let mut ids: Vec<MsgId> = self.ready.iter().map(|m| m.id).collect();
+        for (_, c) in self.consumers.iter() {
+            ids.extend(c.checked_out.keys().copied());
+        }
+        ids
+    }
+
     /// Messages checked out to `consumer` (its unacked deliveries), in id order.
     pub fn checked_out(&self, consumer: ConsumerId) -> impl Iterator<Item = MsgId> + '_ {
         self.consumers

@@ -129,6 +129,35 @@ pub enum Cmd {
     /// Cluster nodes, which of them run, and the meta leader.
     #[command(name = "cluster_status")]
     ClusterStatus,
+    /// Shows the ready message at 1-based POSITION in delivery order without
+    /// removing or redelivering it (rabbitmq-queues peek).
+    Peek {
+        queue: String,
+        #[arg(allow_negative_numbers = true)]
+        position: i64,
+    },
+    /// Summarises the dead letters QUEUE holds (by reason and source queue of
+    /// their last death) and, for a source queue, its held at-least-once dead
+    /// letters by why they are held; consumes nothing.
+    #[command(name = "inspect_dead_letters")]
+    InspectDeadLetters { queue: String },
+    /// Raft status of every member of a quorum queue (rabbitmq-queues quorum_status).
+    #[command(name = "quorum_status")]
+    QuorumStatus { queue: String },
+    /// Exits 69 listing the quorum queues that would lose their majority if NODE
+    /// (default: the node asked) stopped (rabbitmq-queues check_if_node_is_quorum_critical).
+    #[command(name = "check_if_node_is_quorum_critical")]
+    CheckIfNodeIsQuorumCritical { node: Option<u64> },
+    /// Exits 69 listing the quorum queues matching PATTERN (default: all) without an
+    /// elected, reachable leader (rabbitmq-diagnostics 4.1).
+    #[command(name = "check_for_quorum_queues_without_an_elected_leader")]
+    CheckForQuorumQueuesWithoutAnElectedLeader {
+        #[arg(default_value = ".*")]
+        pattern: String,
+        /// Every vhost, not only --vhost.
+        #[arg(long = "across-all-vhosts")]
+        across_all_vhosts: bool,
+    },
     /// Adds a replica of a quorum queue on a node: [VHOST] QUEUE NODE
     /// (rabbitmq-queues add_member; VHOST defaults to --vhost).
     #[command(name = "add_member")]

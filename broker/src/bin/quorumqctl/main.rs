@@ -8,7 +8,10 @@
 //! `clear_vhost_limits`, `list_vhost_limits`), the
 //! queue membership verbs of rabbitmq-queues (`add_member`, `delete_member`,
 //! `grow`, `shrink`, `rebalance`), and rabbitmq-upgrade's `drain` / `revive`
-//! (maintenance mode of the node asked with `--node`).
+//! (maintenance mode of the node asked with `--node`); looking into a queue
+//! (`peek`, `inspect_dead_letters`) and quorum health (`quorum_status`,
+//! `check_if_node_is_quorum_critical`,
+//! `check_for_quorum_queues_without_an_elected_leader`, exit 69 when failed).
 //!
 //! Every call carries the cluster secret (`--cluster-secret-file`, else
 //! `$QUORUMQ_CLUSTER_SECRET_FILE`, else `~/.quorumq.cookie`: the node's own file, as
@@ -26,6 +29,8 @@
 
 mod cli;
 mod cluster;
+mod dead_letters;
+mod health;
 mod membership;
 mod output;
 mod permissions;
@@ -117,6 +122,16 @@ async fn main() -> anyhow::Result<()> {
         Cmd::ClearPermissions { user } => permissions::clear(&mut c, vhost, user).await,
         Cmd::ListPermissions => permissions::list(&mut c, f, vhost).await,
         Cmd::ListQueues => queues::list(&mut c, f, vhost).await,
+        Cmd::Peek { queue, position } => {
+            dead_letters::peek(&mut c, f, &vhost, &queue, position).await
+        }
+        Cmd::InspectDeadLetters { queue } => dead_letters::inspect(&mut c, f, &vhost, &queue).await,
+        Cmd::QuorumStatus { queue } => health::quorum_status(&mut c, f, &vhost, &queue).await,
+        Cmd::CheckIfNodeIsQuorumCritical { node } => health::quorum_critical(&mut c, f, node).await,
+        Cmd::CheckForQuorumQueuesWithoutAnElectedLeader {
+            pattern,
+            across_all_vhosts,
+        } => health::without_leader(&mut c, f, &vhost, across_all_vhosts, &pattern).await,
         Cmd::AddMember { target } => membership::add(&mut c, f, &target, &vhost).await,
         Cmd::DeleteMember { target } => membership::delete(&mut c, f, &target, &vhost).await,
         Cmd::Grow {

@@ -11,6 +11,7 @@
 
 mod bindings;
 mod body;
+mod dead_letters;
 mod exchanges;
 mod health;
 mod nodes;
@@ -49,6 +50,7 @@ pub fn routes() -> Router<Started> {
         .merge(permissions::routes())
         .merge(exchanges::routes())
         .merge(queues::routes())
+        .merge(dead_letters::routes())
         .merge(bindings::routes())
         .merge(policies::routes())
 }

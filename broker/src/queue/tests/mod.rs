@@ -17,6 +17,7 @@ mod enqueue;
 mod expiry;
 mod limits;
 mod priorities;
+mod peek;
 mod props;
 mod returns;
 mod settle;
