@@ -65,7 +65,11 @@ async fn refused_publishes_are_dead_lettered(
     for p in ["p1", "p2", "p3", "p4"] {
         confirmed.push(publish_confirm(&ch, &q, p.as_bytes(), BasicProperties::default()).await?);
     }
-    assert_eq!(confirmed, vec![true, true, false, false], "acks, then nacks");
+    assert_eq!(
+        confirmed,
+        vec![true, true, false, false],
+        "acks, then nacks"
+    );
 
     for p in ["p3", "p4"] {
         let d = get_eventually(&ch, &dlq, p, ARRIVAL).await?;
@@ -86,17 +90,29 @@ async fn refused_publishes_are_dead_lettered(
 
 #[tokio::test]
 async fn at_most_once_refused_publishes_are_dead_lettered() -> anyhow::Result<()> {
-    bounded(T, refused_publishes_are_dead_lettered(Strategy::AtMostOnce, false)).await
+    bounded(
+        T,
+        refused_publishes_are_dead_lettered(Strategy::AtMostOnce, false),
+    )
+    .await
 }
 
 #[tokio::test]
 async fn at_least_once_refused_publishes_are_dead_lettered() -> anyhow::Result<()> {
-    bounded(T, refused_publishes_are_dead_lettered(Strategy::AtLeastOnce, false)).await
+    bounded(
+        T,
+        refused_publishes_are_dead_lettered(Strategy::AtLeastOnce, false),
+    )
+    .await
 }
 
 #[tokio::test]
 async fn reject_publish_dlx_by_policy_enables_at_least_once() -> anyhow::Result<()> {
-    bounded(T, refused_publishes_are_dead_lettered(Strategy::AtLeastOnce, true)).await
+    bounded(
+        T,
+        refused_publishes_are_dead_lettered(Strategy::AtLeastOnce, true),
+    )
+    .await
 }
 
 /// At-least-once with a full target: the refused publish is held (not lost)
@@ -115,7 +131,10 @@ async fn at_least_once_holds_a_refused_publish_until_the_target_has_room() -> an
         ch.queue_declare(
             dlq.as_str().into(),
             durable(),
-            quorum_args(&[("x-max-length", long(1)), ("x-overflow", ls("reject-publish"))]),
+            quorum_args(&[
+                ("x-max-length", long(1)),
+                ("x-overflow", ls("reject-publish")),
+            ]),
         )
         .await?;
         publish(&ch, &dlq, &["d1", "d2"]).await?; // full: d2 went over, publishes refused

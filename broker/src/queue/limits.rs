@@ -68,9 +68,7 @@ impl QueueMachine {
     /// overflow is no longer reject-publish (limits removed or changed by
     /// policy; 4.x behaviour, see the design notes in `machine`).
     pub(super) fn maybe_unblock(&mut self, effects: &mut Vec<Effect>) {
-        if self.blocked
-            && (!self.config.overflow.rejects_publish() || self.is_below_soft_limit())
-        {
+        if self.blocked && (!self.config.overflow.rejects_publish() || self.is_below_soft_limit()) {
             self.blocked = false;
             effects.push(Effect::PublishersBlocked(false));
         }
