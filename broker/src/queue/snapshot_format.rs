@@ -2,13 +2,13 @@
 //! location index of its spilled bodies, under a format tag.
 //!
 //! Format 2 (this one): bincode `(MAGIC, FORMAT, machine, index)`.
-//! Format 1: the same, the machine in the shape of `v1` below (consumer
+//! Format 1: the same, the machine in the shape of `old` below (consumer
 //! records without consumer priorities or delivery times, no delayed-retry
 //! area, no timed-out consumers).
 //! Format 0 (before the tag): bincode `(machine, index)`, the machine in the
-//! shape of `v0` below; both are decoded and upgraded, so a node restarted
+//! shape of `old` below; both are decoded and upgraded, so a node restarted
 //! on a newer binary keeps its queues. A change to the shape of any type inside
-//! `QueueMachine` must bump `FORMAT`, freeze the old shape in a `vN` module
+//! `QueueMachine` must bump `FORMAT`, freeze the old shape (module `old`, or a new one)
 //! and add its upgrade here (the Raft log itself only ever gains variants).
 
 use super::machine::QueueMachine;
@@ -19,10 +19,12 @@ const MAGIC: u64 = 0x5151_534e_4150_0000; // "QQSNAP"
 /// The format written now.
 const FORMAT: u32 = 2;
 
-/// The shape of the machine in format 0 (quorumq up to bf9fa0f), frozen.
-/// A field whose type changed shape since then is listed with its frozen
-/// type; the others still have their format-0 shape.
-mod v0 {
+/// The shape of the machine in formats 0 (quorumq up to bf9fa0f) and 1
+/// (up to 4015f2b), frozen; they differ only in the configuration's shape
+/// (`C`: `QueueConfigV0` in format 0, `QueueConfig` in format 1). Against
+/// format 2, the consumer records had no consumer priority nor delivery
+/// times, and there was no delayed-retry area nor timed-out list.
+mod old {
     use std::collections::BTreeMap;
 
     use serde::Deserialize;
@@ -30,12 +32,12 @@ mod v0 {
     use super::super::consumers::v1::Consumers;
     use super::super::dead_letter::HeldArea;
     use super::super::messages::ReadyQueue;
-    use super::super::types::{ProposerId, QueueConfigV0};
+    use super::super::types::{ProposerId, QueueConfig, QueueConfigV0};
 
-    /// `QueueMachine` in format 0.
+    /// `QueueMachine` in format 0 (`C` = `QueueConfigV0`) or 1 (`QueueConfig`).
     #[derive(Deserialize)]
-    pub(super) struct QueueMachine {
-        config: QueueConfigV0,
+    pub(super) struct QueueMachine<C> {
+        config: C,
         next_id: u64,
         ready: ReadyQueue,
         consumers: Consumers,
@@ -47,8 +49,13 @@ mod v0 {
         proposers: BTreeMap<ProposerId, u64>,
     }
 
-    /// Format 0 → current.
-    pub(super) fn upgrade(m: QueueMachine) -> super::QueueMachine {
+    /// Format 0.
+    pub(super) type V0 = QueueMachine<QueueConfigV0>;
+    /// Format 1.
+    pub(super) type V1 = QueueMachine<QueueConfig>;
+
+    /// Format 0 or 1 → current.
+    pub(super) fn upgrade<C: Into<QueueConfig>>(m: QueueMachine<C>) -> super::QueueMachine {
         super::QueueMachine {
             config: m.config.into(),
             next_id: m.next_id,
@@ -81,51 +88,6 @@ mod v0 {
     }
 }
 
-/// The shape of the machine in format 1 (quorumq up to 4015f2b), frozen:
-/// the consumer records had no consumer priority.
-mod v1 {
-    use std::collections::BTreeMap;
-
-    use serde::Deserialize;
-
-    use super::super::consumers::v1::Consumers;
-    use super::super::dead_letter::HeldArea;
-    use super::super::messages::ReadyQueue;
-    use super::super::types::{ProposerId, QueueConfig};
-
-    /// `QueueMachine` in format 1.
-    #[derive(Deserialize)]
-    pub(super) struct QueueMachine {
-        config: QueueConfig,
-        next_id: u64,
-        ready: ReadyQueue,
-        consumers: Consumers,
-        held: HeldArea,
-        blocked: bool,
-        last_active: Option<u64>,
-        expired_notified: bool,
-        timer_at: Option<u64>,
-        proposers: BTreeMap<ProposerId, u64>,
-    }
-
-    /// Format 1 → current.
-    pub(super) fn upgrade(m: QueueMachine) -> super::QueueMachine {
-        super::QueueMachine {
-            config: m.config,
-            next_id: m.next_id,
-            ready: m.ready,
-            consumers: m.consumers.into(),
-            held: m.held,
-            blocked: m.blocked,
-            last_active: m.last_active,
-            expired_notified: m.expired_notified,
-            timer_at: m.timer_at,
-            proposers: m.proposers,
-            ..super::QueueMachine::default()
-        }
-    }
-}
-
 /// Encodes `machine` with the body `index` in the current format.
 ///
 /// Errors: bincode encoding (not expected for these types).
@@ -146,9 +108,9 @@ pub(super) fn decode(data: &[u8]) -> Result<(QueueMachine, Vec<u8>), raft_log::S
     {
         if magic == MAGIC {
             if format == 1 {
-                let (_, _, machine, index): (u64, u32, v1::QueueMachine, Vec<u8>) =
+                let (_, _, machine, index): (u64, u32, old::V1, Vec<u8>) =
                     raft_log::codec::decode(data)?;
-                return Ok((v1::upgrade(machine), index));
+                return Ok((old::upgrade(machine), index));
             }
             if format != FORMAT {
                 return Err(raft_log::StoreError::corrupt(format!(
@@ -160,8 +122,8 @@ pub(super) fn decode(data: &[u8]) -> Result<(QueueMachine, Vec<u8>), raft_log::S
             return Ok((machine, index));
         }
     }
-    let (machine, index): (v0::QueueMachine, Vec<u8>) = raft_log::codec::decode(data)?;
-    Ok((v0::upgrade(machine), index))
+    let (machine, index): (old::V0, Vec<u8>) = raft_log::codec::decode(data)?;
+    Ok((old::upgrade(machine), index))
 }
 
 #[cfg(test)]
@@ -248,7 +210,7 @@ mod tests {
             ..QueueConfigV0::default()
         };
         let consumers = v1_consumers(&m);
-        let written = v0::Written {
+        let written = old::Written {
             config: &config,
             next_id: m.next_id,
             ready: &m.ready,
@@ -308,7 +270,7 @@ mod tests {
         };
         assert_eq!(m.checked_out(c).count(), 1);
         let consumers = v1_consumers(&m);
-        let written = v0::Written {
+        let written = old::Written {
             config: &QueueConfigV0 {
                 max_length: Some(10),
                 ..QueueConfigV0::default()

@@ -453,24 +453,9 @@ impl Model {
                         .collect(),
                 );
             }
-            C::Enqueue { now_ms, .. }
-            | C::EnqueuePrioritized { now_ms, .. }
-            | C::Checkout { now_ms, .. }
-            | C::Cancel { now_ms, .. }
-            | C::ConsumerDown { now_ms, .. }
-            | C::NodeRestarted { now_ms, .. }
-            | C::NodeDown { now_ms, .. }
-            | C::NodeUp { now_ms, .. }
-            | C::Settle { now_ms, .. }
-            | C::Return { now_ms, .. }
-            | C::Discard { now_ms, .. }
-            | C::Dequeue { now_ms, .. }
-            | C::Purge { now_ms }
-            | C::Tick { now_ms }
-            | C::UpdateConfig { now_ms, .. }
-            | C::Configure { now_ms, .. }
-            | C::Subscribe { now_ms, .. }
-            | C::DeadLetterSettled { now_ms, .. } => *now_ms,
+            c => c
+                .now_ms()
+                .expect("every command but Batch and Deduped carries its time"),
         };
         if self.lease.is_none() {
             self.lease = Some(now);

@@ -461,28 +461,10 @@ fn stored_priorities(cmd: &QueueCommand, reply: &QueueReply, overflow: Overflow)
 
 /// The `now_ms` of a command (of its last part for a batch), if it has one.
 fn command_now(cmd: &QueueCommand) -> Option<u64> {
-    use QueueCommand as C;
     match cmd {
-        C::Batch(cmds) => cmds.iter().rev().find_map(command_now),
-        C::Deduped { cmd, .. } => command_now(cmd),
-        C::Enqueue { now_ms, .. }
-        | C::EnqueuePrioritized { now_ms, .. }
-        | C::Checkout { now_ms, .. }
-        | C::Cancel { now_ms, .. }
-        | C::ConsumerDown { now_ms, .. }
-        | C::NodeRestarted { now_ms, .. }
-        | C::NodeDown { now_ms, .. }
-        | C::NodeUp { now_ms, .. }
-        | C::Settle { now_ms, .. }
-        | C::Return { now_ms, .. }
-        | C::Discard { now_ms, .. }
-        | C::Dequeue { now_ms, .. }
-        | C::Purge { now_ms }
-        | C::Tick { now_ms }
-        | C::UpdateConfig { now_ms, .. }
-        | C::Configure { now_ms, .. }
-        | C::Subscribe { now_ms, .. }
-        | C::DeadLetterSettled { now_ms, .. } => Some(*now_ms),
+        QueueCommand::Batch(cmds) => cmds.iter().rev().find_map(command_now),
+        QueueCommand::Deduped { cmd, .. } => command_now(cmd),
+        c => c.now_ms(),
     }
 }
 
