@@ -10,11 +10,20 @@
 //!   and every such delivery must carry an `x-death` whose first entry has
 //!   the expected reason and source queue and a count ≥ 1 (RabbitMQ dlx.md);
 //!   others are `malformed`.
-//! * Recovery: for each heal, the time to the first basic.ack after it.
+//! * Recovery: for each heal, the time to the first basic.ack after it; it
+//!   must come within [`RECOVERY_BOUND_MS`].
+//! * Anti-vacuity: a verdict passes only if something was published,
+//!   confirmed and delivered, and every scheduled fault was injected and
+//!   healed (a broker that nacks everything, or never confirms again after a
+//!   fault, fails even when its queues drain).
 
 use super::history::{Op, Record};
 use serde::Serialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// Longest time from a heal to the first basic.ack after it before the run
+/// fails (ms; issue "faults that can't hide": 10 s).
+pub const RECOVERY_BOUND_MS: u64 = 10_000;
 
 /// What a workload's deliveries must look like.
 #[derive(Debug, Clone)]
@@ -23,6 +32,9 @@ pub struct Expect {
     pub queue: String,
     /// For dead-letter workloads: the `x-death` reason and source queue each delivery must carry.
     pub death: Option<(String, String)>,
+    /// Faults the schedule injects during the workload (count): each must
+    /// show up in the history as injected and healed.
+    pub faults: u64,
 }
 
 /// Time from a heal to the first confirm after it.
@@ -39,8 +51,10 @@ pub struct Recovery {
     pub max_gap_ms: u64,
 }
 
-/// A workload's verdict. It passes when `lost`, `unexpected` and `malformed`
-/// are 0 and it drained (`stuck` is None).
+/// A workload's verdict. It passes when [`Verdict::problems`] is empty:
+/// nothing lost, unexpected or malformed, drained, something confirmed and
+/// delivered, every scheduled fault injected and healed, and confirms back
+/// within [`RECOVERY_BOUND_MS`] after each heal.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Verdict {
     /// Workload name.
@@ -71,6 +85,12 @@ pub struct Verdict {
     pub malformed_sample: Vec<String>,
     /// Faults injected during the workload (count).
     pub faults: u64,
+    /// Faults the schedule asked for (count; set by the runner).
+    pub scheduled: u64,
+    /// Faults healed (count).
+    pub healed: u64,
+    /// Faults injected, per nemesis kind (count).
+    pub faults_by_kind: BTreeMap<String, u64>,
     /// One per heal.
     pub recoveries: Vec<Recovery>,
     /// Why the queues did not drain after the faults were healed, if they did not.
@@ -78,16 +98,89 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// No loss, nothing unexpected, nothing malformed, drained.
-    pub fn passed(&self) -> bool {
-        self.lost == 0 && self.unexpected == 0 && self.malformed == 0 && self.stuck.is_none()
+    /// Why this verdict fails, one line each; empty when it passes.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        let mut fail = |bad: bool, why: String| {
+            if bad {
+                p.push(why)
+            }
+        };
+        fail(self.ops == 0, "no publish was attempted".into());
+        fail(self.confirmed == 0, "no publish was confirmed".into());
+        fail(self.delivered == 0, "nothing was delivered".into());
+        fail(
+            self.lost > 0,
+            format!("{} confirmed messages lost", self.lost),
+        );
+        fail(
+            self.unexpected > 0,
+            format!("{} never-published ids delivered", self.unexpected),
+        );
+        fail(
+            self.malformed > 0,
+            format!("{} deliveries with a wrong x-death", self.malformed),
+        );
+        fail(
+            self.stuck.is_some(),
+            format!("stuck: {}", self.stuck.as_deref().unwrap_or_default()),
+        );
+        fail(
+            self.faults != self.scheduled,
+            format!(
+                "{} of {} scheduled faults injected",
+                self.faults, self.scheduled
+            ),
+        );
+        fail(
+            self.healed != self.faults,
+            format!("{} of {} faults healed", self.healed, self.faults),
+        );
+        for r in &self.recoveries {
+            match r.first_confirm_ms {
+                Some(ms) if ms <= RECOVERY_BOUND_MS => {}
+                Some(ms) => p.push(format!(
+                    "confirms resumed {ms} ms after the {} heal at {} ms (bound {RECOVERY_BOUND_MS} ms)",
+                    r.kind, r.healed_ms
+                )),
+                None => p.push(format!(
+                    "no confirm after the {} heal at {} ms",
+                    r.kind, r.healed_ms
+                )),
+            }
+        }
+        p
     }
+
+    /// [`Verdict::problems`] is empty.
+    pub fn passed(&self) -> bool {
+        self.problems().is_empty()
+    }
+
+    /// The longest time from a heal to the first confirm after it (ms);
+    /// None when a heal had no confirm after it (or there was no heal).
+    pub fn longest_recovery_ms(&self) -> Option<u64> {
+        self.recoveries
+            .iter()
+            .map(|r| r.first_confirm_ms)
+            .try_fold(0, |m, ms| Some(m.max(ms?)))
+            .filter(|_| !self.recoveries.is_empty())
+    }
+}
+
+/// Whether `records` hold a basic.ack at or after `t_ms` (the runner waits
+/// for one after the last heal).
+pub fn confirmed_since(records: &[Record], t_ms: u64) -> bool {
+    records
+        .iter()
+        .any(|r| r.t_ms >= t_ms && matches!(r.op, Op::Confirmed { .. }))
 }
 
 /// Checks one workload's `records` against `expect`.
 pub fn check(workload: &str, records: &[Record], expect: &Expect) -> Verdict {
     let mut v = Verdict {
         workload: workload.to_string(),
+        scheduled: expect.faults,
         ..Verdict::default()
     };
     let mut published = HashSet::new();
@@ -130,11 +223,13 @@ pub fn check(workload: &str, records: &[Record], expect: &Expect) -> Verdict {
                 }
             }
             Op::Delivered { .. } => {}
-            Op::Fault { .. } => {
+            Op::Fault { kind, .. } => {
                 v.faults += 1;
+                *v.faults_by_kind.entry(kind.clone()).or_default() += 1;
                 fault_start = Some(r.t_ms);
             }
             Op::Healed { kind } => {
+                v.healed += 1;
                 heals.push((kind.clone(), fault_start.take().unwrap_or(r.t_ms), r.t_ms))
             }
         }
@@ -201,6 +296,7 @@ mod tests {
         Expect {
             queue: "q".into(),
             death: None,
+            faults: 0,
         }
     }
 
@@ -252,6 +348,7 @@ mod tests {
         let expect = Expect {
             queue: "dst".into(),
             death: Some(("rejected".into(), "src".into())),
+            faults: 0,
         };
         let good = Death {
             reason: "rejected".into(),
@@ -337,9 +434,141 @@ mod tests {
 
     #[test]
     fn stuck_fails_the_verdict() {
-        let mut v = check("total-queue", &[], &total());
+        let h = vec![
+            rec(0, Op::Publish { id: 1, node: 1 }),
+            rec(1, Op::Confirmed { id: 1, node: 1 }),
+            rec(2, delivered(1, "q", None)),
+        ];
+        let mut v = check("total-queue", &h, &total());
         assert!(v.passed());
         v.stuck = Some("3 messages ready".into());
         assert!(!v.passed());
+    }
+
+    /// A run with two faults, confirms before, during and after each, and
+    /// every confirmed message delivered: it passes (the base the mutations
+    /// below start from).
+    fn faulted_history() -> (Vec<Record>, Expect) {
+        let fault = |kind: &str| Op::Fault {
+            kind: kind.into(),
+            targets: vec![1],
+            detail: String::new(),
+        };
+        let healed = |kind: &str| Op::Healed { kind: kind.into() };
+        let mut h = Vec::new();
+        for id in 1..=6u64 {
+            h.push(rec(id * 1000, Op::Publish { id, node: 1 }));
+            h.push(rec(id * 1000 + 10, Op::Confirmed { id, node: 1 }));
+        }
+        h.push(rec(1500, fault("kill")));
+        h.push(rec(2500, healed("kill")));
+        h.push(rec(3500, fault("pause")));
+        h.push(rec(4500, healed("pause")));
+        h.sort_by_key(|r| r.t_ms);
+        for id in 1..=6u64 {
+            h.push(rec(10_000 + id, delivered(id, "q", None)));
+        }
+        let expect = Expect {
+            faults: 2,
+            ..total()
+        };
+        (h, expect)
+    }
+
+    #[test]
+    fn the_unmutated_faulted_history_passes() {
+        let (h, expect) = faulted_history();
+        let v = check("total-queue", &h, &expect);
+        assert!(v.passed(), "{:?}", v.problems());
+        assert_eq!(v.faults_by_kind.get("kill"), Some(&1));
+        assert_eq!(v.longest_recovery_ms(), Some(510));
+    }
+
+    #[test]
+    fn mutation_one_confirmed_delivery_removed_fails() {
+        let (mut h, expect) = faulted_history();
+        let i = h
+            .iter()
+            .position(|r| matches!(r.op, Op::Delivered { id: 4, .. }))
+            .unwrap();
+        h.remove(i);
+        let v = check("total-queue", &h, &expect);
+        assert_eq!(v.lost_sample, vec![4]);
+        assert!(!v.passed());
+    }
+
+    #[test]
+    fn mutation_zero_operations_fails() {
+        let v = check("total-queue", &[], &total());
+        assert!(!v.passed());
+        assert!(v.problems().iter().any(|p| p.contains("no publish")));
+    }
+
+    #[test]
+    fn mutation_every_publish_nacked_fails_even_when_drained() {
+        let (h, expect) = faulted_history();
+        let h: Vec<Record> = h
+            .into_iter()
+            .filter(|r| !matches!(r.op, Op::Delivered { .. }))
+            .map(|r| match r.op {
+                Op::Confirmed { id, node } => rec(r.t_ms, Op::Nacked { id, node }),
+                op => rec(r.t_ms, op),
+            })
+            .collect();
+        let v = check("total-queue", &h, &expect);
+        assert_eq!((v.lost, v.confirmed), (0, 0));
+        assert!(!v.passed());
+    }
+
+    #[test]
+    fn mutation_no_confirm_after_a_heal_fails() {
+        let (h, expect) = faulted_history();
+        // Every confirm after the second heal (4500 ms) is gone.
+        let h: Vec<Record> = h
+            .into_iter()
+            .filter(|r| !(r.t_ms > 4500 && matches!(r.op, Op::Confirmed { .. })))
+            .filter(|r| !matches!(r.op, Op::Delivered { id: 5 | 6, .. }))
+            .collect();
+        let v = check("total-queue", &h, &expect);
+        assert_eq!(v.lost, 0);
+        assert!(!v.passed());
+        assert!(v.problems().iter().any(|p| p.contains("pause heal")));
+    }
+
+    #[test]
+    fn mutation_a_late_recovery_fails() {
+        let (mut h, expect) = faulted_history();
+        for r in &mut h {
+            if r.t_ms > 4500 && r.t_ms < 10_000 {
+                r.t_ms += RECOVERY_BOUND_MS;
+            }
+        }
+        h.sort_by_key(|r| r.t_ms);
+        let v = check("total-queue", &h, &expect);
+        assert!(!v.passed(), "{:?}", v.recoveries);
+    }
+
+    #[test]
+    fn mutation_a_fault_not_injected_or_not_healed_fails() {
+        let (h, expect) = faulted_history();
+        let missing: Vec<Record> = h
+            .iter()
+            .filter(|r| !matches!(&r.op, Op::Fault { kind, .. } | Op::Healed { kind } if kind == "pause"))
+            .cloned()
+            .collect();
+        assert!(!check("total-queue", &missing, &expect).passed());
+        let unhealed: Vec<Record> = h
+            .iter()
+            .filter(|r| !matches!(&r.op, Op::Healed { kind } if kind == "pause"))
+            .cloned()
+            .collect();
+        assert!(!check("total-queue", &unhealed, &expect).passed());
+    }
+
+    #[test]
+    fn confirmed_since_sees_only_later_confirms() {
+        let (h, _) = faulted_history();
+        assert!(confirmed_since(&h, 6010));
+        assert!(!confirmed_since(&h, 6011));
     }
 }

@@ -66,6 +66,10 @@ pub struct Options {
     pub results: PathBuf,
     /// Use the forwarding proxies on 127.0.0.x even where namespaces work.
     pub proxies: bool,
+    /// Nemesis kinds the caller excluded on purpose (`--exclude`); listed in
+    /// the report. A kind in `nemeses` that this machine cannot run fails
+    /// the run instead.
+    pub excluded: Vec<nemesis::Kind>,
 }
 
 /// One fault in a schedule: quiet time before, the kind, how long it holds.
@@ -127,16 +131,20 @@ pub struct Report {
     pub seed: u64,
     /// How the nodes were connected.
     pub network: String,
-    /// Nemesis kinds skipped because this machine cannot run them.
+    /// Nemesis kinds asked for that this machine cannot run: the run fails.
     pub skipped: Vec<String>,
+    /// Nemesis kinds excluded on purpose (`--exclude`).
+    pub excluded: Vec<String>,
     /// One per workload.
     pub verdicts: Vec<Verdict>,
 }
 
 impl Report {
-    /// Every workload passed.
+    /// Every workload passed and every nemesis kind asked for could run.
     pub fn passed(&self) -> bool {
-        self.verdicts.iter().all(Verdict::passed)
+        self.skipped.is_empty()
+            && !self.verdicts.is_empty()
+            && self.verdicts.iter().all(Verdict::passed)
     }
 }
 
@@ -247,6 +255,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
         seed: opts.seed,
         network,
         skipped,
+        excluded: opts.excluded.iter().map(|k| k.name().to_string()).collect(),
         verdicts,
     };
     std::fs::write(
@@ -277,6 +286,23 @@ async fn run_workload(
         eprintln!("  {} healed at {} ms", step.kind.name(), history.now_ms());
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // The last heal's recovery is judged too: publish until a confirm
+    // follows it (or the checker's bound has passed).
+    if let Some(last) = history
+        .records()
+        .iter()
+        .rev()
+        .find(|r| matches!(r.op, history::Op::Healed { .. }))
+        .map(|r| r.t_ms)
+    {
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(checker::RECOVERY_BOUND_MS);
+        while !checker::confirmed_since(&history.records(), last)
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
     injector.heal_all().await?;
     w.stop_publishing().await;
     let stuck = drain(cluster, &w.queues())
@@ -285,7 +311,11 @@ async fn run_workload(
         .map(|e| format!("{e:#}"));
     w.stop_consuming().await;
     history.flush()?;
-    let mut v = checker::check(kind.name(), &history.records(), &kind.expect());
+    let expect = checker::Expect {
+        faults: steps.len() as u64,
+        ..kind.expect()
+    };
+    let mut v = checker::check(kind.name(), &history.records(), &expect);
     v.stuck = stuck;
     Ok(v)
 }
@@ -339,6 +369,7 @@ mod tests {
             rate: 100,
             results: PathBuf::new(),
             proxies: false,
+            excluded: Vec::new(),
         }
     }
 

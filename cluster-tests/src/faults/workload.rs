@@ -96,7 +96,8 @@ impl Kind {
         (self != Kind::TotalQueue).then(|| format!("qf.{}.dlx", self.name()))
     }
 
-    /// What the checker expects of the deliveries.
+    /// What the checker expects of the deliveries (`faults`: 0; the runner
+    /// sets the schedule's count).
     pub fn expect(self) -> Expect {
         let reason = match self {
             Kind::TotalQueue => None,
@@ -107,6 +108,7 @@ impl Kind {
         Expect {
             queue: self.target().unwrap_or_else(|| self.source()),
             death: reason.map(|r| (r.to_string(), self.source())),
+            faults: 0,
         }
     }
 
