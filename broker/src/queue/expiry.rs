@@ -43,17 +43,45 @@ impl QueueMachine {
         }
     }
 
-    /// Emit `ExpiryTimer` when the next timer ([`QueueMachine::next_timer_ms`]:
+    /// Emit `ExpiryTimer` for the next timer ([`QueueMachine::next_timer_ms`]:
     /// head expiry, earliest delayed release or consumer timeout deadline)
-    /// differs from the one last emitted, or always (if there is one) when
-    /// `force` (a tick, so a timer that fired early is re-armed).
-    pub(super) fn emit_expiry_timer(&mut self, force: bool, effects: &mut Vec<Effect>) {
+    /// when the leader's armed timer would not serve it: when it is earlier
+    /// than the one last emitted (`timer_at`), when none was emitted, or when
+    /// the last one is due by `now_ms` (its `Tick` may have been lost); and
+    /// always (if there is one) when `force` (a tick, so a timer that fired
+    /// early is re-armed). A next timer *later* than the armed one is not
+    /// emitted: the armed one fires first, and its `Tick` re-arms at the new
+    /// instant. This keeps a busy queue from emitting on every command (with
+    /// a consumer timeout the deadline moves with every ack; with a TTL the
+    /// head's expiry with every delivery).
+    pub(super) fn emit_expiry_timer(
+        &mut self,
+        force: bool,
+        now_ms: Option<u64>,
+        effects: &mut Vec<Effect>,
+    ) {
         let next = self.next_timer_ms();
-        if next != self.timer_at || force {
+        let due = match (next, self.timer_at) {
+            (Some(n), Some(t)) => n < t || (n != t && now_ms.is_some_and(|now| t <= now)),
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if force || due {
             if let Some(at_ms) = next {
                 effects.push(Effect::ExpiryTimer { at_ms });
             }
             self.timer_at = next;
+        }
+    }
+
+    /// The instant the leader's timer must be armed at or before: the next
+    /// timer, or the last one emitted if that is earlier (a later next timer
+    /// was not emitted, see [`QueueMachine::emit_expiry_timer`]). A new
+    /// leader arms its timer at this.
+    pub(super) fn armed_timer_ms(&self) -> Option<u64> {
+        match (self.next_timer_ms(), self.timer_at) {
+            (Some(n), Some(t)) => Some(n.min(t)),
+            (n, _) => n,
         }
     }
 }

@@ -36,9 +36,12 @@ use super::types::{
 ///   `is_expired`): a cancelled consumer or a basic.get slot still holding
 ///   unacked messages keeps the queue alive. Checked on `Tick` only.
 /// - `ExpiryTimer` is emitted when the next timer instant — the head's
-///   expiry or the earliest delayed-retry release, whichever is first —
-///   differs from the last one emitted (not on every command), and on every
-///   `Tick` if there is one; a new leader reads `next_timer_ms()`.
+///   expiry, the earliest delayed-retry release or the next consumer
+///   timeout deadline, whichever is first — is earlier than the last one
+///   emitted, or that one is due (not on every command, and not when it
+///   only moves later: the armed timer fires first and its `Tick` re-arms),
+///   and on every `Tick` if there is one; a new leader arms at
+///   `armed_timer_ms()` (`leader_effects`).
 /// - Delayed retry (4.3): a delayed message is released to the back of the
 ///   returns queue by the first command at or past its ready-at (before the
 ///   head expiry runs), so it expires by TTL only once released (as 4.3,
@@ -106,8 +109,9 @@ impl QueueMachine {
     pub fn apply(&mut self, cmd: QueueCommand) -> (QueueReply, Vec<Effect>) {
         let mut effects = Vec::new();
         let mut tick = false;
+        let now_ms = cmd.latest_now_ms();
         let reply = self.apply_one(cmd, &mut effects, &mut tick);
-        self.emit_expiry_timer(tick, &mut effects);
+        self.emit_expiry_timer(tick, now_ms, &mut effects);
         (reply, effects)
     }
 
@@ -306,8 +310,8 @@ impl QueueMachine {
     /// for every held dead letter, `PublishersBlocked` if blocked,
     /// `ConsumerTimedOut` for every timed-out consumer whose channel has not
     /// answered, and the next timer (`ExpiryTimer` at the earlier of the
-    /// head's expiry and the next consumer deadline). Pure: the state is not
-    /// changed.
+    /// head's expiry and the next consumer deadline, or the last one emitted
+    /// if that is earlier). Pure: the state is not changed.
     pub fn leader_effects(&self) -> Vec<Effect> {
         let mut effects = Vec::new();
         for (consumer, c) in self.consumers.iter() {
@@ -336,7 +340,7 @@ impl QueueMachine {
                 timeout_ms: *timeout_ms,
             });
         }
-        if let Some(at_ms) = self.next_timer_ms() {
+        if let Some(at_ms) = self.armed_timer_ms() {
             effects.push(Effect::ExpiryTimer { at_ms });
         }
         effects

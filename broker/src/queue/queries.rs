@@ -150,7 +150,8 @@ impl QueueMachine {
     /// When the leader must next propose a `Tick`: the earliest of the
     /// head's expiry ([`QueueMachine::next_expiry_ms`]), the earliest
     /// delayed-retry release and the next consumer timeout deadline. A new
-    /// leader arms its timer from this.
+    /// leader arms its timer at this or at the last one emitted, if earlier
+    /// (`leader_effects`).
     pub fn next_timer_ms(&self) -> Option<u64> {
         [
             self.next_expiry_ms(),

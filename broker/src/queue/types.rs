@@ -357,6 +357,16 @@ impl QueueCommand {
         }
     }
 
+    /// The latest time among the command and the commands it wraps
+    /// (`Batch`, `Deduped`), ms; None for an empty batch.
+    pub fn latest_now_ms(&self) -> Option<u64> {
+        match self {
+            QueueCommand::Batch(cmds) => cmds.iter().filter_map(QueueCommand::latest_now_ms).max(),
+            QueueCommand::Deduped { cmd, .. } => cmd.latest_now_ms(),
+            c => c.now_ms(),
+        }
+    }
+
     /// Message bytes the command carries (encoded publishes), to bound a
     /// folded Raft entry by size; other commands count 0.
     pub fn payload_bytes(&self) -> usize {

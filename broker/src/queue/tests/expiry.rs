@@ -80,23 +80,50 @@ fn unacked_messages_never_expire() {
 }
 
 #[test]
-fn expiry_timer_is_emitted_when_the_head_changes_only() {
+fn expiry_timer_is_emitted_when_the_next_instant_is_earlier_only() {
     let mut q = QueueMachine::new(ttl(100));
     let (_, e) = enqueue(&mut q, 0, vec![msg("a")]);
     assert_eq!(timers(&e), vec![100]);
     // Same head: no new timer.
     let (_, e) = enqueue(&mut q, 50, vec![msg("b")]);
     assert!(timers(&e).is_empty());
-    // Head leaves: the new head's expiry.
+    // Head leaves: the new head expires later (150) than the armed timer
+    // (100), which fires first; no effect per delivery.
     let (_, e) = get(&mut q, 60, cid(1), true);
-    assert_eq!(timers(&e), vec![150]);
+    assert!(timers(&e).is_empty());
+    assert_eq!(q.next_timer_ms(), Some(150));
+    assert!(q
+        .leader_effects()
+        .contains(&Effect::ExpiryTimer { at_ms: 100 }));
+    // The armed timer's tick re-arms at the head's expiry.
+    assert_eq!(timers(&tick(&mut q, 100)), vec![150]);
     // Queue empties: nothing to arm.
-    let (_, e) = get(&mut q, 61, cid(1), true);
+    let (_, e) = get(&mut q, 101, cid(1), true);
     assert!(timers(&e).is_empty());
     assert_eq!(q.next_expiry_ms(), None);
-    // A new head arms again.
-    let (_, e) = enqueue(&mut q, 70, vec![msg("c")]);
-    assert_eq!(timers(&e), vec![170]);
+    // A new head later than the armed timer (150) waits for its tick ...
+    let (_, e) = enqueue(&mut q, 110, vec![msg("c")]);
+    assert!(timers(&e).is_empty());
+    assert_eq!(timers(&tick(&mut q, 150)), vec![210]);
+    // ... an earlier one is emitted at once.
+    let (_, e) = enqueue(&mut q, 120, vec![msg_ttl("d", 10)]);
+    assert!(timers(&e).is_empty(), "behind c: not the head");
+    get(&mut q, 121, cid(1), true);
+    let (_, e) = enqueue(&mut q, 122, vec![]);
+    assert!(timers(&e).is_empty(), "head d expires at 130");
+    assert_eq!(q.next_timer_ms(), Some(130));
+}
+
+#[test]
+fn a_due_timer_is_re_armed_by_any_command_if_its_tick_was_lost() {
+    let mut q = QueueMachine::new(ttl(100));
+    enqueue(&mut q, 0, vec![msg("a")]);
+    enqueue(&mut q, 10, vec![msg("b")]);
+    get(&mut q, 20, cid(1), true);
+    // Armed at 100, next 110; the tick at 100 never came. A command at 105
+    // sees the armed timer due and emits the next instant.
+    let (_, e) = enqueue(&mut q, 105, vec![msg("c")]);
+    assert_eq!(timers(&e), vec![110]);
 }
 
 #[test]

@@ -53,12 +53,14 @@ impl QueueMachine {
         if self.config.overflow == Overflow::DropHead && self.is_over_limit() {
             return Err("drop-head queue over its limit".into());
         }
-        if self.timer_at != self.next_timer_ms() {
-            return Err(format!(
-                "timer {:?} != next timer instant {:?}",
-                self.timer_at,
-                self.next_timer_ms()
-            ));
+        // The armed timer serves the next instant: it is at or before it.
+        if let Some(next) = self.next_timer_ms() {
+            if self.timer_at.is_none_or(|t| t > next) {
+                return Err(format!(
+                    "timer {:?} later than the next timer instant {next}",
+                    self.timer_at
+                ));
+            }
         }
         for (id, c) in self.consumers.iter() {
             if c.active && !c.no_ack && c.prefetch > 0 && c.checked_out.len() > c.prefetch as usize

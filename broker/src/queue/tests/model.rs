@@ -411,6 +411,7 @@ impl Model {
     pub fn apply(&mut self, cmd: QueueCommand) -> (QueueReply, Vec<Effect>) {
         let mut fx = Vec::new();
         let mut ticked = false;
+        let now = cmd.latest_now_ms();
         let reply = self.one(cmd, &mut fx, &mut ticked);
         let head = self
             .prios()
@@ -422,7 +423,14 @@ impl Model {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        if next != self.timer || ticked {
+        // Emitted when earlier than the armed timer, when none is armed, or
+        // when the armed one is due; never for a later instant alone.
+        let emit = match (next, self.timer) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(n), Some(t)) => n < t || (n != t && now.is_some_and(|now| now >= t)),
+        };
+        if emit || ticked {
             if let Some(at_ms) = next {
                 fx.push(Effect::ExpiryTimer { at_ms });
             }
