@@ -231,6 +231,7 @@ impl Broker {
             self.node_id(),
             Arc::downgrade(self.queues.groups()),
             self.detector.clone(),
+            self.peers.clone(),
         );
         let single = self.peers.others().is_empty();
         if single && self.meta.raft().current_leader().await != Some(self.node_id()) {

@@ -7,7 +7,10 @@
 //! is behind (its vote is refused) is followed by the next one instead of
 //! every member campaigning at once. The turns start when the dead leader's
 //! lease has run out ([`LEADER_LEASE_MS`] after this replica last heard from
-//! it): the voters would refuse an earlier campaign.
+//! it): the voters would refuse an earlier campaign. A member campaigns
+//! only after a majority of the voters granted it a pre-vote
+//! ([`pre_vote`]): a failure detector that lost a live leader's beats (a
+//! slow link) must not raise terms and depose it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -15,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use super::detector::Detector;
 use super::groups::GroupTable;
+use super::peers::Peers;
+use super::pre_vote::{self, PreVoteRequest};
 use super::types::META_GROUP;
 use super::LEADER_LEASE_MS;
 
@@ -43,8 +48,8 @@ struct Leaderless {
     last_try: Option<Instant>,
 }
 
-/// Runs the sweep until `groups` is dropped.
-pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
+/// Runs the sweep until `groups` is dropped; pre-votes go through `peers`.
+pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>, peers: Arc<Peers>) {
     tokio::spawn(async move {
         let mut changes = detector.subscribe();
         let mut state: HashMap<u64, Leaderless> = HashMap::new();
@@ -120,9 +125,19 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>) {
                     .is_none_or(|t| now.duration_since(t) >= Duration::from_millis(RETRY_MS));
                 if my_turn && rested {
                     st.last_try = Some(now);
-                    tracing::debug!(group, ?leader, rank, "leaderless group: campaigning");
-                    let raft = raft.clone();
+                    let (raft, peers) = (raft.clone(), peers.clone());
                     tokio::spawn(async move {
+                        let req = PreVoteRequest { candidate: me };
+                        if !pre_vote::ask(&peers, me, group, &voters, &req).await {
+                            tracing::debug!(
+                                group,
+                                ?leader,
+                                rank,
+                                "leaderless group: pre-vote refused"
+                            );
+                            return;
+                        }
+                        tracing::debug!(group, ?leader, rank, "leaderless group: campaigning");
                         let _ = raft.trigger().elect().await;
                     });
                 }

@@ -19,6 +19,7 @@ pub mod membership;
 pub mod meta_group;
 pub mod peers;
 pub mod placement;
+pub mod pre_vote;
 pub mod route;
 pub mod secret;
 pub mod server;

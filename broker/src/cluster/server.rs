@@ -156,6 +156,22 @@ impl RaftTransport for ClusterServices {
         .await
     }
 
+    async fn pre_vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let req = req.into_inner();
+        self.check_cluster(req.cluster_id)?;
+        let rpc: super::pre_vote::PreVoteRequest = decode(&req.payload)?;
+        let granted = super::pre_vote::answer(
+            self.peers.me(),
+            &self.groups,
+            &self.detector,
+            req.group_id,
+            &rpc,
+        );
+        Ok(Response::new(RaftReply {
+            payload: encode(&granted)?.into(),
+        }))
+    }
+
     async fn install_snapshot(
         &self,
         req: Request<Streaming<SnapshotChunk>>,
