@@ -276,6 +276,25 @@ impl Net {
         ])
     }
 
+    /// Node `id` behind a slow, lossy link both ways: what it sends and what
+    /// it is sent are limited to `kbit` kbit/s (tbf in its namespace and on
+    /// the host end of its veth) and each packet is dropped with
+    /// probability `loss` (0..1) on the way in and out.
+    ///
+    /// Errors: tc or iptables failed.
+    pub fn slow_link(&self, id: u64, kbit: u32, loss: f64) -> anyhow::Result<()> {
+        let rate = format!("{kbit}kbit");
+        self.in_ns(
+            id,
+            &[
+                "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", &rate, "burst",
+                "16kbit", "latency", "400ms",
+            ],
+        )?;
+        self.throttle_inbound(id, kbit)?;
+        self.lossy(id, loss)
+    }
+
     /// Removes every partition, loss and delay rule from every node.
     ///
     /// Errors: iptables failed (a missing qdisc is not an error).
