@@ -109,6 +109,14 @@ impl QueueMachine {
             .map(|m| (m.id, m.delivery_count()))
     }
 
+    /// The ids of the ready messages in delivery order (returns first, then
+    /// the main queue; highest priority first), at most `limit`: where a
+    /// redrive walks the queue once. Checked-out, held and delayed messages
+    /// are not ready. O(limit).
+    pub fn ready_message_ids(&self, limit: usize) -> Vec<MsgId> {
+        self.ready.iter().take(limit).map(|m| m.id).collect()
+    }
+
     /// The messages the queue holds for consumers — ready ones in delivery
     /// order, then those checked out (unacked), by consumer — without the
     /// held dead letters: what `inspect_dead_letters` reads.
