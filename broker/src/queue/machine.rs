@@ -289,7 +289,10 @@ impl QueueMachine {
             }
             C::Remove { now_ms, ids } => {
                 self.start_lease(now_ms);
-                (now_ms, QueueReply::Removed(self.remove_ready(&ids, effects)))
+                (
+                    now_ms,
+                    QueueReply::Removed(self.remove_ready(&ids, effects)),
+                )
             }
             C::DeadLetterSettled { now_ms, ids } => {
                 self.start_lease(now_ms);

@@ -27,7 +27,10 @@ fn removes_ready_messages_and_drops_their_bodies_in_delivery_order() {
     let (n, e) = remove(&mut q, 1, &[3, 1]);
     assert_eq!(n, 2);
     assert_eq!(dropped(&e), vec![1, 3], "DropBody in delivery order");
-    assert!(dead_lettered(&e).is_empty(), "a removal is no dead-lettering");
+    assert!(
+        dead_lettered(&e).is_empty(),
+        "a removal is no dead-lettering"
+    );
     assert_eq!(q.ready_ids(), vec![0, 2, 4], "the others keep their order");
     assert_eq!(q.ready_count(), 3);
     assert_eq!(q.ready_bytes(), bytes - 4);
@@ -47,7 +50,11 @@ fn leaves_checked_out_held_unknown_and_repeated_ids_alone() {
     assert_eq!(q.held_count(), 1);
     assert_eq!(q.ready_ids(), vec![3]);
     let (n, e) = remove(&mut q, 4, &[2]);
-    assert_eq!((n, dropped(&e)), (0, vec![]), "a second removal does nothing");
+    assert_eq!(
+        (n, dropped(&e)),
+        (0, vec![]),
+        "a second removal does nothing"
+    );
 }
 
 #[test]
