@@ -18,8 +18,9 @@
 //!
 //! At-least-once: a crash or leader change between 2 and 3 leaves the batch
 //! in both queues (at most one batch duplicated); nothing is removed before
-//! its copy is committed. A message a consumer takes from the queue while
-//! the redrive runs may likewise end up in both places.
+//! its copy is committed. A message a consumer has taken (unacknowledged)
+//! when its batch is read is skipped; one taken between that read and the
+//! removal may end up in both places.
 //!
 //! Skipped messages stay in the queue, counted by reason ([`Skip`]).
 
@@ -96,6 +97,8 @@ pub enum Skip {
     DestinationFull,
     /// Its stored body could not be decoded.
     Unreadable,
+    /// A consumer took it (unacknowledged) since the redrive started.
+    DeliveredToConsumer,
 }
 
 impl Skip {
@@ -107,6 +110,7 @@ impl Skip {
             Skip::DestinationIsThisQueue => "destination_is_this_queue",
             Skip::DestinationFull => "destination_full",
             Skip::Unreadable => "unreadable",
+            Skip::DeliveredToConsumer => "delivered_to_consumer",
         }
     }
 }
@@ -371,17 +375,22 @@ async fn run(
         cursor = end;
         let bodies = h
             .read(|host| {
+                let m = host.machine();
                 chunk
                     .iter()
-                    .map(|id| (*id, host.payload(*id)))
+                    .map(|id| (*id, m.is_checked_out(*id), host.payload(*id)))
                     .collect::<Vec<_>>()
             })
             .ok_or_else(gone)?;
         // Per destination, in delivery order.
         let mut batches: BTreeMap<String, (Arc<QueueHandle>, Vec<Move>)> = BTreeMap::new();
-        for (id, body) in bodies {
+        for (id, delivered, body) in bodies {
             // No body: settled since the walk started (consumed); nothing to move.
             let Some(body) = body else { continue };
+            if delivered {
+                summary.skip(Skip::DeliveredToConsumer);
+                continue;
+            }
             match destination(queues, vhost, name, opts, &body) {
                 Ok((dest, dh, msg)) => {
                     let b = batches.entry(dest).or_insert_with(|| (dh, Vec::new()));

@@ -128,6 +128,14 @@ impl QueueMachine {
         ids
     }
 
+    /// True when message `id` is checked out to some consumer or basic.get
+    /// slot (delivered, not yet settled). O(consumers).
+    pub fn is_checked_out(&self, id: MsgId) -> bool {
+        self.consumers
+            .iter()
+            .any(|(_, c)| c.checked_out.contains_key(&id))
+    }
+
     /// Messages checked out to `consumer` (its unacked deliveries), in id order.
     pub fn checked_out(&self, consumer: ConsumerId) -> impl Iterator<Item = MsgId> + '_ {
         self.consumers

@@ -107,3 +107,20 @@ fn a_resent_removal_replies_removed_zero() {
     assert_eq!(QueueReply::for_resend(&cmd), QueueReply::Removed(0));
     assert_eq!(cmd.now_ms(), Some(0));
 }
+
+#[test]
+fn redrive_queries_list_ready_ids_and_see_checked_out_ones() {
+    let mut q = QueueMachine::new(QueueConfig {
+        delivery_limit: Some(5),
+        ..QueueConfig::default()
+    });
+    enqueue_n(&mut q, 0, 4);
+    get(&mut q, 1, cid(9), false); // 0 checked out
+    get(&mut q, 1, cid(9), false); // 1 checked out
+    ret(&mut q, 2, cid(9), &[1]); // 1 returned: first
+    assert_eq!(q.ready_message_ids(usize::MAX), vec![1, 2, 3]);
+    assert_eq!(q.ready_message_ids(2), vec![1, 2]);
+    assert!(q.is_checked_out(0));
+    assert!(!q.is_checked_out(1));
+    assert!(!q.is_checked_out(99));
+}
