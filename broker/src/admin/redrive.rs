@@ -582,8 +582,10 @@ mod tests {
 
     #[test]
     fn summary_json_names_the_skip_reasons() {
-        let mut s = Summary::default();
-        s.moved = 3;
+        let mut s = Summary {
+            moved: 3,
+            ..Summary::default()
+        };
         s.by_destination.insert("a".into(), 3);
         s.skip(Skip::SourceQueueNotFound);
         s.skip(Skip::SourceQueueNotFound);
