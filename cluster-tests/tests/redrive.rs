@@ -285,7 +285,8 @@ async fn redrive_to_one_destination_bounded_by_max() -> anyhow::Result<()> {
 
 /// A dead letter whose source queue was deleted, and a message without any
 /// death history, are skipped, reported by reason, and stay in the DLQ; the
-/// others move. A second run skips the same ones again (no loop over them).
+/// others move. A second run skips the same ones again (no loop over them);
+/// a message a consumer holds unacknowledged is not touched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redrive_skips_messages_it_cannot_place_and_keeps_them() -> anyhow::Result<()> {
     bounded(T, async {
@@ -323,6 +324,22 @@ async fn redrive_skips_messages_it_cannot_place_and_keeps_them() -> anyhow::Resu
             wait_for_messages(&broker, &dlq, [3, 3, 0]).await?;
         }
         wait_for_messages(&broker, &kept, [3, 3, 0]).await?;
+
+        // A message a consumer holds (unacknowledged) is not ready: the
+        // redrive leaves it alone and it stays.
+        let holder = conn.create_channel().await?;
+        let held = get(&holder, &dlq).await?.expect("a DLQ message");
+        let v = redrive_json(&broker, &[&dlq]).await?;
+        assert_eq!(v["moved"], 0, "{v}");
+        let skipped: u64 = v["skipped"]
+            .as_object()
+            .map(|m| m.values().filter_map(Value::as_u64).sum())
+            .unwrap_or(0);
+        assert_eq!(skipped, 2, "only the two ready ones were looked at: {v}");
+        wait_for_messages(&broker, &dlq, [3, 2, 1]).await?;
+        drop(held);
+        holder.close(200, "done".into()).await?;
+        wait_for_messages(&broker, &dlq, [3, 3, 0]).await?;
         let left = sorted(drain(&ch, &dlq).await?);
         assert_eq!(left, vec!["gone-0", "gone-1", "undead-0"]);
         Ok(())
