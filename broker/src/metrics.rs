@@ -64,6 +64,8 @@ pub struct Counters {
     dead_lettered: [Family<Labels, Counter>; 4],
     dead_lettered_confirmed: Family<Labels, Counter>,
     dead_lettered_by_queue: Family<Labels, Counter>,
+    /// Messages moved by redrive, labels vhost + queue (the queue moved from).
+    redriven: Family<Labels, Counter>,
     wal_fsync: Histogram,
     channels: Gauge<i64, AtomicI64>,
 }
@@ -95,6 +97,7 @@ pub static COUNTERS: LazyLock<Counters> = LazyLock::new(|| Counters {
     dead_lettered: Default::default(),
     dead_lettered_confirmed: Family::default(),
     dead_lettered_by_queue: Family::default(),
+    redriven: Family::default(),
     // 50 µs .. ~0.8 s.
     wal_fsync: Histogram::new(exponential_buckets(0.00005, 2.0, 15)),
     channels: Gauge::default(),
@@ -179,6 +182,14 @@ impl Counters {
                 ("queue_type", QUORUM.into()),
                 ("dead_letter_strategy", "at_least_once".into()),
             ])
+            .inc_by(n);
+    }
+
+    /// Redrive moved `n` messages out of queue `vhost`/`queue` (committed in
+    /// their destinations and removed).
+    pub fn redriven(&self, vhost: &str, queue: &str, n: u64) {
+        self.redriven
+            .get_or_create(&vec![("vhost", vhost.into()), ("queue", queue.into())])
             .inc_by(n);
     }
 
@@ -272,6 +283,11 @@ impl Counters {
             "quorumq_queue_messages_dead_lettered",
             "Messages dead-lettered by this node's queue leaders, by queue, reason and strategy",
             self.dead_lettered_by_queue.clone(),
+        );
+        reg.register(
+            "quorumq_dead_letters_redriven",
+            "Messages moved by redrive (quorumqctl redrive) out of a queue, by vhost and queue",
+            self.redriven.clone(),
         );
         reg.register(
             "quorumq_wal_fsync_seconds",

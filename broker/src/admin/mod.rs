@@ -1,11 +1,13 @@
 //! The admin gRPC service quorumqctl talks to (proto `quorumq.v1.Admin`),
 //! served on the cluster listener. Queue reads answered by the leader
 //! (`peek`, `inspect_dead_letters`, `quorum_status`) live in `inspect`,
-//! the message shape of peek in `peek`, the quorum health checks in `health`.
+//! the message shape of peek in `peek`, the quorum health checks in `health`,
+//! moving messages back where they died in `redrive`.
 
 pub mod health;
 pub mod inspect;
 pub mod peek;
+pub mod redrive;
 
 use std::sync::Arc;
 
@@ -21,7 +23,9 @@ use quorumq_proto::v1::{
     SetPolicyRequest, SetVhostLimitsRequest, ShrinkRequest, StatusReply, StatusRequest, VhostInfo,
     VhostLimits as PbVhostLimits,
 };
-use quorumq_proto::v1::{JsonReply, LeaderlessRequest, QueueReadRequest, QuorumCriticalRequest};
+use quorumq_proto::v1::{
+    JsonReply, LeaderlessRequest, QueueReadRequest, QuorumCriticalRequest, RedriveRequest,
+};
 use quorumq_proto::v1::{
     ListPermissionsReply, ListPermissionsRequest, ListUsersReply, ListUsersRequest,
     PermissionRequest, UserInfo, UserRequest,
@@ -642,6 +646,55 @@ impl Admin for AdminService {
         let result =
             inspect::queue_read(self.broker.queues(), &vhost, &r.queue, what, r.forwarded).await;
         Ok(Response::new(inspect::to_reply(result)))
+    }
+
+    type RedriveStream =
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<JsonReply, Status>> + Send>>;
+
+    /// Runs the redrive in a task: progress documents, then the summary or
+    /// the error ([`redrive::redrive`]). The caller hanging up stops it after
+    /// the batch in flight.
+    async fn redrive(
+        &self,
+        req: Request<RedriveRequest>,
+    ) -> Result<Response<Self::RedriveStream>, Status> {
+        let r = req.into_inner();
+        let opts = redrive::options(&r);
+        let vhost = vhost_or_default(&r.vhost);
+        let queues = self.broker.queues().clone();
+        let (tx, rx) = tokio::sync::mpsc::channel::<JsonReply>(16);
+        let (progress_tx, mut progress_rx) = tokio::sync::mpsc::channel::<serde_json::Value>(4);
+        tokio::spawn(async move {
+            let run = redrive::redrive(
+                &queues,
+                &vhost,
+                &r.queue,
+                &opts,
+                r.forwarded,
+                Some(&progress_tx),
+            );
+            tokio::pin!(run);
+            let mut hung_up = false;
+            let result = loop {
+                tokio::select! {
+                    result = &mut run => break result,
+                    Some(doc) = progress_rx.recv() => {
+                        // A slow caller misses progress, never the summary.
+                        let _ = tx.try_send(redrive::to_reply(Ok(doc)));
+                    }
+                    _ = tx.closed(), if !hung_up => {
+                        // The caller hung up: the redrive sees the closed channel.
+                        hung_up = true;
+                        progress_rx.close();
+                    }
+                }
+            };
+            let _ = tx.send(redrive::to_reply(result)).await;
+        });
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|reply| (Ok(reply), rx))
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 
     /// ok with `{"message"}` when no queue is critical; else not ok, `json` = the queues.

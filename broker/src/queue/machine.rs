@@ -291,6 +291,13 @@ impl QueueMachine {
                 );
                 (now_ms, QueueReply::Ok)
             }
+            C::Remove { now_ms, ids } => {
+                self.start_lease(now_ms);
+                (
+                    now_ms,
+                    QueueReply::Removed(self.remove_ready(&ids, effects)),
+                )
+            }
             C::DeadLetterSettled { now_ms, ids } => {
                 self.start_lease(now_ms);
                 self.settle_dead_letters(ids, effects);

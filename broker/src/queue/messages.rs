@@ -4,12 +4,13 @@
 //! `x-max-priority` keeps every message at priority 0: one lane, exactly the
 //! 3.10 FIFO.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::message::Msg;
+use super::types::MsgId;
 
 /// The ready messages of one priority: every message of `returns`, then `main`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -197,6 +198,36 @@ impl ReadyQueue {
             .iter_mut()
             .rev()
             .flat_map(|l| l.returns.drain(..).chain(l.main.drain(..)))
+    }
+
+    /// Take the ready messages whose ids are in `ids`; the others keep
+    /// their order. Returns the taken ones in delivery order. Each lane is
+    /// scanned only until every id is found, so ids near the head (where a
+    /// redrive takes them from) cost little.
+    pub fn remove_ids(&mut self, ids: &BTreeSet<MsgId>) -> Vec<Msg> {
+        let mut out = Vec::new();
+        if ids.is_empty() || self.len == 0 {
+            return out;
+        }
+        for p in (0..self.lanes.len()).rev() {
+            let lane = &mut self.lanes[p];
+            for q in [&mut lane.returns, &mut lane.main] {
+                let mut i = 0;
+                while i < q.len() && out.len() < ids.len() {
+                    if ids.contains(&q[i].id) {
+                        out.extend(q.remove(i));
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            if lane.is_empty() {
+                self.occupied.set(p as u8, false);
+            }
+        }
+        self.len -= out.len();
+        self.bytes -= out.iter().map(|m| u64::from(m.size)).sum::<u64>();
+        out
     }
 
     /// Ready messages in delivery order.

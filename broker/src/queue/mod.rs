@@ -7,6 +7,7 @@
 //! - `types`: commands, replies, effects (the Raft log format, shared contract)
 //! - `machine`: the state value, `apply` and dispatch
 //! - `enqueue`, `dequeue`, `settlement`: the command handlers
+//! - `remove`: an operator's removal of ready messages (redrive)
 //! - `delivery`: handing ready messages to consumers
 //! - `message`, `messages`: the compact message index and the ready queues
 //! - `consumers`: consumer records, prefetch, round-robin
@@ -51,6 +52,7 @@ mod machine;
 mod message;
 mod messages;
 mod queries;
+mod remove;
 mod settlement;
 mod snapshot_format;
 

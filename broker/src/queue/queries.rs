@@ -109,6 +109,14 @@ impl QueueMachine {
             .map(|m| (m.id, m.delivery_count()))
     }
 
+    /// The ids of the ready messages in delivery order (returns first, then
+    /// the main queue; highest priority first), at most `limit`: where a
+    /// redrive walks the queue once. Checked-out, held and delayed messages
+    /// are not ready. O(limit).
+    pub fn ready_message_ids(&self, limit: usize) -> Vec<MsgId> {
+        self.ready.iter().take(limit).map(|m| m.id).collect()
+    }
+
     /// The messages the queue holds for consumers — ready ones in delivery
     /// order, then those checked out (unacked), by consumer — without the
     /// held dead letters: what `inspect_dead_letters` reads.
@@ -118,6 +126,14 @@ impl QueueMachine {
             ids.extend(c.checked_out.keys().copied());
         }
         ids
+    }
+
+    /// True when message `id` is checked out to some consumer or basic.get
+    /// slot (delivered, not yet settled). O(consumers).
+    pub fn is_checked_out(&self, id: MsgId) -> bool {
+        self.consumers
+            .iter()
+            .any(|(_, c)| c.checked_out.contains_key(&id))
     }
 
     /// Messages checked out to `consumer` (its unacked deliveries), in id order.

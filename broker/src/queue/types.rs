@@ -313,6 +313,13 @@ pub enum QueueCommand {
         now_ms: u64,
         msgs: Vec<PrioritizedMsg>,
     },
+    /// Operator redrive (`quorumqctl redrive`, as RabbitMQ's "move messages"
+    /// and SQS `StartMessageMoveTask`): remove these messages if they are
+    /// still ready, after their copies were committed in their destination.
+    /// Ids not ready (checked out, held, delayed, gone, unknown) are left
+    /// alone. Nothing is dead-lettered; each removed body is dropped
+    /// (`DropBody`, in delivery order). Replies `Removed(n)`.
+    Remove { now_ms: u64, ids: Vec<MsgId> },
 }
 
 impl QueueCommand {
@@ -352,7 +359,8 @@ impl QueueCommand {
             | C::NodeDown { now_ms, .. }
             | C::NodeUp { now_ms, .. }
             | C::Configure { now_ms, .. }
-            | C::Subscribe { now_ms, .. } => Some(*now_ms),
+            | C::Subscribe { now_ms, .. }
+            | C::Remove { now_ms, .. } => Some(*now_ms),
             C::Batch(_) | C::Deduped { .. } => None,
         }
     }
@@ -432,6 +440,8 @@ pub enum QueueReply {
     /// A `Deduped` proposal that skipped a sequence number of its proposer:
     /// nothing was done; the proposer resends it once the earlier one is in.
     OutOfSequence,
+    /// `Remove`: the number of ready messages removed.
+    Removed(u64),
 }
 
 impl QueueReply {
@@ -451,6 +461,7 @@ impl QueueReply {
             }
             QueueCommand::Dequeue { .. } => QueueReply::Dequeued(None),
             QueueCommand::Purge { .. } => QueueReply::Purged(0),
+            QueueCommand::Remove { .. } => QueueReply::Removed(0),
             QueueCommand::Batch(cmds) => {
                 QueueReply::Batch(cmds.iter().map(QueueReply::for_resend).collect())
             }

@@ -141,6 +141,21 @@ pub enum Cmd {
     /// letters by why they are held; consumes nothing.
     #[command(name = "inspect_dead_letters")]
     InspectDeadLetters { queue: String },
+    /// Moves QUEUE's ready messages back to the queue each one last died in (or to
+    /// --to DEST), at-least-once: each is committed in its destination before it is
+    /// removed from QUEUE. Messages that cannot go anywhere stay and are reported.
+    Redrive {
+        queue: String,
+        /// Destination queue (same vhost) for every message.
+        #[arg(long)]
+        to: Option<String>,
+        /// Move at most N messages.
+        #[arg(long)]
+        max: Option<u64>,
+        /// Move at most this many messages per second.
+        #[arg(long)]
+        rate: Option<f64>,
+    },
     /// Raft status of every member of a quorum queue (rabbitmq-queues quorum_status).
     #[command(name = "quorum_status")]
     QuorumStatus { queue: String },

@@ -9,7 +9,7 @@
 //! queue membership verbs of rabbitmq-queues (`add_member`, `delete_member`,
 //! `grow`, `shrink`, `rebalance`), and rabbitmq-upgrade's `drain` / `revive`
 //! (maintenance mode of the node asked with `--node`); looking into a queue
-//! (`peek`, `inspect_dead_letters`) and quorum health (`quorum_status`,
+//! (`peek`, `inspect_dead_letters`), moving dead letters back (`redrive`) and quorum health (`quorum_status`,
 //! `check_if_node_is_quorum_critical`,
 //! `check_for_quorum_queues_without_an_elected_leader`, exit 69 when failed).
 //!
@@ -36,6 +36,7 @@ mod output;
 mod permissions;
 mod policies;
 mod queues;
+mod redrive;
 mod users;
 mod vhosts;
 
@@ -126,6 +127,12 @@ async fn main() -> anyhow::Result<()> {
             dead_letters::peek(&mut c, f, &vhost, &queue, position).await
         }
         Cmd::InspectDeadLetters { queue } => dead_letters::inspect(&mut c, f, &vhost, &queue).await,
+        Cmd::Redrive {
+            queue,
+            to,
+            max,
+            rate,
+        } => redrive::redrive(&mut c, f, &vhost, &queue, to, max, rate).await,
         Cmd::QuorumStatus { queue } => health::quorum_status(&mut c, f, &vhost, &queue).await,
         Cmd::CheckIfNodeIsQuorumCritical { node } => health::quorum_critical(&mut c, f, node).await,
         Cmd::CheckForQuorumQueuesWithoutAnElectedLeader {

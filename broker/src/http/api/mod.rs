@@ -19,6 +19,7 @@ mod overview;
 mod permissions;
 mod policies;
 mod queues;
+mod redrive;
 mod users;
 mod vhosts;
 
@@ -51,6 +52,7 @@ pub fn routes() -> Router<Started> {
         .merge(exchanges::routes())
         .merge(queues::routes())
         .merge(dead_letters::routes())
+        .merge(redrive::routes())
         .merge(bindings::routes())
         .merge(policies::routes())
 }

@@ -19,6 +19,7 @@ mod limits;
 mod peek;
 mod priorities;
 mod props;
+mod remove;
 mod returns;
 mod settle;
 mod snapshot;

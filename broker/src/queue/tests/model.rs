@@ -663,6 +663,18 @@ impl Model {
                 self.lease = Some(now);
                 self.expired_sent = false;
             }
+            C::Remove { ids, .. } => {
+                let wanted: std::collections::BTreeSet<MsgId> = ids.into_iter().collect();
+                let mut n = 0;
+                for id in self.ready_ids() {
+                    if wanted.contains(&id) {
+                        self.remove(id);
+                        fx.push(Effect::DropBody { id });
+                        n += 1;
+                    }
+                }
+                reply = QueueReply::Removed(n);
+            }
             C::DeadLetterSettled { ids, .. } => {
                 for id in ids {
                     if let Some(i) = self.held.iter().position(|h| h.0 == id) {

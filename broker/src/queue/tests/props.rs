@@ -64,6 +64,8 @@ enum Op {
     Tick,
     Config(QueueConfig),
     DlSettled(Vec<usize>),
+    /// Redrive's removal of ready messages (some picks are unknown ids).
+    Remove(Vec<usize>),
     /// Several commands in one Batch (commands that do not return messages).
     Batch(Vec<(u32, Option<u64>)>, usize, bool),
     /// An enqueue as proposer (node 1..3, epoch 1..3) with sequence 1..6:
@@ -177,6 +179,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => Just(Op::Tick),
         1 => config_strategy().prop_map(Op::Config),
         2 => picks().prop_map(Op::DlSettled),
+        2 => picks().prop_map(Op::Remove),
         1 => (msgs_strategy(), 0usize..2, any::<bool>()).prop_map(|(m, c, n)| Op::Batch(m, c, n)),
         2 => (msgs_strategy(), 1u64..3, 1u32..4, 1u64..7).prop_map(|(m, n, e, s)| Op::Deduped(m, n, e, s)),
     ]
@@ -311,6 +314,13 @@ fn concretize(op: &Op, now: &mut u64, q: &QueueMachine) -> Option<QueueCommand> 
         Op::DlSettled(p) => {
             let pool: Vec<MsgId> = q.held_dead_letters().map(|(id, _)| id).collect();
             QueueCommand::DeadLetterSettled {
+                now_ms,
+                ids: resolve(&pool, p),
+            }
+        }
+        Op::Remove(p) => {
+            let pool: Vec<MsgId> = q.ready_ids();
+            QueueCommand::Remove {
                 now_ms,
                 ids: resolve(&pool, p),
             }
