@@ -123,7 +123,7 @@ async fn reject_all(c: Arc<Cluster>, q: String, rejects: Arc<AtomicU64>, stop: A
     }
 }
 
-/// Waits until `rejects` reaches `n` or the source is empty.
+/// Waits until `rejects` reaches `n`, or `N` if less (every message is rejected at least once).
 async fn rejects_reach(rejects: &AtomicU64, n: u64, what: &str) -> anyhow::Result<()> {
     cluster::wait_for(WAIT, what, || async {
         rejects.load(Ordering::Acquire) >= n.min(N)
