@@ -16,9 +16,11 @@
 //! 3. only then are exactly the committed ids removed from the queue
 //!    (`QueueCommand::Remove`).
 //!
-//! At-least-once: a crash or leader change between 2 and 3 leaves the batch
-//! in both queues (at most one batch duplicated); nothing is removed before
-//! its copy is committed. A message a consumer has taken (unacknowledged)
+//! Nothing is removed before its copy is committed. The enqueue is
+//! de-duplicated per (redriven queue, message id) in the destination, so a
+//! lost reply retried, or a crash or leader change between 2 and 3 followed
+//! by another redrive, does not enqueue a second copy (while the
+//! destination's window still holds the id: `queue/dedup.rs`). A message a consumer has taken (unacknowledged)
 //! when its batch is read is skipped; one taken between that read and the
 //! removal may end up in both places.
 //!
@@ -407,8 +409,8 @@ async fn run(
         let mut committed: Vec<MsgId> = Vec::with_capacity(n);
         let mut moved: BTreeMap<String, u64> = BTreeMap::new();
         for (dest, (dh, moves)) in batches {
-            let msgs = moves.iter().map(|m| m.msg.clone()).collect();
-            let outcomes = enqueue_committed(&dh, msgs)
+            let msgs = moves.iter().map(|m| (m.id, m.msg.clone())).collect();
+            let outcomes = enqueue_committed(&dh, h.group, msgs)
                 .await
                 .map_err(|e| stopped(&summary, &format!("queue '{dest}': {e}")))?;
             for (m, o) in moves.iter().zip(outcomes) {
@@ -493,21 +495,37 @@ fn destination(
     Ok((dest, dh, msg))
 }
 
-/// Enqueues `msgs` into `dest` directly and waits for the commit; one
-/// outcome per message (Rejected: the destination is full with
-/// reject-publish). A failed or unanswered attempt is proposed again (a
-/// copy may then be committed twice: at-least-once) for up to [`RETRY_FOR`].
-///
-/// The one place redrive enqueues: a de-duplicated dead-letter enqueue
-/// (exactly once per source queue and message id) can replace it here.
+/// Marks a redrive's source key in the destination's de-duplication
+/// window (`EnqueueDeadLetters::source`): the redriven queue's group id with
+/// the top bit set, so a redrive never shares ids or a floor with the same
+/// queue's dead-letter worker (whose floor would take a redriven id below it
+/// for a stale resend).
+pub const REDRIVE_SOURCE_BIT: u64 = 1 << 63;
+
+/// Enqueues `msgs` (each with its message id in the redriven queue, whose
+/// group id is `source_group`) into `dest` directly and waits for the
+/// commit; one outcome per message (Rejected: the destination is full with
+/// reject-publish). The enqueue is the de-duplicated `EnqueueDeadLetters`
+/// under the source key `REDRIVE_SOURCE_BIT | source_group` with no floor,
+/// so an attempt whose reply was lost (timeout, leader change) is proposed
+/// again for up to [`RETRY_FOR`] without a second copy: the destination's
+/// window answers the copy `Accepted` (bounded per source; past the bound
+/// at-least-once again, see `queue/dedup.rs`).
 ///
 /// Errors: the destination stayed unavailable, as text.
 pub async fn enqueue_committed(
     dest: &QueueHandle,
-    msgs: Vec<PrioritizedMsg>,
+    source_group: u64,
+    msgs: Vec<(MsgId, PrioritizedMsg)>,
 ) -> Result<Vec<EnqueueOutcome>, String> {
     let n = msgs.len();
-    let cmd = QueueCommand::enqueue(crate::now_ms(), msgs);
+    let cmd = QueueCommand::EnqueueDeadLetters {
+        now_ms: crate::now_ms(),
+        source: REDRIVE_SOURCE_BIT | source_group,
+        settled_below: 0,
+        floor_version: 0,
+        msgs,
+    };
     let deadline = Instant::now() + RETRY_FOR;
     loop {
         let why = match tokio::time::timeout(ATTEMPT, dest.call(cmd.clone())).await {

@@ -2,7 +2,11 @@
 //! RabbitMQ's rabbit_fifo_dlx_worker). It runs beside the queue's leader,
 //! forwards held messages to every routed target, waits until each target
 //! has committed its enqueue (its Raft commit is the confirm), and only
-//! then proposes `DeadLetterSettled` to the source. Anything that blocks a
+//! then proposes `DeadLetterSettled` to the source. Each target
+//! de-duplicates what it is sent by (source group, source message id)
+//! (`QueueCommand::EnqueueDeadLetters`, `queue/dedup.rs`), so a message
+//! forwarded again after a failover between the target's commit and the
+//! source's settle is enqueued once. Anything that blocks a
 //! message — no DLX, no route, a cycle, a target refusing with
 //! reject-publish — keeps it held; retries are driven by node events
 //! (topology changes, a queue unblocking) with a periodic fallback.
@@ -105,15 +109,16 @@ async fn forward_round(
     queue: &QueueHandle,
     settled_targets: &mut HashMap<MsgId, HashSet<u64>>,
 ) -> bool {
-    // One lock of the queue for the round: the held messages with their bodies.
-    let Some((held, config)) = queue.read(|h| {
+    // One lock of the queue for the round: the held messages with their
+    // bodies, and the floor the targets may forget below.
+    let Some((held, config, (settled_below, floor_version))) = queue.read(|h| {
         let m = h.machine();
         let held: Vec<_> = m
             .held_dead_letters()
             .take(ROUND)
             .map(|(id, reason)| (id, reason, h.payload(id)))
             .collect();
-        (held, m.config().clone())
+        (held, m.config().clone(), m.dead_letter_floor())
     }) else {
         return false;
     };
@@ -133,8 +138,8 @@ async fn forward_round(
         return false;
     };
     let now_ms = crate::now_ms();
-    // One Enqueue per target for the whole round (group id -> target, messages, their ids).
-    type TargetBatch = (Arc<QueueHandle>, Vec<PrioritizedMsg>, Vec<MsgId>);
+    // One enqueue per target for the whole round (group id -> target, messages with their ids).
+    type TargetBatch = (Arc<QueueHandle>, Vec<(MsgId, PrioritizedMsg)>);
     let mut batches: HashMap<u64, TargetBatch> = HashMap::new();
     let mut done: Vec<MsgId> = Vec::new();
     for (id, reason, payload) in held {
@@ -189,14 +194,21 @@ async fn forward_round(
             };
             let b = batches
                 .entry(t.group)
-                .or_insert_with(|| (t.clone(), Vec::new(), Vec::new()));
-            b.1.push(msg);
-            b.2.push(id);
+                .or_insert_with(|| (t.clone(), Vec::new()));
+            b.1.push((id, msg));
         }
     }
     let mut inflight = Vec::with_capacity(batches.len());
-    for (group, (t, msgs, ids)) in batches {
-        let rx = t.propose(QueueCommand::enqueue(now_ms, msgs)).await;
+    for (group, (t, msgs)) in batches {
+        let ids: Vec<MsgId> = msgs.iter().map(|(id, _)| *id).collect();
+        let cmd = QueueCommand::EnqueueDeadLetters {
+            now_ms,
+            source: queue.group,
+            settled_below,
+            floor_version,
+            msgs,
+        };
+        let rx = t.propose(cmd).await;
         inflight.push((group, ids, rx));
     }
     let mut all_ok: HashMap<MsgId, bool> = HashMap::new();

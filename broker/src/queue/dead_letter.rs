@@ -95,6 +95,16 @@ impl HeldArea {
         self.entries.values()
     }
 
+    /// Lowest held message id, if any.
+    pub fn min_id(&self) -> Option<MsgId> {
+        self.by_id.keys().next().copied()
+    }
+
+    /// Messages ever held (the next hold's sequence number).
+    pub fn holds(&self) -> u64 {
+        self.next_seq
+    }
+
     /// Number of held messages.
     pub fn len(&self) -> usize {
         self.entries.len()

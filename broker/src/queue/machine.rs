@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::consumers::Consumers;
 use super::dead_letter::HeldArea;
+use super::dedup::DedupTable;
 use super::delayed::DelayedArea;
 use super::messages::ReadyQueue;
 use super::types::{
@@ -89,6 +90,9 @@ pub struct QueueMachine {
     /// answered yet (`Cancel` or `ConsumerDown`), with the timeout used: a
     /// new leader re-sends `ConsumerTimedOut` for them (`consumer_timeout.rs`).
     pub(super) timed_out: BTreeMap<ConsumerId, u64>,
+    /// Per source queue, the forwarded message ids already enqueued that the
+    /// source may send again (`EnqueueDeadLetters`, `dedup.rs`).
+    pub(super) dedup: DedupTable,
 }
 
 impl QueueMachine {
@@ -162,6 +166,24 @@ impl QueueMachine {
                     now_ms,
                     QueueReply::Enqueued(self.enqueue(now_ms, msgs, effects)),
                 )
+            }
+            C::EnqueueDeadLetters {
+                now_ms,
+                source,
+                settled_below,
+                floor_version,
+                msgs,
+            } => {
+                self.start_lease(now_ms);
+                let outcomes = self.enqueue_dead_letters(
+                    now_ms,
+                    source,
+                    settled_below,
+                    floor_version,
+                    msgs,
+                    effects,
+                );
+                (now_ms, QueueReply::Enqueued(outcomes))
             }
             C::Checkout {
                 now_ms,
@@ -258,6 +280,7 @@ impl QueueMachine {
             }
             C::Tick { now_ms } => {
                 self.start_lease(now_ms);
+                self.dedup.age(now_ms);
                 *tick = true;
                 self.after_command(now_ms, effects);
                 self.check_queue_expires(now_ms, effects);

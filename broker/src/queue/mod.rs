@@ -13,6 +13,7 @@
 //! - `consumers`: consumer records, prefetch, round-robin
 //! - `consumer_timeout`: consumer timeouts (RabbitMQ 4.3 `x-consumer-timeout`)
 //! - `dead_letter`: the dead-letter handler and the held (at-least-once) area
+//! - `dedup`: effectively-once enqueue of forwarded dead letters (per-source window)
 //! - `limits`: max-length(-bytes), drop-head, reject-publish
 //! - `expiry`: message TTL, queue TTL (x-expires), the leader's timer
 //! - `delayed`: delayed retry (returns that wait before they are ready again)
@@ -42,6 +43,7 @@ pub mod types;
 mod consumer_timeout;
 mod consumers;
 mod dead_letter;
+pub mod dedup;
 mod delayed;
 mod delivery;
 mod dequeue;

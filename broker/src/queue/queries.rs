@@ -95,6 +95,26 @@ impl QueueMachine {
         self.held.iter().map(|h| (h.id, h.reason))
     }
 
+    /// The floor the at-least-once worker sends with its dead letters
+    /// (`QueueCommand::EnqueueDeadLetters`): `(settled_below,
+    /// floor_version)` = the lowest held message id (the next message id if
+    /// none is held) and the number of messages ever held. Every id below
+    /// `settled_below` that was ever forwarded is settled: it is not held
+    /// and never will be again. The version grows with every new hold, so a
+    /// floor read later that could be lower carries a higher version.
+    pub fn dead_letter_floor(&self) -> (MsgId, u64) {
+        (
+            self.held.min_id().unwrap_or(self.next_id),
+            self.held.holds(),
+        )
+    }
+
+    /// Source message ids this queue remembers to de-duplicate forwarded
+    /// dead letters (`EnqueueDeadLetters`), and the number of sources.
+    pub fn dedup_window(&self) -> (u64, usize) {
+        (self.dedup.len(), self.dedup.sources())
+    }
+
     /// The ready message at 1-based `position` in delivery order (returns
     /// first, then the main queue), with its delivery count (returns so far,
     /// `redelivered` = count > 0): what `quorumqctl peek` shows (RabbitMQ

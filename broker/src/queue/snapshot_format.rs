@@ -1,7 +1,9 @@
 //! The on-disk form of a queue replica's snapshot: the machine and the
 //! location index of its spilled bodies, under a format tag.
 //!
-//! Format 2 (this one): bincode `(MAGIC, FORMAT, machine, index)`.
+//! Format 3 (this one): bincode `(MAGIC, FORMAT, machine, index)`.
+//! Format 2: the same, the machine in the shape of `v2` below (no
+//! de-duplication table of forwarded dead letters).
 //! Format 1: the same, the machine in the shape of `old` below (consumer
 //! records without consumer priorities or delivery times, no delayed-retry
 //! area, no timed-out consumers).
@@ -17,7 +19,7 @@ use super::machine::QueueMachine;
 /// machine's first field (an `Option` tag, 0 or 1), so it never matches.
 const MAGIC: u64 = 0x5151_534e_4150_0000; // "QQSNAP"
 /// The format written now.
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 
 /// The shape of the machine in formats 0 (quorumq up to bf9fa0f) and 1
 /// (up to 4015f2b), frozen; they differ only in the configuration's shape
@@ -88,6 +90,56 @@ mod old {
     }
 }
 
+/// The shape of the machine in format 2 (quorumq up to 866142d), frozen:
+/// format 3 added the de-duplication table (`dedup`).
+mod v2 {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Serialize};
+
+    use super::super::consumers::Consumers;
+    use super::super::dead_letter::HeldArea;
+    use super::super::delayed::DelayedArea;
+    use super::super::messages::ReadyQueue;
+    use super::super::types::{ConsumerId, ProposerId, QueueConfig};
+
+    /// `QueueMachine` in format 2.
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct QueueMachine {
+        pub config: QueueConfig,
+        pub next_id: u64,
+        pub ready: ReadyQueue,
+        pub consumers: Consumers,
+        pub held: HeldArea,
+        pub blocked: bool,
+        pub last_active: Option<u64>,
+        pub expired_notified: bool,
+        pub timer_at: Option<u64>,
+        pub proposers: BTreeMap<ProposerId, u64>,
+        pub delayed: DelayedArea,
+        pub timed_out: BTreeMap<ConsumerId, u64>,
+    }
+
+    /// Format 2 → current: no source has a de-duplication window yet.
+    pub(super) fn upgrade(m: QueueMachine) -> super::QueueMachine {
+        super::QueueMachine {
+            config: m.config,
+            next_id: m.next_id,
+            ready: m.ready,
+            consumers: m.consumers,
+            held: m.held,
+            blocked: m.blocked,
+            last_active: m.last_active,
+            expired_notified: m.expired_notified,
+            timer_at: m.timer_at,
+            proposers: m.proposers,
+            delayed: m.delayed,
+            timed_out: m.timed_out,
+            ..super::QueueMachine::default()
+        }
+    }
+}
+
 /// Encodes `machine` with the body `index` in the current format.
 ///
 /// Errors: bincode encoding (not expected for these types).
@@ -111,6 +163,11 @@ pub(super) fn decode(data: &[u8]) -> Result<(QueueMachine, Vec<u8>), raft_log::S
                 let (_, _, machine, index): (u64, u32, old::V1, Vec<u8>) =
                     raft_log::codec::decode(data)?;
                 return Ok((old::upgrade(machine), index));
+            }
+            if format == 2 {
+                let (_, _, machine, index): (u64, u32, v2::QueueMachine, Vec<u8>) =
+                    raft_log::codec::decode(data)?;
+                return Ok((v2::upgrade(machine), index));
             }
             if format != FORMAT {
                 return Err(raft_log::StoreError::corrupt(format!(
@@ -299,6 +356,62 @@ mod tests {
         assert_eq!(back.next_timeout_ms(), None);
         assert_eq!(back.checked_out(c).count(), 1);
         assert!(back.check_invariants().is_ok());
+    }
+
+    #[test]
+    fn format_2_snapshots_are_upgraded() {
+        let m = machine_with_messages();
+        let written = v2::QueueMachine {
+            config: m.config.clone(),
+            next_id: m.next_id,
+            ready: m.ready.clone(),
+            consumers: m.consumers.clone(),
+            held: m.held.clone(),
+            blocked: m.blocked,
+            last_active: m.last_active,
+            expired_notified: m.expired_notified,
+            timer_at: m.timer_at,
+            proposers: m.proposers.clone(),
+            delayed: m.delayed.clone(),
+            timed_out: m.timed_out.clone(),
+        };
+        let old = raft_log::codec::encode(&(MAGIC, 2u32, written, b"idx".to_vec())).unwrap();
+        let (mut back, index) = decode(&old).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(index, b"idx");
+        assert_eq!(back.dedup_window(), (0, 0));
+        // The upgraded queue de-duplicates from then on.
+        let dl = |id| QueueCommand::EnqueueDeadLetters {
+            now_ms: 7,
+            source: 9,
+            settled_below: 0,
+            floor_version: 0,
+            msgs: vec![(
+                id,
+                crate::queue::types::PrioritizedMsg {
+                    msg: EnqueueMsg {
+                        payload: bytes::Bytes::from_static(b"d"),
+                        body_size: 1,
+                        ttl_ms: None,
+                    },
+                    priority: 0,
+                },
+            )],
+        };
+        back.apply(dl(3));
+        back.apply(dl(3));
+        assert_eq!(back.ready_count(), 2);
+        assert_eq!(back.dedup_window(), (1, 1));
+    }
+
+    #[test]
+    fn a_window_survives_the_current_format() {
+        let mut m = machine_with_messages();
+        m.dedup.insert_for_test(4, 10);
+        m.dedup.insert_for_test(4, 11);
+        let (back, _) = decode(&encode(&m, b"").unwrap()).unwrap();
+        assert_eq!(back, m);
+        assert!(back.dedup.seen(4, 11));
     }
 
     #[test]

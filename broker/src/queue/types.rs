@@ -320,6 +320,36 @@ pub enum QueueCommand {
     /// alone. Nothing is dead-lettered; each removed body is dropped
     /// (`DropBody`, in delivery order). Replies `Removed(n)`.
     Remove { now_ms: u64, ids: Vec<MsgId> },
+    /// Messages another queue (`source`) forwards at-least-once and may send
+    /// again — dead letters from the at-least-once worker, or any move
+    /// between queues that resends until the destination commits — enqueued
+    /// effectively once: the machine keeps a replicated de-duplication
+    /// window per source (`dedup.rs`) and answers a message whose (`source`,
+    /// id) is in it `Accepted` without enqueueing it again. Reply:
+    /// `Enqueued`, one outcome per message, as `EnqueuePrioritized`.
+    ///
+    /// `source` is the source queue's Raft group id (fresh per queue
+    /// incarnation, never reused), each id that queue's own message id.
+    /// `settled_below` (the *floor*) says every id below it the source ever
+    /// forwarded is settled there: the window forgets them, and a copy of
+    /// one is answered `Accepted` without being enqueued (a stale resend).
+    /// `floor_version` orders floors of one source (it grows whenever the
+    /// floor may go down): a higher one replaces the floor, an equal one
+    /// raises it, a lower one (a sender that read the source's state before
+    /// a newer one did: a deposed leader's worker) is ignored. The window is bounded
+    /// (`dedup::MAX_IDS_PER_SOURCE`, `dedup::MAX_IDS`; past them its lowest
+    /// ids are forgotten: at-least-once again for them), and a source that
+    /// sent nothing for `dedup::SOURCE_IDLE_MS` is forgotten (a deleted
+    /// queue). A sender that cannot name a floor passes 0 and 0 (never
+    /// prunes; only the bounds apply). Added for issue 29 item 4; old
+    /// binaries cannot decode it (upgrade every node first).
+    EnqueueDeadLetters {
+        now_ms: u64,
+        source: u64,
+        settled_below: MsgId,
+        floor_version: u64,
+        msgs: Vec<(MsgId, PrioritizedMsg)>,
+    },
 }
 
 impl QueueCommand {
@@ -344,6 +374,7 @@ impl QueueCommand {
         match self {
             C::Enqueue { now_ms, .. }
             | C::EnqueuePrioritized { now_ms, .. }
+            | C::EnqueueDeadLetters { now_ms, .. }
             | C::Checkout { now_ms, .. }
             | C::Cancel { now_ms, .. }
             | C::ConsumerDown { now_ms, .. }
@@ -382,6 +413,9 @@ impl QueueCommand {
             QueueCommand::Enqueue { msgs, .. } => msgs.iter().map(|m| m.payload.len()).sum(),
             QueueCommand::EnqueuePrioritized { msgs, .. } => {
                 msgs.iter().map(|m| m.msg.payload.len()).sum()
+            }
+            QueueCommand::EnqueueDeadLetters { msgs, .. } => {
+                msgs.iter().map(|(_, m)| m.msg.payload.len()).sum()
             }
             QueueCommand::Batch(cmds) => cmds.iter().map(QueueCommand::payload_bytes).sum(),
             QueueCommand::Deduped { cmd, .. } => cmd.payload_bytes(),
@@ -457,6 +491,9 @@ impl QueueReply {
                 QueueReply::Enqueued(vec![EnqueueOutcome::Accepted; msgs.len()])
             }
             QueueCommand::EnqueuePrioritized { msgs, .. } => {
+                QueueReply::Enqueued(vec![EnqueueOutcome::Accepted; msgs.len()])
+            }
+            QueueCommand::EnqueueDeadLetters { msgs, .. } => {
                 QueueReply::Enqueued(vec![EnqueueOutcome::Accepted; msgs.len()])
             }
             QueueCommand::Dequeue { .. } => QueueReply::Dequeued(None),

@@ -34,6 +34,7 @@ impl QueueMachine {
         self.consumers.check()?;
         self.held.check()?;
         self.delayed.check()?;
+        self.dedup.check()?;
         let ids = self.live_ids();
         let set: BTreeSet<MsgId> = ids.iter().copied().collect();
         if set.len() != ids.len() {

@@ -11,6 +11,7 @@ mod config;
 mod consumer_timeout;
 mod consumers;
 mod dead_letter;
+mod dedup;
 mod delayed;
 mod dequeue;
 mod enqueue;

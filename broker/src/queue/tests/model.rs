@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use super::super::dedup;
 use super::super::types::*;
 
 #[derive(Debug, Clone, Copy)]
@@ -64,6 +65,17 @@ pub struct Model {
     timer: Option<u64>,
     /// Highest applied sequence per proposer (`Deduped`).
     seqs: BTreeMap<crate::queue::types::ProposerId, u64>,
+    /// Per source group: the de-duplication window (`EnqueueDeadLetters`).
+    dedup: BTreeMap<u64, MWindow>,
+}
+
+/// A source's window: ids accepted, highest floor version, last command time.
+#[derive(Debug, Clone, Default)]
+struct MWindow {
+    ids: std::collections::BTreeSet<MsgId>,
+    floor: MsgId,
+    version: u64,
+    last_ms: u64,
 }
 
 impl Model {
@@ -73,6 +85,14 @@ impl Model {
             cfg,
             ..Model::default()
         }
+    }
+
+    /// Ids in the de-duplication windows, and the number of sources.
+    pub fn dedup_window(&self) -> (u64, usize) {
+        (
+            self.dedup.values().map(|w| w.ids.len() as u64).sum(),
+            self.dedup.len(),
+        )
     }
 
     /// Ready ids in delivery order: by priority, highest first; within
@@ -439,6 +459,49 @@ impl Model {
         (reply, fx)
     }
 
+    /// One message of an enqueue, as the machine's `enqueue` does it.
+    fn enqueue_one(
+        &mut self,
+        now: u64,
+        m: EnqueueMsg,
+        prio: u8,
+        fx: &mut Vec<Effect>,
+    ) -> EnqueueOutcome {
+        if self.blocked && self.cfg.overflow == Overflow::RejectPublish {
+            return EnqueueOutcome::Rejected;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let ttl = match (self.cfg.message_ttl_ms, m.ttl_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let expiry = ttl.map(|t| {
+            now.saturating_add(if t == 0 { 1 } else { t })
+                .min(u64::MAX - 1)
+        });
+        fx.push(Effect::StoreBody {
+            id,
+            payload: m.payload,
+        });
+        let msg = MMsg {
+            id,
+            expiry,
+            size: m.body_size,
+            count: 0,
+            prio: self.cfg.max_priority.map_or(0, |max| prio.min(max)),
+        };
+        if self.blocked {
+            // reject-publish-dlx: refused and dead-lettered.
+            self.dead_letter(msg, DeadLetterReason::Maxlen, fx);
+            return EnqueueOutcome::Rejected;
+        }
+        self.main.push(msg);
+        self.deliver(now, fx);
+        self.limits(fx);
+        EnqueueOutcome::Accepted
+    }
+
     fn one(&mut self, cmd: QueueCommand, fx: &mut Vec<Effect>, ticked: &mut bool) -> QueueReply {
         use QueueCommand as C;
         let now = match &cmd {
@@ -480,43 +543,52 @@ impl Model {
                     }
                     _ => unreachable!("matched above"),
                 };
+                let out = msgs
+                    .into_iter()
+                    .map(|(m, prio)| self.enqueue_one(now, m, prio, fx))
+                    .collect();
+                reply = QueueReply::Enqueued(out);
+            }
+            C::EnqueueDeadLetters {
+                source,
+                settled_below,
+                floor_version,
+                msgs,
+                ..
+            } => {
+                // Idle sources go first; then the floor (unless a newer one was
+                // seen); then each message in turn. The bounds of `dedup.rs`
+                // (tens of thousands of ids) are never reached by the few ids
+                // generated here: left out.
+                self.dedup
+                    .retain(|_, w| now.saturating_sub(w.last_ms) < dedup::SOURCE_IDLE_MS);
+                let w = self.dedup.entry(source).or_default();
+                w.last_ms = w.last_ms.max(now);
+                if floor_version > w.version {
+                    w.version = floor_version;
+                    w.floor = settled_below;
+                } else if floor_version == w.version {
+                    w.floor = w.floor.max(settled_below);
+                }
+                let floor = w.floor;
+                w.ids.retain(|id| *id >= floor);
+                let mut first: BTreeMap<MsgId, EnqueueOutcome> = BTreeMap::new();
                 let mut out = Vec::new();
-                for (m, prio) in msgs {
-                    if self.blocked && self.cfg.overflow == Overflow::RejectPublish {
-                        out.push(EnqueueOutcome::Rejected);
-                        continue;
-                    }
-                    let id = self.next_id;
-                    self.next_id += 1;
-                    let ttl = match (self.cfg.message_ttl_ms, m.ttl_ms) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
+                for (id, m) in msgs {
+                    let w = &self.dedup[&source];
+                    let o = if id < w.floor || w.ids.contains(&id) {
+                        EnqueueOutcome::Accepted
+                    } else if let Some(o) = first.get(&id) {
+                        *o
+                    } else {
+                        let o = self.enqueue_one(now, m.msg, m.priority, fx);
+                        first.insert(id, o);
+                        if o == EnqueueOutcome::Accepted {
+                            self.dedup.entry(source).or_default().ids.insert(id);
+                        }
+                        o
                     };
-                    let expiry = ttl.map(|t| {
-                        now.saturating_add(if t == 0 { 1 } else { t })
-                            .min(u64::MAX - 1)
-                    });
-                    fx.push(Effect::StoreBody {
-                        id,
-                        payload: m.payload,
-                    });
-                    let msg = MMsg {
-                        id,
-                        expiry,
-                        size: m.body_size,
-                        count: 0,
-                        prio: self.cfg.max_priority.map_or(0, |max| prio.min(max)),
-                    };
-                    if self.blocked {
-                        // reject-publish-dlx: refused and dead-lettered.
-                        self.dead_letter(msg, DeadLetterReason::Maxlen, fx);
-                        out.push(EnqueueOutcome::Rejected);
-                        continue;
-                    }
-                    self.main.push(msg);
-                    out.push(EnqueueOutcome::Accepted);
-                    self.deliver(now, fx);
-                    self.limits(fx);
+                    out.push(o);
                 }
                 reply = QueueReply::Enqueued(out);
             }
@@ -646,7 +718,11 @@ impl Model {
                 }
                 reply = QueueReply::Purged(all.len() as u64);
             }
-            C::Tick { .. } => *ticked = true,
+            C::Tick { .. } => {
+                self.dedup
+                    .retain(|_, w| now.saturating_sub(w.last_ms) < dedup::SOURCE_IDLE_MS);
+                *ticked = true
+            }
             C::UpdateConfig { .. } | C::Configure { .. } => {
                 let config = match cmd {
                     C::UpdateConfig { config, .. } => config.into(),

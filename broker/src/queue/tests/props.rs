@@ -71,6 +71,10 @@ enum Op {
     /// An enqueue as proposer (node 1..3, epoch 1..3) with sequence 1..6:
     /// repeats and lower sequences are resends the machine must skip.
     Deduped(Vec<(u32, Option<u64>)>, u64, u32, u64),
+    /// Forwarded dead letters from source group 1..3: (source message id
+    /// 0..8, size, priority) each, with the source's floor (`settled_below`
+    /// 0..10, `floor_version` 0..4): resends, prunes and stale floors.
+    DeadLetters(u64, Vec<(u64, u32, u8)>, u64, u64),
 }
 
 fn config_strategy() -> impl Strategy<Value = QueueConfig> {
@@ -182,6 +186,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => picks().prop_map(Op::Remove),
         1 => (msgs_strategy(), 0usize..2, any::<bool>()).prop_map(|(m, c, n)| Op::Batch(m, c, n)),
         2 => (msgs_strategy(), 1u64..3, 1u32..4, 1u64..7).prop_map(|(m, n, e, s)| Op::Deduped(m, n, e, s)),
+        3 => (1u64..3, prop::collection::vec((0u64..8, 0u32..12, 0u8..6), 0..4), 0u64..10, 0u64..4)
+            .prop_map(|(src, m, below, v)| Op::DeadLetters(src, m, below, v)),
     ]
 }
 
@@ -338,6 +344,30 @@ fn concretize(op: &Op, now: &mut u64, q: &QueueMachine) -> Option<QueueCommand> 
                 msgs: to_msgs(m),
             }),
         },
+        Op::DeadLetters(source, m, settled_below, floor_version) => {
+            QueueCommand::EnqueueDeadLetters {
+                now_ms,
+                source: *source,
+                settled_below: *settled_below,
+                floor_version: *floor_version,
+                msgs: m
+                    .iter()
+                    .map(|(id, size, priority)| {
+                        (
+                            *id,
+                            PrioritizedMsg {
+                                msg: EnqueueMsg {
+                                    payload: Bytes::from(vec![7u8; *size as usize]),
+                                    body_size: *size,
+                                    ttl_ms: None,
+                                },
+                                priority: *priority,
+                            },
+                        )
+                    })
+                    .collect(),
+            }
+        }
         Op::Batch(m, c, no_ack) => QueueCommand::Batch(vec![
             QueueCommand::Dequeue {
                 now_ms,
@@ -519,10 +549,25 @@ fn run_ops(cfg: QueueConfig, ops: Vec<Op>, split: usize) -> Result<(), TestCaseE
             .map(|(at, id)| (id, at))
             .collect();
         let cmd_now = command_now(&cmd);
+        let fresh = q.dead_letters_fresh(&cmd);
         let (reply, effects) = q.apply(cmd.clone());
         let stored_now = stored_ids(&effects);
-        let prios = stored_priorities(&cmd, &reply, overflow);
+        let prios = match (&cmd, &reply) {
+            // A copy of a message in the window is accepted, not stored.
+            (QueueCommand::EnqueueDeadLetters { msgs, .. }, QueueReply::Enqueued(o)) => msgs
+                .iter()
+                .zip(o)
+                .zip(&fresh)
+                .filter(|((_, x), f)| {
+                    **f && (**x == EnqueueOutcome::Accepted
+                        || overflow == Overflow::RejectPublishDlx)
+                })
+                .map(|((m, _), _)| m.1.priority)
+                .collect(),
+            _ => stored_priorities(&cmd, &reply, overflow),
+        };
         prop_assert_eq!(stored_now.len(), prios.len());
+        let prios_len = prios.len();
         for (id, p) in stored_now.into_iter().zip(prios) {
             priority_of.insert(id, max_priority.map_or(0, |m| p.min(m)));
         }
@@ -571,7 +616,11 @@ fn run_ops(cfg: QueueConfig, ops: Vec<Op>, split: usize) -> Result<(), TestCaseE
                 _ => {}
             }
         }
-        prop_assert_eq!(new_stored, stored_by(&reply, overflow));
+        if matches!(cmd, QueueCommand::EnqueueDeadLetters { .. }) {
+            prop_assert_eq!(new_stored, prios_len);
+        } else {
+            prop_assert_eq!(new_stored, stored_by(&reply, overflow));
+        }
         let live: Vec<MsgId> = q.live_ids();
         let live_set: BTreeSet<MsgId> = live.iter().copied().collect();
         prop_assert_eq!(live.len(), live_set.len());
@@ -661,6 +710,7 @@ fn run_ops(cfg: QueueConfig, ops: Vec<Op>, split: usize) -> Result<(), TestCaseE
         prop_assert_eq!(q.ready_ids(), model.ready_ids());
         prop_assert_eq!(q.held_dead_letters().collect::<Vec<_>>(), model.held());
         prop_assert_eq!(q.delayed_entries(), model.delayed());
+        prop_assert_eq!(q.dedup_window(), model.dedup_window());
         prop_assert_eq!(q.consumer_count(), model.active());
         prop_assert_eq!(q.publishers_blocked(), model.blocked());
         for c in q.consumer_ids() {
@@ -745,7 +795,15 @@ fn generators_cover_every_effect() {
             let Some(cmd) = concretize(op, &mut now, &q) else {
                 continue;
             };
+            let fresh = q.dead_letters_fresh(&cmd);
+            if fresh.iter().any(|f| !f) {
+                seen.insert("Dead letter de-duplicated".into());
+            }
+            let pruned = q.dedup_window().0;
             let (reply, effects) = q.apply(cmd);
+            if matches!(reply, QueueReply::Enqueued(_)) && q.dedup_window().0 < pruned {
+                seen.insert("Dedup window pruned".into());
+            }
             if let QueueReply::Enqueued(o) = &reply {
                 o.iter().for_each(|x| {
                     seen.insert(format!("{x:?}"));
@@ -798,6 +856,8 @@ fn generators_cover_every_effect() {
         "Dequeued",
         "Delayed",
         "Redelivered with delayed retry",
+        "Dead letter de-duplicated",
+        "Dedup window pruned",
     ]
     .iter()
     .map(|s| s.to_string())
