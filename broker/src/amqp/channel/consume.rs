@@ -301,6 +301,7 @@ impl Channel {
                     queue: handle.clone(),
                     consumer: slot,
                     msg: delivery.id,
+                    count: delivery.delivery_count,
                 },
             );
         }
@@ -367,6 +368,13 @@ impl Channel {
                 tracing::debug!(target: "deliveries", consumer = ?d.consumer, id = d.delivery.id, "resend of a held delivery dropped");
                 return;
             }
+            let key = (d.consumer, d.delivery.id, d.delivery.delivery_count);
+            if self.recent_settles.contains(&key) {
+                // Settled here, the settlement not yet committed when the
+                // leader changed: the client must not get it again.
+                tracing::debug!(target: "deliveries", consumer = ?d.consumer, id = d.delivery.id, "resend of a settled delivery dropped");
+                return;
+            }
         }
         let Some(msg) = d
             .delivery
@@ -391,6 +399,7 @@ impl Channel {
                     queue,
                     consumer: d.consumer,
                     msg: d.delivery.id,
+                    count: d.delivery.delivery_count,
                 },
             );
         }

@@ -17,6 +17,7 @@ mod consume;
 mod exchange;
 mod publish;
 mod queue;
+mod recent_settles;
 mod session;
 mod settle;
 mod tx;
@@ -96,6 +97,8 @@ struct Unacked {
     queue: Arc<QueueHandle>,
     consumer: ConsumerId,
     msg: MsgId,
+    /// The delivery count it was delivered with.
+    count: u32,
 }
 
 /// A basic.consume of this channel.
@@ -154,6 +157,9 @@ pub struct Channel {
     /// ack, nack or reject of one is ignored, not a 406 "unknown delivery
     /// tag" (RabbitMQ 4.3).
     timed_out_tags: HashSet<u64>,
+    /// Deliveries settled here lately: a new leader's re-sends of them are
+    /// dropped (`recent_settles.rs`).
+    recent_settles: recent_settles::RecentSettles,
     /// Counts the channel in `rabbitmq_channels` while it exists.
     _open: crate::metrics::OpenChannel,
 }
@@ -184,6 +190,7 @@ impl Channel {
             tx: None,
             cancelled: Vec::new(),
             timed_out_tags: HashSet::new(),
+            recent_settles: Default::default(),
             _open: Default::default(),
         })
     }

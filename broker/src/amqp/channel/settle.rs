@@ -102,6 +102,7 @@ impl Channel {
         let mut groups: Vec<(Arc<QueueHandle>, ConsumerId, Vec<MsgId>)> = Vec::new();
         for t in tags {
             if let Some(u) = self.take_unacked(t) {
+                self.recent_settles.insert((u.consumer, u.msg, u.count));
                 match groups
                     .iter_mut()
                     .find(|(q, c, _)| q.group == u.queue.group && *c == u.consumer)
