@@ -79,7 +79,7 @@ fn summary(r: &Report, results: &std::path::Path) -> (u64, u64, u64, u64, u64) {
         println!("excluded by --exclude: {}", r.excluded.join(", "));
     }
     println!(
-        "{:<15} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}",
+        "{:<15} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}",
         "workload",
         "ops",
         "acked",
@@ -88,14 +88,16 @@ fn summary(r: &Report, results: &std::path::Path) -> (u64, u64, u64, u64, u64) {
         "lost",
         "unexp",
         "dup",
+        "fresh",
         "unconf",
         "malf",
         "faults"
     );
     let (mut ops, mut lost, mut unexpected, mut dups, mut faults) = (0, 0, 0, 0, 0);
+    let mut fresh = 0;
     for v in &r.verdicts {
         println!(
-            "{:<15} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}{}",
+            "{:<15} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}{}",
             v.workload,
             v.ops,
             v.confirmed,
@@ -104,6 +106,7 @@ fn summary(r: &Report, results: &std::path::Path) -> (u64, u64, u64, u64, u64) {
             v.lost,
             v.unexpected,
             v.duplicates,
+            v.fresh_duplicates,
             v.delivered_unconfirmed,
             v.malformed,
             v.faults,
@@ -160,9 +163,11 @@ fn summary(r: &Report, results: &std::path::Path) -> (u64, u64, u64, u64, u64) {
         lost += v.lost;
         unexpected += v.unexpected;
         dups += v.duplicates;
+        fresh += v.fresh_duplicates;
         faults += v.faults;
     }
     println!("results: {}", results.display());
+    println!("duplicates: {dups} deliveries beyond an id's first, {fresh} of them not flagged redelivered (second copies)");
     (ops, lost, unexpected, dups, faults)
 }
 

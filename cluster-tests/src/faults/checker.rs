@@ -75,6 +75,12 @@ pub struct Verdict {
     pub unexpected: u64,
     /// Deliveries beyond an id's first.
     pub duplicates: u64,
+    /// Per id, its deliveries with `redelivered` false beyond the first,
+    /// summed: second copies (a dead letter enqueued twice, a publish stored
+    /// twice, a settled delivery sent again), not consumer redeliveries (a
+    /// paused consumer's original copy may arrive after the redelivery, so
+    /// the order of arrival does not tell).
+    pub fresh_duplicates: u64,
     /// Delivered ids whose publish was not confirmed.
     pub delivered_unconfirmed: u64,
     /// Deliveries whose x-death did not match the expectation.
@@ -186,6 +192,7 @@ pub fn check(workload: &str, records: &[Record], expect: &Expect) -> Verdict {
     let mut published = HashSet::new();
     let mut confirmed = HashSet::new();
     let mut seen: HashMap<u64, u64> = HashMap::new();
+    let mut fresh: HashMap<u64, u64> = HashMap::new();
     let mut heals = Vec::new();
     let mut acks = Vec::new();
     let mut fault_start = None;
@@ -203,9 +210,16 @@ pub fn check(workload: &str, records: &[Record], expect: &Expect) -> Verdict {
             Op::Nacked { .. } => v.nacked += 1,
             Op::Unknown { .. } => v.unknown += 1,
             Op::Delivered {
-                id, queue, death, ..
+                id,
+                queue,
+                death,
+                redelivered,
+                ..
             } if *queue == expect.queue => {
                 *seen.entry(*id).or_default() += 1;
+                if !redelivered {
+                    *fresh.entry(*id).or_default() += 1;
+                }
                 if let Some((reason, source)) = &expect.death {
                     let problem = match death {
                         None => Some("no x-death".to_string()),
@@ -236,6 +250,7 @@ pub fn check(workload: &str, records: &[Record], expect: &Expect) -> Verdict {
     }
     v.delivered = seen.len() as u64;
     v.duplicates = seen.values().map(|n| n - 1).sum();
+    v.fresh_duplicates = fresh.values().map(|n| n - 1).sum();
     let mut lost: Vec<u64> = confirmed
         .iter()
         .filter(|id| !seen.contains_key(id))
@@ -328,6 +343,10 @@ mod tests {
         assert_eq!(v.lost_sample, vec![2]);
         assert_eq!(v.unexpected, 1);
         assert_eq!(v.duplicates, 1);
+        assert_eq!(
+            v.fresh_duplicates, 1,
+            "the second copy of id 1 is not flagged redelivered"
+        );
         assert_eq!(v.delivered, 3);
         assert_eq!(v.delivered_unconfirmed, 2, "ids 3 and 99");
         assert!(!v.passed());
