@@ -123,14 +123,29 @@ pub(super) async fn put_exchange(
 pub(super) async fn delete_exchange(
     api: Api,
     Path((vhost, name)): Path<(String, String)>,
+    uri: axum::http::Uri,
 ) -> ApiResult {
     api.caller.require_writer()?;
     readable_vhost(&api, &vhost)?;
+    // RabbitMQ answers 404 for a missing exchange (`resource_exists`), not 204.
+    let exists = api
+        .broker
+        .with_topology(|t| t.exchange(&vhost, &name).is_some())
+        .unwrap_or(false);
+    if !exists {
+        return Err(ApiError::not_found());
+    }
+    let if_unused = matches!(
+        super::body::query_params(&uri)
+            .get("if-unused")
+            .map(String::as_str),
+        Some("true")
+    );
     api.broker
         .operator_write(MetaCommand::DeleteExchange {
             vhost,
             name,
-            if_unused: false,
+            if_unused,
         })
         .await?;
     no_content()

@@ -12,12 +12,14 @@
 mod bindings;
 mod body;
 mod dead_letters;
+mod exchange_ops;
 mod exchanges;
 mod health;
 mod nodes;
 mod overview;
 mod permissions;
 mod policies;
+mod queue_ops;
 mod queues;
 mod users;
 mod vhosts;
@@ -50,6 +52,8 @@ pub fn routes() -> Router<Started> {
         .merge(permissions::routes())
         .merge(exchanges::routes())
         .merge(queues::routes())
+        .merge(queue_ops::routes())
+        .merge(exchange_ops::routes())
         .merge(dead_letters::routes())
         .merge(bindings::routes())
         .merge(policies::routes())
