@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod node;
 pub mod queue;
 pub mod tls;
+pub mod tracking;
 
 /// Milliseconds since the Unix epoch: the timestamp the proposer stamps
 /// into commands (the state machine never reads a clock).

@@ -239,3 +239,249 @@ async fn bindings_are_deleted_by_properties_key_and_missing_exchanges_are_404() 
     })
     .await
 }
+
+/// The connection, its channel and consumer as `/api/connections`, `/api/channels` and
+/// `/api/consumers` list them; message rates appear; DELETE closes it with 320 and the
+/// `X-Reason` text.
+#[tokio::test]
+async fn connections_channels_and_consumers_are_listed_and_a_connection_is_closed(
+) -> anyhow::Result<()> {
+    use lapin::options::{
+        BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, QueueDeclareOptions,
+    };
+    use lapin::types::{AMQPValue, FieldTable};
+    bounded(Duration::from_secs(120), async {
+        let h = HttpBroker::start().await?;
+        let uri = h.broker.uri().to_owned();
+        let label = unique("conn");
+        let props =
+            lapin::ConnectionProperties::default().with_connection_name(label.clone().into());
+        let conn = lapin::Connection::connect(&uri, props).await?;
+        let mut events = Box::pin(conn.events_listener());
+        let ch = conn.create_channel().await?;
+        ch.basic_qos(7, BasicQosOptions::default()).await?;
+        let q = unique("conn.q");
+        ch.queue_declare(
+            q.as_str().into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+        let mut cargs = FieldTable::default();
+        cargs.insert("x-priority".into(), AMQPValue::LongInt(3));
+        let _consumer = ch
+            .basic_consume(
+                q.as_str().into(),
+                "ctag-1".into(),
+                BasicConsumeOptions {
+                    no_ack: true,
+                    ..Default::default()
+                },
+                cargs,
+            )
+            .await?;
+
+        // Publish for ~6 s so that two samples 5 s apart see them.
+        let publisher = conn.create_channel().await?;
+        let until = std::time::Instant::now() + Duration::from_secs(6);
+        let mut sent = 0u64;
+        while std::time::Instant::now() < until {
+            publisher
+                .basic_publish(
+                    "".into(),
+                    q.as_str().into(),
+                    BasicPublishOptions::default(),
+                    b"x",
+                    lapin::BasicProperties::default(),
+                )
+                .await?;
+            sent += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        let ours = loop {
+            let list = h.get("/api/connections")?;
+            let ours = list
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["user_provided_name"] == label.as_str())
+                .cloned();
+            if let Some(c) = ours {
+                let rate = c["message_stats"]["publish_details"]["rate"]
+                    .as_f64()
+                    .unwrap_or(0.0);
+                if rate > 0.0 || std::time::Instant::now() > deadline {
+                    break c;
+                }
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "our connection is not listed: {list}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let name = ours["name"].as_str().unwrap_or("").to_owned();
+        let (peer, local) = name.split_once(" -> ").expect("PEER -> LOCAL");
+        assert!(
+            peer.starts_with("127.0.0.1:") && local.starts_with("127.0.0.1:"),
+            "{name}"
+        );
+        assert_eq!(ours["peer_host"], "127.0.0.1");
+        assert_eq!(format!("127.0.0.1:{}", ours["peer_port"]), peer);
+        assert_eq!(ours["user"], "guest");
+        assert_eq!(ours["vhost"], "/");
+        assert_eq!(ours["state"], "running");
+        assert_eq!(ours["protocol"], "AMQP 0-9-1");
+        assert_eq!(ours["channels"], 2);
+        assert_eq!(ours["auth_mechanism"], "PLAIN");
+        assert!(
+            ours["connected_at"].as_u64().unwrap_or(0) > 1_600_000_000_000,
+            "{ours}"
+        );
+        assert_eq!(ours["client_properties"]["connection_name"], label.as_str());
+        assert!(
+            ours["client_properties"]["capabilities"].is_object(),
+            "{ours}"
+        );
+        assert!(
+            ours["message_stats"]["publish"].as_u64().unwrap_or(0) >= sent - 1,
+            "{ours}"
+        );
+        assert!(
+            ours["message_stats"]["publish_details"]["rate"]
+                .as_f64()
+                .unwrap_or(0.0)
+                > 0.0,
+            "{ours}"
+        );
+        let one = h.get(&format!(
+            "/api/connections/{}",
+            name.replace(' ', "%20").replace('>', "%3E")
+        ))?;
+        assert_eq!(one["name"], name.as_str());
+        assert_eq!(
+            h.get("/api/vhosts/%2F/connections")?
+                .as_array()
+                .map(|a| a.iter().any(|c| c["name"] == name.as_str())),
+            Some(true)
+        );
+
+        let chans = h.get("/api/channels")?;
+        let mine: Vec<&Value> = chans
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["connection_details"]["name"] == name.as_str())
+            .collect();
+        assert_eq!(mine.len(), 2, "{chans}");
+        let c1 = mine.iter().find(|c| c["number"] == 1).expect("channel 1");
+        assert_eq!(c1["name"], format!("{name} (1)").as_str());
+        assert_eq!(c1["prefetch_count"], 7);
+        assert_eq!(c1["consumer_count"], 1);
+        assert_eq!(c1["state"], "running");
+        assert!(
+            c1["message_stats"]["deliver_get"].as_u64().unwrap_or(0) > 0,
+            "{c1}"
+        );
+
+        let consumers = h.get("/api/consumers")?;
+        let k = consumers
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["consumer_tag"] == "ctag-1")
+            .expect("our consumer")
+            .clone();
+        assert_eq!(k["queue"], json!({"name": q, "vhost": "/"}));
+        assert_eq!(k["ack_required"], false);
+        assert_eq!(k["exclusive"], false);
+        assert_eq!(k["prefetch_count"], 7);
+        assert_eq!(k["arguments"]["x-priority"], 3);
+        assert_eq!(k["channel_details"]["connection_name"], name.as_str());
+        assert_eq!(k["channel_details"]["number"], 1);
+        assert_eq!(
+            h.get("/api/consumers/%2F")?
+                .as_array()
+                .map(|a| a.iter().any(|k| k["consumer_tag"] == "ctag-1")),
+            Some(true)
+        );
+
+        let overview = h.get("/api/overview")?;
+        assert!(
+            overview["object_totals"]["channels"].as_u64().unwrap_or(0) >= 2,
+            "{overview}"
+        );
+        assert!(
+            overview["message_stats"]["publish"].as_u64().unwrap_or(0) >= sent - 1,
+            "{overview}"
+        );
+        let vh = h.get("/api/vhosts/%2F")?;
+        assert!(
+            vh["messages"].is_u64() && vh["messages_ready"].is_u64(),
+            "{vh}"
+        );
+
+        // Close it with a reason.
+        let url = format!(
+            "{}/api/connections/{}",
+            h.base,
+            name.replace(' ', "%20").replace('>', "%3E")
+        );
+        let out = std::process::Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-u",
+                "guest:guest",
+                "-X",
+                "DELETE",
+                "-H",
+                "X-Reason: maintenance now",
+                &url,
+            ])
+            .output()?;
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "204");
+        let e = loop {
+            use futures::StreamExt;
+            match tokio::time::timeout(Duration::from_secs(10), events.next()).await? {
+                Some(lapin::Event::Error(e)) => break e,
+                Some(_) => continue,
+                None => anyhow::bail!("no error event"),
+            }
+        };
+        assert_eq!(
+            amqp_error(&e),
+            Some((320, "CONNECTION_FORCED - maintenance now".to_owned())),
+            "{e:?}"
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while h
+            .get("/api/connections")?
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == name.as_str())
+        {
+            anyhow::ensure!(std::time::Instant::now() < deadline, "still listed");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let r = h.guest(
+            "DELETE",
+            &format!(
+                "/api/connections/{}",
+                name.replace(' ', "%20").replace('>', "%3E")
+            ),
+            None,
+        )?;
+        assert_eq!(r.0, 404, "{r:?}");
+        Ok(())
+    })
+    .await
+}

@@ -18,6 +18,7 @@ pub mod auth;
 pub mod definitions;
 pub mod json;
 pub mod metrics;
+pub mod rates;
 
 use std::sync::{Arc, OnceLock};
 
@@ -40,6 +41,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:15672";
 ///
 /// Errors: the listener fails (I/O error from accept).
 pub async fn serve(listener: tokio::net::TcpListener, broker: Started) -> std::io::Result<()> {
+    tokio::spawn(rates::run_sampler(broker.clone()));
     let app = Router::new()
         .route("/health/live", get(|| async { "up\n" }))
         .route("/health/ready", get(ready))

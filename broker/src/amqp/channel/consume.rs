@@ -76,6 +76,7 @@ impl Channel {
                 queue: handle.clone(),
                 no_ack: c.no_ack,
                 exclusive: c.exclusive,
+                arguments: c.arguments.clone(),
                 cancelled: false,
             },
         );
@@ -312,6 +313,7 @@ impl Channel {
             message_count: left as u32,
         })));
         crate::metrics::COUNTERS.delivered(delivery.delivery_count > 0);
+        self.count_delivered(delivery.delivery_count > 0);
         // RabbitMQ 3.10 adds x-delivery-count to every basic.get from a quorum
         // queue (spec §2.7), never on a classic queue.
         let props = if counts {
@@ -404,6 +406,7 @@ impl Channel {
             },
         )));
         crate::metrics::COUNTERS.delivered(d.delivery.delivery_count > 0);
+        self.count_delivered(d.delivery.delivery_count > 0);
         let props = if d.delivery.delivery_count > 0 && counts {
             with_delivery_count(&msg.properties, d.delivery.delivery_count)
         } else {

@@ -13,6 +13,7 @@ use crate::message::StoredMessage;
 use crate::meta::access::Perm;
 use crate::meta::publish::{cc_bcc_keys, parse_expiration, strip_bcc};
 use crate::queue::types::{EnqueueMsg, EnqueueOutcome, PrioritizedMsg, QueueCommand, QueueReply};
+use crate::tracking::MessageCounts;
 
 /// Most body bytes reserved when a content header arrives (bytes); larger bodies grow as
 /// their frames arrive.
@@ -166,6 +167,7 @@ impl Channel {
         }
         let body = body.freeze();
         crate::metrics::COUNTERS.published(!targets.is_empty());
+        MessageCounts::add(&self.counts().publish, 1);
         if targets.is_empty() {
             tracing::debug!(target: "proposals", exchange = %exchange, routing_key = %routing_key, "unroutable publish");
             if publish.mandatory {
@@ -181,6 +183,7 @@ impl Channel {
                 if let Some(c) = self.confirms.as_mut() {
                     c.complete(seq, true);
                     crate::metrics::COUNTERS.confirmed(1);
+                    MessageCounts::add(&self.counts().confirm, 1);
                 }
                 self.send_confirms();
             }
@@ -262,6 +265,7 @@ impl Channel {
             t.complete(seq, ok);
             if ok {
                 crate::metrics::COUNTERS.confirmed(1);
+                MessageCounts::add(&self.counts().confirm, 1);
             }
         }
     }

@@ -115,6 +115,7 @@ impl Channel {
         if how == Settlement::Ack {
             let n: usize = groups.iter().map(|g| g.2.len()).sum();
             crate::metrics::COUNTERS.acknowledged(n as u64);
+            crate::tracking::MessageCounts::add(&self.counts().ack, n as u64);
         }
         for (queue, consumer, ids) in groups {
             let cmd = match how {

@@ -11,6 +11,7 @@
 
 mod bindings;
 mod body;
+mod connections;
 mod dead_letters;
 mod exchange_ops;
 mod exchanges;
@@ -54,6 +55,7 @@ pub fn routes() -> Router<Started> {
         .merge(queues::routes())
         .merge(queue_ops::routes())
         .merge(exchange_ops::routes())
+        .merge(connections::routes())
         .merge(dead_letters::routes())
         .merge(bindings::routes())
         .merge(policies::routes())
