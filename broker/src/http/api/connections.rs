@@ -17,6 +17,15 @@ use serde_json::{json, Value};
 
 use super::vhosts::readable_vhost;
 use super::{no_content, ok, ApiResult};
+
+/// A JSON array answered as [`super::listing::reply_list`].
+fn reply_list(v: Value, uri: &axum::http::Uri) -> ApiResult {
+    let items = match v {
+        Value::Array(a) => a,
+        other => vec![other],
+    };
+    super::listing::reply_list(items, uri)
+}
 use crate::http::json::table_to_json;
 use crate::http::rates::{RateKey, RATES};
 use crate::http::{node_name, Api, ApiError, Started};
@@ -205,13 +214,17 @@ fn named(api: &Api, name: &str) -> Result<Arc<TrackedConnection>, ApiError> {
         .ok_or_else(ApiError::not_found)
 }
 
-pub(super) async fn connections(api: Api) -> ApiResult {
-    ok(list_connections(&api, None))
+pub(super) async fn connections(api: Api, uri: axum::http::Uri) -> ApiResult {
+    reply_list(list_connections(&api, None), &uri)
 }
 
-pub(super) async fn vhost_connections(api: Api, Path(vhost): Path<String>) -> ApiResult {
+pub(super) async fn vhost_connections(
+    api: Api,
+    Path(vhost): Path<String>,
+    uri: axum::http::Uri,
+) -> ApiResult {
     readable_vhost(&api, &vhost)?;
-    ok(list_connections(&api, Some(&vhost)))
+    reply_list(list_connections(&api, Some(&vhost)), &uri)
 }
 
 pub(super) async fn connection(api: Api, Path(name): Path<String>) -> ApiResult {
@@ -219,9 +232,13 @@ pub(super) async fn connection(api: Api, Path(name): Path<String>) -> ApiResult 
     ok(connection_json(&node_name(api.broker.node_id()), &c))
 }
 
-pub(super) async fn connection_channels(api: Api, Path(name): Path<String>) -> ApiResult {
+pub(super) async fn connection_channels(
+    api: Api,
+    Path(name): Path<String>,
+    uri: axum::http::Uri,
+) -> ApiResult {
     let c = named(&api, &name)?;
-    ok(list_channels(&api, &[c]))
+    reply_list(list_channels(&api, &[c]), &uri)
 }
 
 /// Closes the connection: 320 CONNECTION_FORCED with `X-Reason` (or RabbitMQ's "Closed
@@ -240,15 +257,19 @@ pub(super) async fn close(api: Api, Path(name): Path<String>, headers: HeaderMap
     no_content()
 }
 
-pub(super) async fn channels(api: Api) -> ApiResult {
+pub(super) async fn channels(api: Api, uri: axum::http::Uri) -> ApiResult {
     let conns = visible(&api, None);
-    ok(list_channels(&api, &conns))
+    reply_list(list_channels(&api, &conns), &uri)
 }
 
-pub(super) async fn vhost_channels(api: Api, Path(vhost): Path<String>) -> ApiResult {
+pub(super) async fn vhost_channels(
+    api: Api,
+    Path(vhost): Path<String>,
+    uri: axum::http::Uri,
+) -> ApiResult {
     readable_vhost(&api, &vhost)?;
     let conns = visible(&api, Some(&vhost));
-    ok(list_channels(&api, &conns))
+    reply_list(list_channels(&api, &conns), &uri)
 }
 
 pub(super) async fn channel(api: Api, Path(name): Path<String>) -> ApiResult {
@@ -259,11 +280,15 @@ pub(super) async fn channel(api: Api, Path(name): Path<String>) -> ApiResult {
         .map_or_else(|| Err(ApiError::not_found()), ok)
 }
 
-pub(super) async fn consumers(api: Api) -> ApiResult {
-    ok(list_consumers(&api, None))
+pub(super) async fn consumers(api: Api, uri: axum::http::Uri) -> ApiResult {
+    reply_list(list_consumers(&api, None), &uri)
 }
 
-pub(super) async fn vhost_consumers(api: Api, Path(vhost): Path<String>) -> ApiResult {
+pub(super) async fn vhost_consumers(
+    api: Api,
+    Path(vhost): Path<String>,
+    uri: axum::http::Uri,
+) -> ApiResult {
     readable_vhost(&api, &vhost)?;
-    ok(list_consumers(&api, Some(&vhost)))
+    reply_list(list_consumers(&api, Some(&vhost)), &uri)
 }

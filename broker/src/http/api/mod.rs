@@ -16,6 +16,7 @@ mod dead_letters;
 mod exchange_ops;
 mod exchanges;
 mod health;
+mod listing;
 mod nodes;
 mod overview;
 mod permissions;

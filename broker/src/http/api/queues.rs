@@ -8,7 +8,8 @@ use axum::Router;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use super::body::{body_object, bool_field};
+use super::body::{body_object, bool_field, query_params};
+use super::listing;
 use super::vhosts::{readable_vhost, readable_vhosts};
 use super::{created, no_content, ok, ApiResult};
 use crate::http::json::{json_to_table, table_to_json};
@@ -115,14 +116,70 @@ async fn queues_in(b: &Broker, vhosts: &[String]) -> Vec<Value> {
         .collect()
 }
 
-pub(super) async fn queues(api: Api) -> ApiResult {
-    let vhosts = readable_vhosts(&api);
-    ok(Value::Array(queues_in(&api.broker, &vhosts).await))
+/// A queue list as the query asks ([`listing`]). A page sorted by name or vhost (the
+/// default) asks only its own queues' statuses from their leaders, as RabbitMQ pages
+/// before it augments.
+async fn queue_list(b: &Broker, vhosts: &[String], uri: &axum::http::Uri) -> ApiResult {
+    let q = query_params(uri);
+    let basic_sort = matches!(
+        q.get("sort").map(String::as_str),
+        None | Some("") | Some("name") | Some("vhost")
+    );
+    if !(q.contains_key("page") && basic_sort) {
+        return listing::reply_list(queues_in(b, vhosts).await, uri);
+    }
+    let records = queue_records(b, vhosts);
+    let index: Vec<Value> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| json!({"name": r.name, "vhost": r.vhost, "i": i}))
+        .collect();
+    let mut without_columns = uri.to_string();
+    if q.contains_key("columns") {
+        let rest: Vec<String> = q
+            .iter()
+            .filter(|(k, _)| *k != "columns")
+            .map(|(k, v)| {
+                form_urlencoded::Serializer::new(String::new())
+                    .append_pair(k, v)
+                    .finish()
+            })
+            .collect();
+        without_columns = format!("{}?{}", uri.path(), rest.join("&"));
+    }
+    let index_uri: axum::http::Uri = without_columns.parse().unwrap_or_else(|_| uri.clone());
+    let mut page = listing::list_page(index, &index_uri)?;
+    let picked: Vec<QueueRecord> = page["items"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v["i"].as_u64())
+                .filter_map(|i| records.get(i as usize).cloned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let sts = statuses(b, &picked).await;
+    let items: Vec<Value> = picked
+        .iter()
+        .zip(&sts)
+        .map(|(r, s)| queue_json(b, r, s))
+        .collect();
+    page["items"] = listing::columns_of(items, &q);
+    ok(page)
 }
 
-pub(super) async fn queues_of(api: Api, Path(vhost): Path<String>) -> ApiResult {
+pub(super) async fn queues(api: Api, uri: axum::http::Uri) -> ApiResult {
+    let vhosts = readable_vhosts(&api);
+    queue_list(&api.broker, &vhosts, &uri).await
+}
+
+pub(super) async fn queues_of(
+    api: Api,
+    Path(vhost): Path<String>,
+    uri: axum::http::Uri,
+) -> ApiResult {
     readable_vhost(&api, &vhost)?;
-    ok(Value::Array(queues_in(&api.broker, &[vhost]).await))
+    queue_list(&api.broker, &[vhost], &uri).await
 }
 
 pub(super) async fn queue(api: Api, Path((vhost, name)): Path<(String, String)>) -> ApiResult {

@@ -125,14 +125,14 @@ fn vhost_json(b: &Broker, name: &str, counts: &[(String, [u64; 2])]) -> Value {
     v
 }
 
-pub(super) async fn vhosts(api: Api) -> ApiResult {
+pub(super) async fn vhosts(api: Api, uri: axum::http::Uri) -> ApiResult {
     let names = readable_vhosts(&api);
     let counts = queue_counts(&api.broker, &names).await;
     let list: Vec<Value> = names
         .iter()
         .map(|v| vhost_json(&api.broker, v, &counts))
         .collect();
-    ok(Value::Array(list))
+    super::listing::reply_list(list, &uri)
 }
 
 pub(super) async fn vhost(api: Api, Path(vhost): Path<String>) -> ApiResult {
