@@ -65,7 +65,8 @@ async fn get_in_every_ackmode_publish_and_purge_behave_as_rabbitmq() -> anyhow::
         assert_eq!(publish(&h, "amq.default", "no-such-queue", "x")?, json!({"routed": false}));
         let r = h.guest("POST", "/api/exchanges/%2F/no-such-exchange/publish",
             Some(&json!({"properties": {}, "routing_key": "", "payload": "", "payload_encoding": "string"})))?;
-        assert_eq!(r.0, 404, "{r:?}");
+        assert_eq!(r.0, 400, "RabbitMQ 3.10.8 answers with its channel's error: {r:?}");
+        assert_eq!(r.1["reason"], "404 NOT_FOUND - no exchange 'no-such-exchange' in vhost '/'");
         let r = h.guest("POST", "/api/exchanges/%2F/amq.default/publish",
             Some(&json!({"properties": {}, "routing_key": q, "payload": "x"})))?;
         assert_eq!(r.0, 400, "payload_encoding is required: {r:?}");
@@ -313,6 +314,7 @@ async fn connections_channels_and_consumers_are_listed_and_a_connection_is_close
             if let Some(c) = ours {
                 let rate = c["message_stats"]["publish_details"]["rate"]
                     .as_f64()
+                    .or(c["recv_oct_details"]["rate"].as_f64())
                     .unwrap_or(0.0);
                 if rate > 0.0 || std::time::Instant::now() > deadline {
                     break c;
@@ -347,17 +349,20 @@ async fn connections_channels_and_consumers_are_listed_and_a_connection_is_close
             ours["client_properties"]["capabilities"].is_object(),
             "{ours}"
         );
-        assert!(
-            ours["message_stats"]["publish"].as_u64().unwrap_or(0) >= sent - 1,
-            "{ours}"
-        );
-        assert!(
-            ours["message_stats"]["publish_details"]["rate"]
-                .as_f64()
-                .unwrap_or(0.0)
-                > 0.0,
-            "{ours}"
-        );
+        if h.is_quorumq() {
+            // RabbitMQ's connections carry byte counts and their rates instead.
+            assert!(
+                ours["message_stats"]["publish"].as_u64().unwrap_or(0) >= sent - 1,
+                "{ours}"
+            );
+            assert!(
+                ours["message_stats"]["publish_details"]["rate"]
+                    .as_f64()
+                    .unwrap_or(0.0)
+                    > 0.0,
+                "{ours}"
+            );
+        }
         let one = h.get(&format!(
             "/api/connections/{}",
             name.replace(' ', "%20").replace('>', "%3E")
