@@ -17,6 +17,7 @@ pub mod message;
 pub mod meta;
 pub mod metrics;
 pub mod node;
+pub mod node_counters;
 pub mod queue;
 pub mod tls;
 pub mod tracking;

@@ -281,6 +281,7 @@ impl Channel {
             .map_err(ProtocolError::internal)?;
         let counts = handle.counts_deliveries();
         let QueueReply::Dequeued(Some((delivery, left))) = reply else {
+            crate::node_counters::inc(&crate::node_counters::NODE.get_empty);
             self.send(AMQPClass::Basic(basic::AMQPMethod::GetEmpty(
                 basic::GetEmpty {},
             )));
@@ -314,6 +315,11 @@ impl Channel {
         })));
         crate::metrics::COUNTERS.delivered(delivery.delivery_count > 0);
         self.count_delivered(delivery.delivery_count > 0);
+        crate::node_counters::inc(if g.no_ack {
+            &crate::node_counters::NODE.delivered_get_auto_ack
+        } else {
+            &crate::node_counters::NODE.delivered_get_manual_ack
+        });
         // RabbitMQ 3.10 adds x-delivery-count to every basic.get from a quorum
         // queue (spec §2.7), never on a classic queue.
         let props = if counts {
@@ -407,6 +413,11 @@ impl Channel {
         )));
         crate::metrics::COUNTERS.delivered(d.delivery.delivery_count > 0);
         self.count_delivered(d.delivery.delivery_count > 0);
+        crate::node_counters::inc(if no_ack {
+            &crate::node_counters::NODE.delivered_consume_auto_ack
+        } else {
+            &crate::node_counters::NODE.delivered_consume_manual_ack
+        });
         let props = if d.delivery.delivery_count > 0 && counts {
             with_delivery_count(&msg.properties, d.delivery.delivery_count)
         } else {

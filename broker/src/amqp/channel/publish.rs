@@ -12,6 +12,7 @@ use crate::amqp::error::ProtocolError;
 use crate::message::StoredMessage;
 use crate::meta::access::Perm;
 use crate::meta::publish::{cc_bcc_keys, parse_expiration, strip_bcc};
+use crate::node_counters;
 use crate::queue::types::{EnqueueMsg, EnqueueOutcome, PrioritizedMsg, QueueCommand, QueueReply};
 use crate::tracking::MessageCounts;
 
@@ -168,8 +169,16 @@ impl Channel {
         let body = body.freeze();
         crate::metrics::COUNTERS.published(!targets.is_empty());
         MessageCounts::add(&self.counts().publish, 1);
+        if seq.is_some() {
+            node_counters::inc(&node_counters::NODE.received_confirm);
+        }
         if targets.is_empty() {
             tracing::debug!(target: "proposals", exchange = %exchange, routing_key = %routing_key, "unroutable publish");
+            node_counters::inc(if publish.mandatory {
+                &node_counters::NODE.unroutable_returned
+            } else {
+                &node_counters::NODE.unroutable_dropped
+            });
             if publish.mandatory {
                 self.send(AMQPClass::Basic(basic::AMQPMethod::Return(basic::Return {
                     reply_code: 312,

@@ -97,7 +97,11 @@ pub(super) async fn publish(
         .unwrap_or(false);
     if !exists {
         // RabbitMQ 3.10.8 answers through its channel's error: 400, not 404 (observed).
-        let shown = if exchange.is_empty() { "amq.default" } else { exchange.as_str() };
+        let shown = if exchange.is_empty() {
+            "amq.default"
+        } else {
+            exchange.as_str()
+        };
         return Err(ApiError::bad_request(format!(
             "404 NOT_FOUND - no exchange '{shown}' in vhost '{vhost}'"
         )));

@@ -152,7 +152,8 @@ fn list_value(mut items: Vec<Value>, q: &HashMap<String, String>) -> Result<Valu
 
 /// The value at a dotted path (`message_stats.publish`), absent as `null`.
 fn dotted<'a>(v: &'a Value, path: &str) -> &'a Value {
-    path.split('.').fold(v, |v, k| v.get(k).unwrap_or(&Value::Null))
+    path.split('.')
+        .fold(v, |v, k| v.get(k).unwrap_or(&Value::Null))
 }
 
 /// RabbitMQ puts a missing value first; numbers by value, strings by bytes.
@@ -258,7 +259,14 @@ mod tests {
                    {"name": "Q001", "arguments": {"x": 1}},
                    {"name": "Q000", "arguments": {"x": 0}}])
         );
-        let v = list_value(items(3), &q(&[("sort_reverse", "true"), ("columns", "name")])).unwrap();
-        assert_eq!(v, json!([{"name": "Q002"}, {"name": "Q001"}, {"name": "Q000"}]));
+        let v = list_value(
+            items(3),
+            &q(&[("sort_reverse", "true"), ("columns", "name")]),
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            json!([{"name": "Q002"}, {"name": "Q001"}, {"name": "Q000"}])
+        );
     }
 }

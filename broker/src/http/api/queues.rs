@@ -218,6 +218,10 @@ pub async fn declare_queue(
     match reply {
         MetaReply::QueueDeclared { record, created } => {
             b.ensure_queue(&record).await?;
+            crate::node_counters::inc(&crate::node_counters::NODE.queues_declared);
+            if created {
+                crate::node_counters::inc(&crate::node_counters::NODE.queues_created);
+            }
             Ok(created)
         }
         MetaReply::Error(e) => Err(e.into()),
@@ -247,7 +251,10 @@ pub(super) async fn delete_queue(
     api.caller.require_writer()?;
     readable_vhost(&api, &vhost)?;
     match api.broker.delete_queue(&vhost, &name).await? {
-        Some(_) => no_content(),
+        Some(_) => {
+            crate::node_counters::inc(&crate::node_counters::NODE.queues_deleted);
+            no_content()
+        }
         None => Err(ApiError::not_found()),
     }
 }
