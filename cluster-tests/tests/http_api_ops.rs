@@ -415,6 +415,22 @@ async fn connections_channels_and_consumers_are_listed_and_a_connection_is_close
             Some(true)
         );
 
+        if h.is_quorumq() {
+            // The queue's counts through this node: every publish, every delivery.
+            let qv = h.get(&format!("/api/queues/%2F/{q}"))?;
+            assert!(
+                qv["message_stats"]["publish"].as_u64().unwrap_or(0) >= sent - 1,
+                "{qv}"
+            );
+            assert!(
+                qv["message_stats"]["deliver_get"].as_u64().unwrap_or(0) >= sent - 1,
+                "{qv}"
+            );
+            assert!(
+                qv["message_stats"]["publish_details"]["rate"].is_number(),
+                "{qv}"
+            );
+        }
         let overview = h.get("/api/overview")?;
         assert!(
             overview["object_totals"]["channels"].as_u64().unwrap_or(0) >= 2,

@@ -25,6 +25,8 @@ pub enum RateKey {
     Connection(u64),
     /// A channel by (connection id, channel key).
     Channel(u64, u64),
+    /// A queue by Raft group id (counts through this node).
+    Queue(u64),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -48,10 +50,12 @@ impl Rates {
         Arc::new(Rates::default())
     }
 
-    /// Samples every object of `tracking` now; objects gone since are forgotten.
-    pub fn sample(&self, tracking: &Tracking) {
+    /// Samples every object of `tracking` and the `queues` now; objects gone since are
+    /// forgotten.
+    pub fn sample(&self, tracking: &Tracking, queues: &[(u64, [u64; 5])]) {
         let at = Instant::now();
         let mut now: Vec<(RateKey, [u64; 5])> = vec![(RateKey::Node, tracking.counts())];
+        now.extend(queues.iter().map(|(g, c)| (RateKey::Queue(*g), *c)));
         for c in tracking.connections() {
             now.push((RateKey::Connection(c.info.id), c.counts()));
             for (key, ch) in c.channels() {
@@ -132,7 +136,12 @@ pub async fn run_sampler(started: super::Started) {
     loop {
         tick.tick().await;
         if let Some(b) = started.get() {
-            RATES.sample(b.tracking());
+            let queues: Vec<(u64, [u64; 5])> = b
+                .queue_handles()
+                .iter()
+                .map(|h| (h.group, h.stats.snapshot()))
+                .collect();
+            RATES.sample(b.tracking(), &queues);
         }
     }
 }
@@ -161,12 +170,12 @@ mod tests {
         });
         let ch = t.open_channel(1, 1, 1);
         let r = Rates::new();
-        r.sample(&t);
+        r.sample(&t, &[]);
         let v = r.message_stats(RateKey::Node, t.counts());
         assert_eq!(v["publish_details"]["rate"], 0.0, "one sample: no rate yet");
         MessageCounts::add(&ch.stats.counts.publish, 100);
         std::thread::sleep(Duration::from_millis(50));
-        r.sample(&t);
+        r.sample(&t, &[]);
         for key in [
             RateKey::Node,
             RateKey::Connection(1),

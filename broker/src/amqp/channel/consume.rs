@@ -315,6 +315,7 @@ impl Channel {
         })));
         crate::metrics::COUNTERS.delivered(delivery.delivery_count > 0);
         self.count_delivered(delivery.delivery_count > 0);
+        count_queue_delivered(&handle, delivery.delivery_count > 0);
         crate::node_counters::inc(if g.no_ack {
             &crate::node_counters::NODE.delivered_get_auto_ack
         } else {
@@ -376,6 +377,7 @@ impl Channel {
                 return;
             }
         }
+        count_queue_delivered(&queue, d.delivery.delivery_count > 0);
         let Some(msg) = d
             .delivery
             .payload
@@ -424,6 +426,14 @@ impl Channel {
             msg.properties.clone()
         };
         self.write_content(&props, &msg.body);
+    }
+}
+
+/// Counts a delivery or get answer of `queue` (management API `message_stats`).
+fn count_queue_delivered(queue: &crate::queue::handle::QueueHandle, redelivered: bool) {
+    crate::tracking::MessageCounts::add(&queue.stats.deliver_get, 1);
+    if redelivered {
+        crate::tracking::MessageCounts::add(&queue.stats.redeliver, 1);
     }
 }
 

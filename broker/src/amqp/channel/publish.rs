@@ -211,6 +211,7 @@ impl Channel {
         let mut waits = Vec::with_capacity(targets.len());
         let priority = props.priority().unwrap_or(0);
         for q in targets {
+            MessageCounts::add(&q.stats.publish, 1);
             let msg = PrioritizedMsg {
                 msg: EnqueueMsg {
                     payload: payload.clone(),

@@ -118,6 +118,9 @@ impl Channel {
             crate::tracking::MessageCounts::add(&self.counts().ack, n as u64);
         }
         for (queue, consumer, ids) in groups {
+            if how == Settlement::Ack {
+                crate::tracking::MessageCounts::add(&queue.stats.ack, ids.len() as u64);
+            }
             let cmd = match how {
                 Settlement::Ack => QueueCommand::Settle {
                     now_ms,

@@ -214,6 +214,7 @@ async fn publish_message(
     let now_ms = crate::now_ms();
     let mut waits = Vec::with_capacity(targets.len());
     for q in targets {
+        crate::tracking::MessageCounts::add(&q.stats.publish, 1);
         let msg = PrioritizedMsg {
             msg: EnqueueMsg {
                 payload: payload.clone(),

@@ -13,6 +13,7 @@ use super::listing;
 use super::vhosts::{readable_vhost, readable_vhosts};
 use super::{created, no_content, ok, ApiResult};
 use crate::http::json::{json_to_table, table_to_json};
+use crate::http::rates::{RateKey, RATES};
 use crate::http::{node_name, Api, ApiError, Started};
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::{QueueKind, QueueRecord, QueueType};
@@ -64,6 +65,15 @@ pub fn queue_type(rec: &QueueRecord) -> &'static str {
     }
 }
 
+/// The queue's `message_stats` through this node (publishes, deliveries, acks of this
+/// node's clients) with rates.
+fn message_stats(b: &Broker, rec: &QueueRecord) -> Value {
+    match b.queue(&rec.vhost, &rec.name) {
+        Some((_, h)) => RATES.message_stats(RateKey::Queue(h.group), h.stats.snapshot()),
+        None => crate::http::rates::stats_json([0; 5], [0.0; 5]),
+    }
+}
+
 fn queue_json(b: &Broker, rec: &QueueRecord, st: &crate::cluster::status::QueueStatus) -> Value {
     let (policy, definition) = b
         .with_topology(|t| {
@@ -103,6 +113,7 @@ fn queue_json(b: &Broker, rec: &QueueRecord, st: &crate::cluster::status::QueueS
         "messages_delayed": st.messages_delayed,
         "messages_dlx": st.dead_letter_held,
         "unreadable_bodies": st.unreadable_bodies,
+        "message_stats": message_stats(b, rec),
     })
 }
 
