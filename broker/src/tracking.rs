@@ -10,7 +10,7 @@
 //! of each run of frames, and counts its messages (publish, deliver/get, ack, redeliver,
 //! confirm) with relaxed atomic adds: no lock on the per-message path.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -185,6 +185,19 @@ pub struct Tracking {
     pub channels_closed: AtomicU64,
     /// Message counts of connections that closed.
     closed_counts: [AtomicU64; 5],
+    /// Publishes into each exchange through this node, by vhost and name.
+    exchanges: RwLock<HashMap<String, HashMap<String, Arc<ExchangeCounts>>>>,
+}
+
+/// Publishes into an exchange (`publish_in`) and those it routed to at least one queue
+/// (`publish_out`; RabbitMQ counts one per queue reached, quorumq one per routed
+/// publish).
+#[derive(Debug, Default)]
+pub struct ExchangeCounts {
+    /// Publishes received.
+    pub publish_in: AtomicU64,
+    /// Publishes routed.
+    pub publish_out: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -294,6 +307,68 @@ impl Tracking {
         };
         let tx = lock(&c.close).take();
         tx.is_some_and(|tx| tx.send(reason).is_ok())
+    }
+
+    /// Counts a publish into `exchange` of `vhost`, `routed` when it reached a queue.
+    pub fn exchange_published(&self, vhost: &str, exchange: &str, routed: bool) {
+        let found = self
+            .exchanges
+            .read()
+            .ok()
+            .and_then(|m| m.get(vhost).and_then(|e| e.get(exchange)).cloned());
+        let c = match found {
+            Some(c) => c,
+            None => match self.exchanges.write() {
+                Ok(mut m) => m
+                    .entry(vhost.to_owned())
+                    .or_default()
+                    .entry(exchange.to_owned())
+                    .or_default()
+                    .clone(),
+                Err(_) => return,
+            },
+        };
+        c.publish_in.fetch_add(1, Ordering::Relaxed);
+        if routed {
+            c.publish_out.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// (publish_in, publish_out) of `exchange` in `vhost` through this node.
+    pub fn exchange_counts(&self, vhost: &str, exchange: &str) -> [u64; 2] {
+        self.exchanges
+            .read()
+            .ok()
+            .and_then(|m| {
+                m.get(vhost).and_then(|e| e.get(exchange)).map(|c| {
+                    [
+                        c.publish_in.load(Ordering::Relaxed),
+                        c.publish_out.load(Ordering::Relaxed),
+                    ]
+                })
+            })
+            .unwrap_or([0, 0])
+    }
+
+    /// Every exchange's (vhost, name, [publish_in, publish_out]).
+    pub fn all_exchange_counts(&self) -> Vec<(String, String, [u64; 2])> {
+        let Ok(m) = self.exchanges.read() else {
+            return Vec::new();
+        };
+        m.iter()
+            .flat_map(|(v, e)| {
+                e.iter().map(move |(n, c)| {
+                    (
+                        v.clone(),
+                        n.clone(),
+                        [
+                            c.publish_in.load(Ordering::Relaxed),
+                            c.publish_out.load(Ordering::Relaxed),
+                        ],
+                    )
+                })
+            })
+            .collect()
     }
 
     /// Message counts of every connection since the node started, summed.

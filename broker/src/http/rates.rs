@@ -27,6 +27,16 @@ pub enum RateKey {
     Channel(u64, u64),
     /// A queue by Raft group id (counts through this node).
     Queue(u64),
+    /// An exchange by a hash of (vhost, name); counts in the first two places.
+    Exchange(u64),
+}
+
+/// The [`RateKey`] of exchange `name` in `vhost`.
+pub fn exchange_key(vhost: &str, name: &str) -> RateKey {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (vhost, name).hash(&mut h);
+    RateKey::Exchange(h.finish())
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -56,6 +66,12 @@ impl Rates {
         let at = Instant::now();
         let mut now: Vec<(RateKey, [u64; 5])> = vec![(RateKey::Node, tracking.counts())];
         now.extend(queues.iter().map(|(g, c)| (RateKey::Queue(*g), *c)));
+        now.extend(
+            tracking
+                .all_exchange_counts()
+                .into_iter()
+                .map(|(v, n, [i, o])| (exchange_key(&v, &n), [i, o, 0, 0, 0])),
+        );
         for c in tracking.connections() {
             now.push((RateKey::Connection(c.info.id), c.counts()));
             for (key, ch) in c.channels() {
@@ -111,6 +127,18 @@ impl Rates {
             _ => [0.0; 5],
         }
     }
+}
+
+/// An exchange's `message_stats`: `publish_in`, `publish_out` and their rates.
+pub fn exchange_stats(vhost: &str, name: &str, counts: [u64; 2]) -> Value {
+    let r = RATES.rates(exchange_key(vhost, name));
+    let round = |x: f64| (x * 10.0).round() / 10.0;
+    json!({
+        "publish_in": counts[0],
+        "publish_in_details": {"rate": round(r[0])},
+        "publish_out": counts[1],
+        "publish_out_details": {"rate": round(r[1])},
+    })
 }
 
 /// `{"publish": n, "publish_details": {"rate": r}, ...}`.

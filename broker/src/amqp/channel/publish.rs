@@ -172,6 +172,11 @@ impl Channel {
         if seq.is_some() {
             node_counters::inc(&node_counters::NODE.received_confirm);
         }
+        self.session.broker.tracking().exchange_published(
+            &self.session.vhost,
+            &exchange,
+            !targets.is_empty(),
+        );
         if targets.is_empty() {
             tracing::debug!(target: "proposals", exchange = %exchange, routing_key = %routing_key, "unroutable publish");
             node_counters::inc(if publish.mandatory {

@@ -195,6 +195,8 @@ async fn publish_message(
         }
     }
     crate::metrics::COUNTERS.published(!targets.is_empty());
+    b.tracking()
+        .exchange_published(vhost, exchange, !targets.is_empty());
     if targets.is_empty() {
         crate::metrics::COUNTERS.confirmed(1);
         return Ok(false);

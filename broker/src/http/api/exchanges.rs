@@ -40,13 +40,30 @@ pub fn exchange_json(vhost: &str, e: &ExchangeRecord) -> Value {
 }
 
 fn exchanges_in(b: &Broker, vhosts: &[String]) -> Vec<Value> {
-    b.with_topology(|t| {
-        vhosts
-            .iter()
-            .flat_map(|v| t.exchanges(v).map(move |e| exchange_json(v, e)))
-            .collect()
-    })
-    .unwrap_or_default()
+    let mut list: Vec<Value> = b
+        .with_topology(|t| {
+            vhosts
+                .iter()
+                .flat_map(|v| t.exchanges(v).map(move |e| exchange_json(v, e)))
+                .collect()
+        })
+        .unwrap_or_default();
+    for e in &mut list {
+        with_stats(b, e);
+    }
+    list
+}
+
+/// Adds the exchange's `message_stats` (publishes through this node) to its JSON.
+fn with_stats(b: &Broker, e: &mut Value) {
+    let (Some(v), Some(n)) = (
+        e["vhost"].as_str().map(str::to_owned),
+        e["name"].as_str().map(str::to_owned),
+    ) else {
+        return;
+    };
+    let counts = b.tracking().exchange_counts(&v, &n);
+    e["message_stats"] = crate::http::rates::exchange_stats(&v, &n, counts);
 }
 
 pub(super) async fn exchanges(api: Api, uri: axum::http::Uri) -> ApiResult {
@@ -69,10 +86,13 @@ pub(super) async fn exchange(api: Api, Path((vhost, name)): Path<(String, String
     } else {
         name
     };
-    api.broker
+    let mut e = api
+        .broker
         .with_topology(|t| t.exchange(&vhost, &name).map(|e| exchange_json(&vhost, e)))
         .flatten()
-        .map_or_else(|| Err(ApiError::not_found()), ok)
+        .ok_or_else(ApiError::not_found)?;
+    with_stats(&api.broker, &mut e);
+    ok(e)
 }
 
 /// An exchange.declare from a JSON object (`type`, `durable`, `auto_delete`, `internal`,
