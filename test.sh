@@ -33,6 +33,13 @@ fi
 cargo build --bin quorumq --bin quorumqctl --bin quorumq-faults
 cargo test --workspace
 timeout 900 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/pika
+# rabbitmqadmin (RabbitMQ 3.10.8's, from Debian's rabbitmq-server package, which CI
+# installs for its differential run anyway) against quorumq's management HTTP API.
+if ! command -v rabbitmqadmin >/dev/null && [ "$(id -u)" = 0 ]; then
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y rabbitmq-server
+fi
+timeout 300 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/rabbitmqadmin
 # A real Celery 5.5 worker on quorum queues (native delayed delivery, retries, acks_late).
 timeout 600 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/celery
 # kombu's own AMQP integration tests (its sdist's t/integration/test_py_amqp.py).

@@ -17,8 +17,10 @@ pub mod message;
 pub mod meta;
 pub mod metrics;
 pub mod node;
+pub mod node_counters;
 pub mod queue;
 pub mod tls;
+pub mod tracking;
 
 /// Milliseconds since the Unix epoch: the timestamp the proposer stamps
 /// into commands (the state machine never reads a clock).

@@ -59,6 +59,8 @@ pub struct Broker {
     alarms: Arc<crate::alarms::Alarms>,
     /// Open client connections here and on the peers (connection limits).
     connections: Arc<crate::connections::Connections>,
+    /// This node's live connections, channels and consumers (management API).
+    tracking: Arc<crate::tracking::Tracking>,
 }
 
 impl Broker {
@@ -215,6 +217,7 @@ impl Broker {
             detector,
             alarms,
             connections,
+            tracking: crate::tracking::Tracking::new(),
         });
         Ok((broker, services))
     }
@@ -329,7 +332,12 @@ impl Broker {
         &self.alarms
     }
 
-    /// Open client connections of this node and its peers (connection limits).
+    /// This node's live connections, channels and consumers (management API).
+    pub fn tracking(&self) -> &Arc<crate::tracking::Tracking> {
+        &self.tracking
+    }
+
+    /// Connection counts of this node and its peers (connection limits).
     pub fn connections(&self) -> &Arc<crate::connections::Connections> {
         &self.connections
     }

@@ -4,15 +4,17 @@
 # for the AMQP port, runs COMMAND with AMQP_URL pointing at it, then stops
 # quorumq with SIGTERM (SIGKILL after 30 s). Exits with COMMAND's status, or
 # non-zero if quorumq could not start. Binary: $QUORUMQ_BIN, else
-# <workspace>/target/debug/quorumq. Port: $QUORUMQ_PORT, else a free one.
+# <workspace>/target/debug/quorumq. Port: $QUORUMQ_PORT, else a free one. The
+# management HTTP API listens on a free port too, given to COMMAND as MGMT_PORT.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${QUORUMQ_BIN:-$root/target/debug/quorumq}"
 [ -x "$bin" ] || { echo "with-quorumq: no quorumq binary at $bin (cargo build --bin quorumq)" >&2; exit 1; }
 port="${QUORUMQ_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}"
+http_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 work="$(mktemp -d -t quorumq-compat-XXXXXX)"
 log="$work/quorumq.stderr.log"
-"$bin" --amqp-listen "127.0.0.1:$port" --data-dir "$work/data" --cluster-listen 127.0.0.1:0 2>"$log" >&2 &
+"$bin" --amqp-listen "127.0.0.1:$port" --data-dir "$work/data" --cluster-listen 127.0.0.1:0 --http-listen "127.0.0.1:$http_port" 2>"$log" >&2 &
 pid=$!
 stop() {
   if kill -0 "$pid" 2>/dev/null; then
@@ -36,7 +38,7 @@ if [ "$up" != 1 ]; then
 fi
 echo "with-quorumq: quorumq pid $pid on 127.0.0.1:$port (log $log)" >&2
 set +e
-AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2f" QUORUMQ_AMQP_PORT="$port" "$@"
+AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2f" QUORUMQ_AMQP_PORT="$port" MGMT_PORT="$http_port" "$@"
 rc=$?
 set -e
 if [ "$rc" != 0 ]; then

@@ -288,7 +288,7 @@ async fn dead_letter_counters_move_by_reason_and_queue_gauges_follow() -> anyhow
             "the rejected message was dead-lettered"
         );
         assert_eq!(q("quorumq_raft_leader", &sink), Some(1.0));
-        assert!(q("rabbitmq_raft_term_total", &sink).unwrap_or(0.0) >= 1.0);
+        assert!(q("rabbitmq_raft_term", &sink).unwrap_or(0.0) >= 1.0);
         assert!(q("rabbitmq_raft_log_last_applied_index", &sink).unwrap_or(0.0) >= 1.0);
         assert!(after.get("rabbitmq_connections", &[]).unwrap_or(0.0) >= 1.0);
         assert!(after.get("rabbitmq_channels", &[]).unwrap_or(0.0) >= 1.0);

@@ -24,6 +24,37 @@ pub fn message_json(
     message_count: u64,
     counts_deliveries: bool,
 ) -> Value {
+    get_item_json(
+        msg,
+        delivery_count,
+        message_count,
+        counts_deliveries,
+        PayloadEncoding::Auto,
+        None,
+    )
+}
+
+/// How a `get` reply writes the payload (`encoding` of `POST /api/queues/{vhost}/{name}/get`,
+/// RabbitMQ 3.10.8 `rabbit_mgmt_wm_queue_get:payload_part/2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadEncoding {
+    /// UTF-8 text as it is (`payload_encoding: string`), other bytes as base64.
+    Auto,
+    /// Always base64.
+    Base64,
+}
+
+/// As [`message_json`], with the payload written as `encoding` asks and cut to its first
+/// `truncate` bytes (`payload_bytes` stays the whole body's size; a cut inside a UTF-8
+/// character makes the text base64, as RabbitMQ's `is_utf8` check of the cut bytes).
+pub fn get_item_json(
+    msg: &StoredMessage,
+    delivery_count: u32,
+    message_count: u64,
+    counts_deliveries: bool,
+    encoding: PayloadEncoding,
+    truncate: Option<usize>,
+) -> Value {
     let mut props = basic::parse_properties(&msg.properties[..])
         .map(|(_, p)| p)
         .unwrap_or_default();
@@ -35,10 +66,18 @@ pub fn message_json(
         );
         props = props.with_headers(headers);
     }
-    let (payload, encoding) = match std::str::from_utf8(&msg.body) {
-        Ok(text) => (text.to_string(), "string"),
-        Err(_) => (
-            base64::engine::general_purpose::STANDARD.encode(&msg.body),
+    let body = match truncate {
+        Some(n) if n < msg.body.len() => &msg.body[..n],
+        _ => &msg.body[..],
+    };
+    let text = match encoding {
+        PayloadEncoding::Auto => std::str::from_utf8(body).ok(),
+        PayloadEncoding::Base64 => None,
+    };
+    let (payload, encoding) = match text {
+        Some(text) => (text.to_string(), "string"),
+        None => (
+            base64::engine::general_purpose::STANDARD.encode(body),
             "base64",
         ),
     };
@@ -54,8 +93,9 @@ pub fn message_json(
     })
 }
 
-/// The set basic properties by their management API names (unset ones left out).
-fn properties_json(p: &AMQPProperties) -> Value {
+/// The set basic properties by their management API names (unset ones left out;
+/// `rabbit_mgmt_format:basic_properties/1`).
+pub fn properties_json(p: &AMQPProperties) -> Value {
     let mut m = Map::new();
     let mut put = |k: &str, v: Option<Value>| {
         if let Some(v) = v {
@@ -133,5 +173,20 @@ mod tests {
         assert_eq!(v["payload_encoding"], "base64");
         assert_eq!(v["redelivered"], false);
         assert!(v["properties"].get("headers").is_none());
+    }
+
+    #[test]
+    fn base64_encoding_and_truncation() {
+        let m = stored("héllo".as_bytes(), AMQPProperties::default());
+        let v = get_item_json(&m, 0, 0, false, PayloadEncoding::Base64, None);
+        assert_eq!(v["payload"], "aMOpbGxv");
+        assert_eq!(v["payload_encoding"], "base64");
+        let v = get_item_json(&m, 0, 0, false, PayloadEncoding::Auto, Some(4));
+        assert_eq!(v["payload"], "hél");
+        assert_eq!(v["payload_bytes"], 6, "the whole body's size");
+        // A cut inside `é` is not UTF-8 text any more.
+        let v = get_item_json(&m, 0, 0, false, PayloadEncoding::Auto, Some(2));
+        assert_eq!(v["payload_encoding"], "base64");
+        assert_eq!(v["payload"], "aMM=");
     }
 }

@@ -64,6 +64,9 @@ pub struct Conn {
     /// The user named by the client's verified TLS certificate (AMQPS with
     /// `tls_verify_peer`): the EXTERNAL mechanism logs in as it.
     cert_user: Option<String>,
+    /// connection.start-ok's client properties and mechanism, once logged in.
+    client_properties: amq_protocol::types::FieldTable,
+    auth_mechanism: String,
 }
 
 /// How a resource alarm holds this connection back (rabbit_reader's running / blocking /
@@ -117,8 +120,9 @@ async fn drain<R: AsyncRead + Unpin>(rd: &mut R) {
 pub async fn serve(socket: TcpStream, broker: Arc<Broker>, id: u64) {
     let _ = socket.set_nodelay(true);
     let peer = socket.peer_addr().ok();
+    let local = socket.local_addr().ok();
     let (rd, wr) = socket.into_split();
-    serve_io(rd, wr, peer, None, broker, id).await;
+    serve_io(rd, wr, (peer, local, false), None, broker, id).await;
 }
 
 /// Serves one accepted AMQPS socket: the TLS handshake (≤ 10 s; a client certificate the
@@ -132,6 +136,7 @@ pub async fn serve_tls(
 ) {
     let _ = socket.set_nodelay(true);
     let peer = socket.peer_addr().ok();
+    let local = socket.local_addr().ok();
     let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -150,13 +155,17 @@ pub async fn serve_tls(
         .and_then(|c| c.first())
         .and_then(crate::tls::certificate_user);
     let (rd, wr) = tokio::io::split(tls);
-    serve_io(rd, wr, peer, cert_user, broker, id).await;
+    serve_io(rd, wr, (peer, local, true), cert_user, broker, id).await;
 }
 
 async fn serve_io<R, W>(
     mut rd: R,
     wr: W,
-    peer: Option<std::net::SocketAddr>,
+    (peer, local, tls): (
+        Option<std::net::SocketAddr>,
+        Option<std::net::SocketAddr>,
+        bool,
+    ),
     cert_user: Option<String>,
     broker: Arc<Broker>,
     id: u64,
@@ -185,6 +194,8 @@ async fn serve_io<R, W>(
         user: String::new(),
         peer,
         cert_user,
+        client_properties: Default::default(),
+        auth_mechanism: String::new(),
     };
     let mut reader = FrameReader::new();
     let heartbeat = match tokio::time::timeout(
@@ -209,6 +220,23 @@ async fn serve_io<R, W>(
         }
     };
     tracing::debug!(?peer, id, "connection open");
+    let (_tracked, mut close_asked) =
+        conn.broker
+            .tracking()
+            .open_connection(crate::tracking::ConnectionInfo {
+                id,
+                peer,
+                local,
+                tls,
+                user: conn.user.clone(),
+                vhost: conn.vhost.clone(),
+                auth_mechanism: std::mem::take(&mut conn.auth_mechanism),
+                client_properties: std::mem::take(&mut conn.client_properties),
+                connected_at_ms: crate::now_ms(),
+                frame_max: conn.frame_max,
+                channel_max: conn.channel_max,
+                heartbeat_s: heartbeat,
+            });
     conn.channels.open(Arc::new(Session::new(
         conn.broker.clone(),
         id,
@@ -291,6 +319,13 @@ async fn serve_io<R, W>(
                     // Not read while blocked: heartbeats count from now.
                     last_read = Instant::now();
                 }
+                Step::Continue
+            }
+            Ok(reason) = &mut close_asked, if closing_since.is_none() => {
+                // DELETE /api/connections/{name} (RabbitMQ `rabbit_networking:close_connection`).
+                tracing::info!(conn = conn.id, %reason, "closing connection via the management API");
+                conn.close_connection(320, format!("CONNECTION_FORCED - {reason}"), 0, 0);
+                closing_since = Some(Instant::now());
                 Step::Continue
             }
             Ok(()) = revoked.changed(), if closing_since.is_none() => {
@@ -449,6 +484,8 @@ impl Conn {
         self.blocked_capable = has_capability(&start_ok.client_properties, "connection.blocked");
         self.cancel_notify = has_capability(&start_ok.client_properties, "consumer_cancel_notify");
         let mechanism = start_ok.mechanism.as_str().to_string();
+        self.auth_mechanism = mechanism.clone();
+        self.client_properties = start_ok.client_properties.clone();
         // rabbit_reader auth_phase: the password, then loopback-only users (guest by
         // default) from another address; both refusals look the same to the client.
         let login = match self.login_credentials(&mechanism, start_ok.response.as_bytes()) {

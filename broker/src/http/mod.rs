@@ -18,6 +18,7 @@ pub mod auth;
 pub mod definitions;
 pub mod json;
 pub mod metrics;
+pub mod rates;
 
 use std::sync::{Arc, OnceLock};
 
@@ -40,10 +41,14 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:15672";
 ///
 /// Errors: the listener fails (I/O error from accept).
 pub async fn serve(listener: tokio::net::TcpListener, broker: Started) -> std::io::Result<()> {
+    std::sync::LazyLock::force(&metrics::STARTED);
+    tokio::spawn(rates::run_sampler(broker.clone()));
     let app = Router::new()
         .route("/health/live", get(|| async { "up\n" }))
         .route("/health/ready", get(ready))
         .route("/metrics", get(metrics))
+        .route("/metrics/per-object", get(metrics_per_object))
+        .route("/metrics/detailed", get(metrics_detailed))
         .merge(api::routes())
         .merge(definitions::routes())
         .fallback(|| async { ApiError::not_found() })
@@ -70,6 +75,43 @@ async fn metrics(State(started): State<Started>) -> Response {
         return ApiError::starting().into_response();
     };
     let text = metrics::scrape(&broker).await;
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn metrics_per_object(State(started): State<Started>) -> Response {
+    let Some(broker) = started.get().cloned() else {
+        return ApiError::starting().into_response();
+    };
+    openmetrics(metrics::scrape_endpoint(
+        &broker,
+        metrics::Endpoint::PerObject,
+    ))
+}
+
+async fn metrics_detailed(State(started): State<Started>, uri: axum::http::Uri) -> Response {
+    let Some(broker) = started.get().cloned() else {
+        return ApiError::starting().into_response();
+    };
+    let families: Vec<String> = uri
+        .query()
+        .map(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .filter(|(k, _)| k == "family")
+                .map(|(_, v)| v.into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    openmetrics(metrics::scrape_detailed(&broker, &families))
+}
+
+fn openmetrics(text: String) -> Response {
     (
         [(
             axum::http::header::CONTENT_TYPE,

@@ -67,6 +67,8 @@ pub struct QueueHandle {
     /// Why the at-least-once worker still holds each held dead letter
     /// (leader-local, not replicated).
     held_reasons: crate::dead_letter::held::HeldReasons,
+    /// Message counts through this node (management API `message_stats`).
+    pub stats: crate::tracking::MessageCounts,
 }
 
 impl QueueHandle {
@@ -163,6 +165,7 @@ impl QueueHandle {
             route: Some(route),
             usage: Mutex::default(),
             held_reasons: Default::default(),
+            stats: Default::default(),
             classic: false,
             declared_quorum: false,
             max_priority: None,
@@ -187,6 +190,7 @@ impl QueueHandle {
             route: None,
             usage: Mutex::default(),
             held_reasons: Default::default(),
+            stats: Default::default(),
             classic: false,
             declared_quorum: false,
             max_priority: None,

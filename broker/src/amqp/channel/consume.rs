@@ -76,6 +76,7 @@ impl Channel {
                 queue: handle.clone(),
                 no_ack: c.no_ack,
                 exclusive: c.exclusive,
+                arguments: c.arguments.clone(),
                 cancelled: false,
             },
         );
@@ -280,6 +281,7 @@ impl Channel {
             .map_err(ProtocolError::internal)?;
         let counts = handle.counts_deliveries();
         let QueueReply::Dequeued(Some((delivery, left))) = reply else {
+            crate::node_counters::inc(&crate::node_counters::NODE.get_empty);
             self.send(AMQPClass::Basic(basic::AMQPMethod::GetEmpty(
                 basic::GetEmpty {},
             )));
@@ -313,6 +315,13 @@ impl Channel {
             message_count: left as u32,
         })));
         crate::metrics::COUNTERS.delivered(delivery.delivery_count > 0);
+        self.count_delivered(delivery.delivery_count > 0);
+        count_queue_delivered(&handle, delivery.delivery_count > 0);
+        crate::node_counters::inc(if g.no_ack {
+            &crate::node_counters::NODE.delivered_get_auto_ack
+        } else {
+            &crate::node_counters::NODE.delivered_get_manual_ack
+        });
         // RabbitMQ 3.10 adds x-delivery-count to every basic.get from a quorum
         // queue (spec §2.7), never on a classic queue.
         let props = if counts {
@@ -376,6 +385,7 @@ impl Channel {
                 return;
             }
         }
+        count_queue_delivered(&queue, d.delivery.delivery_count > 0);
         let Some(msg) = d
             .delivery
             .payload
@@ -413,12 +423,26 @@ impl Channel {
             },
         )));
         crate::metrics::COUNTERS.delivered(d.delivery.delivery_count > 0);
+        self.count_delivered(d.delivery.delivery_count > 0);
+        crate::node_counters::inc(if no_ack {
+            &crate::node_counters::NODE.delivered_consume_auto_ack
+        } else {
+            &crate::node_counters::NODE.delivered_consume_manual_ack
+        });
         let props = if d.delivery.delivery_count > 0 && counts {
             with_delivery_count(&msg.properties, d.delivery.delivery_count)
         } else {
             msg.properties.clone()
         };
         self.write_content(&props, &msg.body);
+    }
+}
+
+/// Counts a delivery or get answer of `queue` (management API `message_stats`).
+fn count_queue_delivered(queue: &crate::queue::handle::QueueHandle, redelivered: bool) {
+    crate::tracking::MessageCounts::add(&queue.stats.deliver_get, 1);
+    if redelivered {
+        crate::tracking::MessageCounts::add(&queue.stats.redeliver, 1);
     }
 }
 

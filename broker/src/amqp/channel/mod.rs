@@ -107,6 +107,8 @@ struct ConsumerEntry {
     queue: Arc<QueueHandle>,
     no_ack: bool,
     exclusive: bool,
+    /// basic.consume's arguments (shown by `/api/consumers`).
+    arguments: amq_protocol::types::FieldTable,
     /// basic.cancel seen; the entry goes once queued deliveries are written.
     cancelled: bool,
 }
@@ -162,6 +164,10 @@ pub struct Channel {
     recent_settles: recent_settles::RecentSettles,
     /// Counts the channel in `rabbitmq_channels` while it exists.
     _open: crate::metrics::OpenChannel,
+    /// The channel in the node's tracking (management API), with its statistics.
+    tracked: crate::tracking::ChannelGuard,
+    /// The consumer tags last published to `tracked`.
+    published_tags: Vec<String>,
 }
 
 impl Channel {
@@ -171,7 +177,6 @@ impl Channel {
         Box::new(Channel {
             number,
             key,
-            session,
             out: BytesMut::new(),
             confirm_waits: Vec::new(),
             deferred: Vec::new(),
@@ -192,6 +197,12 @@ impl Channel {
             timed_out_tags: HashSet::new(),
             recent_settles: Default::default(),
             _open: Default::default(),
+            tracked: session
+                .broker
+                .tracking()
+                .open_channel(session.id, number, key),
+            published_tags: Vec::new(),
+            session,
         })
     }
 
@@ -224,7 +235,69 @@ impl Channel {
         if confirmed {
             self.send_confirms();
         }
+        self.publish_stats();
         (self, None)
+    }
+
+    /// Counts one delivery or basic.get answer (and a redelivery).
+    pub(super) fn count_delivered(&self, redelivered: bool) {
+        let c = self.counts();
+        crate::tracking::MessageCounts::add(&c.deliver_get, 1);
+        if redelivered {
+            crate::tracking::MessageCounts::add(&c.redeliver, 1);
+        }
+    }
+
+    /// The channel's message counts (management API rates).
+    pub(super) fn counts(&self) -> &crate::tracking::MessageCounts {
+        &self.tracked.stats.counts
+    }
+
+    /// Publishes the channel's state to its tracking entry: unacked count, prefetch,
+    /// modes, and its consumers when their tags changed.
+    fn publish_stats(&mut self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let st = &self.tracked.stats;
+        st.unacked.store(self.unacked.len() as u64, Relaxed);
+        st.prefetch.store(u32::from(self.prefetch), Relaxed);
+        st.global_prefetch.store(
+            if self.global_prefetch {
+                u32::from(self.prefetch)
+            } else {
+                0
+            },
+            Relaxed,
+        );
+        st.confirm.store(self.confirms.is_some(), Relaxed);
+        st.transactional.store(self.tx.is_some(), Relaxed);
+        let mut tags: Vec<&String> = self
+            .consumers
+            .iter()
+            .filter(|(_, c)| !c.cancelled)
+            .map(|(t, _)| t)
+            .collect();
+        tags.sort_unstable();
+        if tags.len() == self.published_tags.len()
+            && tags.iter().zip(&self.published_tags).all(|(a, b)| *a == b)
+        {
+            return;
+        }
+        self.published_tags = tags.into_iter().cloned().collect();
+        let infos = self
+            .published_tags
+            .iter()
+            .filter_map(|t| self.consumers.get(t).map(|c| (t, c)))
+            .map(|(t, c)| crate::tracking::ConsumerInfo {
+                tag: t.clone(),
+                vhost: c.queue.vhost.clone(),
+                queue: c.queue.name.clone(),
+                ack_required: !c.no_ack,
+                exclusive: c.exclusive,
+                prefetch_count: u32::from(self.prefetch),
+                arguments: c.arguments.clone(),
+            })
+            .collect();
+        *st.consumers.lock().unwrap_or_else(|p| p.into_inner()) = infos;
     }
 
     /// Handles a delivery, a cancellation or a confirm at once (none

@@ -12,7 +12,9 @@ use crate::amqp::error::ProtocolError;
 use crate::message::StoredMessage;
 use crate::meta::access::Perm;
 use crate::meta::publish::{cc_bcc_keys, parse_expiration, strip_bcc};
+use crate::node_counters;
 use crate::queue::types::{EnqueueMsg, EnqueueOutcome, PrioritizedMsg, QueueCommand, QueueReply};
+use crate::tracking::MessageCounts;
 
 /// Most body bytes reserved when a content header arrives (bytes); larger bodies grow as
 /// their frames arrive.
@@ -166,8 +168,22 @@ impl Channel {
         }
         let body = body.freeze();
         crate::metrics::COUNTERS.published(!targets.is_empty());
+        MessageCounts::add(&self.counts().publish, 1);
+        if seq.is_some() {
+            node_counters::inc(&node_counters::NODE.received_confirm);
+        }
+        self.session.broker.tracking().exchange_published(
+            &self.session.vhost,
+            &exchange,
+            !targets.is_empty(),
+        );
         if targets.is_empty() {
             tracing::debug!(target: "proposals", exchange = %exchange, routing_key = %routing_key, "unroutable publish");
+            node_counters::inc(if publish.mandatory {
+                &node_counters::NODE.unroutable_returned
+            } else {
+                &node_counters::NODE.unroutable_dropped
+            });
             if publish.mandatory {
                 self.send(AMQPClass::Basic(basic::AMQPMethod::Return(basic::Return {
                     reply_code: 312,
@@ -181,6 +197,7 @@ impl Channel {
                 if let Some(c) = self.confirms.as_mut() {
                     c.complete(seq, true);
                     crate::metrics::COUNTERS.confirmed(1);
+                    MessageCounts::add(&self.counts().confirm, 1);
                 }
                 self.send_confirms();
             }
@@ -199,6 +216,7 @@ impl Channel {
         let mut waits = Vec::with_capacity(targets.len());
         let priority = props.priority().unwrap_or(0);
         for q in targets {
+            MessageCounts::add(&q.stats.publish, 1);
             let msg = PrioritizedMsg {
                 msg: EnqueueMsg {
                     payload: payload.clone(),
@@ -262,6 +280,7 @@ impl Channel {
             t.complete(seq, ok);
             if ok {
                 crate::metrics::COUNTERS.confirmed(1);
+                MessageCounts::add(&self.counts().confirm, 1);
             }
         }
     }

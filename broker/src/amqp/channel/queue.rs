@@ -48,13 +48,17 @@ impl Channel {
                         self.permit("exchange", &dlx, Perm::Write)?;
                     }
                     let reply = self.meta(MetaCommand::DeclareQueue(declare)).await?;
-                    let MetaReply::QueueDeclared { record, .. } = reply else {
+                    let MetaReply::QueueDeclared { record, created } = reply else {
                         return Err(ProtocolError::internal("unexpected reply to queue.declare"));
                     };
+                    if created {
+                        crate::node_counters::inc(&crate::node_counters::NODE.queues_created);
+                    }
                     let handle = self.session.broker.ensure_queue(&record).await?;
                     (record, handle)
                 };
                 self.last_queue = Some(name.clone());
+                crate::node_counters::inc(&crate::node_counters::NODE.queues_declared);
                 let (ready, _unacked, consumers) = handle.counts().await;
                 if !d.nowait {
                     self.send(AMQPClass::Queue(queue::AMQPMethod::DeclareOk(
@@ -169,6 +173,7 @@ impl Channel {
                         .broker
                         .delete_queue(&self.session.vhost, &name)
                         .await?;
+                    crate::node_counters::inc(&crate::node_counters::NODE.queues_deleted);
                 }
                 if !d.nowait {
                     self.send(AMQPClass::Queue(queue::AMQPMethod::DeleteOk(

@@ -116,8 +116,12 @@ impl Channel {
         if how == Settlement::Ack {
             let n: usize = groups.iter().map(|g| g.2.len()).sum();
             crate::metrics::COUNTERS.acknowledged(n as u64);
+            crate::tracking::MessageCounts::add(&self.counts().ack, n as u64);
         }
         for (queue, consumer, ids) in groups {
+            if how == Settlement::Ack {
+                crate::tracking::MessageCounts::add(&queue.stats.ack, ids.len() as u64);
+            }
             let cmd = match how {
                 Settlement::Ack => QueueCommand::Settle {
                     now_ms,

@@ -9,10 +9,11 @@ use serde_json::{json, Value};
 
 use super::body::{body_object, str_field};
 use super::vhosts::{readable_vhost, readable_vhosts};
-use super::{created, ok, ApiResult};
+use super::{created, no_content, ok, ApiResult};
 use crate::http::json::{json_to_table, table_to_json};
 use crate::http::{Api, ApiError, Started};
 use crate::meta::command::MetaCommand;
+use crate::meta::queue::Binding;
 use crate::node::Broker;
 
 /// The binding routes.
@@ -22,21 +23,32 @@ pub(super) fn routes() -> Router<Started> {
         .route("/api/bindings/{vhost}", get(bindings_of))
         .route(
             "/api/bindings/{vhost}/e/{source}/q/{destination}",
-            post(bind_queue),
+            post(bind_queue).get(queue_bindings_between),
         )
         .route(
             "/api/bindings/{vhost}/e/{source}/e/{destination}",
-            post(bind_exchange),
+            post(bind_exchange).get(exchange_bindings_between),
+        )
+        .route(
+            "/api/bindings/{vhost}/e/{source}/q/{destination}/{props}",
+            get(queue_binding).delete(unbind_queue),
+        )
+        .route(
+            "/api/bindings/{vhost}/e/{source}/e/{destination}/{props}",
+            get(exchange_binding).delete(unbind_exchange),
         )
 }
 
-/// RabbitMQ's `properties_key` of a binding: the routing key (`~` when empty), with a
-/// digest of the arguments appended when there are any.
-fn properties_key(routing_key: &str, arguments: &amq_protocol::types::FieldTable) -> String {
-    let key = if routing_key.is_empty() {
+/// RabbitMQ's `properties_key` of a binding (`rabbit_mgmt_format:pack_binding_props/2`):
+/// the routing key quoted as a URL form value with `~` as `%7E` (`~` alone when empty),
+/// with `~` and a digest of the arguments appended when there are any. RabbitMQ's digest
+/// is the base64 of an MD5 of the Erlang term; quorumq's is a CRC-32 of the arguments'
+/// JSON (the key names the binding on this broker only, as RabbitMQ's does).
+pub fn properties_key(routing_key: &str, arguments: &amq_protocol::types::FieldTable) -> String {
+    let key = if routing_key.is_empty() && arguments.inner().is_empty() {
         "~".to_owned()
     } else {
-        routing_key.to_owned()
+        quote_plus(routing_key)
     };
     if arguments.inner().is_empty() {
         key
@@ -44,6 +56,32 @@ fn properties_key(routing_key: &str, arguments: &amq_protocol::types::FieldTable
         let digest = crc32fast::hash(table_to_json(arguments).to_string().as_bytes());
         format!("{key}~{digest:08x}")
     }
+}
+
+/// `rabbit_http_util:quote_plus/1` then `~` → `%7E`: letters, digits, `.`, `-`, `_` as
+/// they are, space as `+`, other bytes `%XX`.
+fn quote_plus(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &b in s.as_bytes() {
+        match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => out.push(b as char),
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+fn binding_json(vhost: &str, bd: &Binding) -> Value {
+    json!({
+        "source": bd.exchange,
+        "vhost": vhost,
+        "destination": bd.queue,
+        "destination_type": if bd.to_exchange { "exchange" } else { "queue" },
+        "routing_key": bd.routing_key,
+        "arguments": table_to_json(&bd.arguments),
+        "properties_key": properties_key(&bd.routing_key, &bd.arguments),
+    })
 }
 
 /// Bindings of `vhosts` as the API lists them: the default exchange's implicit binding
@@ -63,20 +101,12 @@ pub fn bindings_in(b: &Broker, vhosts: &[String], with_defaults: bool) -> Vec<Va
                 out.extend(names.into_iter().map(|q| {
                     json!({"source": "", "vhost": v, "destination": q,
                            "destination_type": "queue", "routing_key": q,
-                           "arguments": {}, "properties_key": q})
+                           "arguments": {}, "properties_key": quote_plus(q)})
                 }));
             }
             for e in t.exchanges(v) {
                 for bd in t.bindings(v, &e.name) {
-                    out.push(json!({
-                        "source": bd.exchange,
-                        "vhost": v,
-                        "destination": bd.queue,
-                        "destination_type": if bd.to_exchange { "exchange" } else { "queue" },
-                        "routing_key": bd.routing_key,
-                        "arguments": table_to_json(&bd.arguments),
-                        "properties_key": properties_key(&bd.routing_key, &bd.arguments),
-                    }));
+                    out.push(binding_json(v, bd));
                 }
             }
         }
@@ -162,4 +192,183 @@ pub(super) async fn bind_exchange(
     body: Bytes,
 ) -> ApiResult {
     bind(api, vhost, source, dest, true, body).await
+}
+
+/// The explicit bindings of `source` to `destination` (a queue, or an exchange when
+/// `to_exchange`); the default exchange's implicit binding of a queue too
+/// (`rabbit_mgmt_wm_bindings` lists it; it cannot be deleted).
+fn bindings_between(
+    b: &Broker,
+    vhost: &str,
+    source: &str,
+    destination: &str,
+    to_exchange: bool,
+) -> Result<Vec<Value>, ApiError> {
+    b.with_topology(|t| {
+        let source_exists = t.exchange(vhost, source).is_some();
+        let dest_exists = if to_exchange {
+            t.exchange(vhost, destination).is_some()
+        } else {
+            t.queue(vhost, destination).is_some()
+        };
+        if !source_exists || !dest_exists {
+            return Err(ApiError::not_found());
+        }
+        let mut out = Vec::new();
+        if source.is_empty() && !to_exchange {
+            out.push(
+                json!({"source": "", "vhost": vhost, "destination": destination,
+                            "destination_type": "queue", "routing_key": destination,
+                            "arguments": {}, "properties_key": quote_plus(destination)}),
+            );
+        }
+        out.extend(
+            t.bindings(vhost, source)
+                .iter()
+                .filter(|bd| bd.to_exchange == to_exchange && bd.queue == destination)
+                .map(|bd| binding_json(vhost, bd)),
+        );
+        Ok(out)
+    })
+    .unwrap_or_else(|| Err(ApiError::not_found()))
+}
+
+/// The binding `props` (its `properties_key`) of `source` to `destination`.
+fn find_binding(
+    b: &Broker,
+    vhost: &str,
+    source: &str,
+    destination: &str,
+    to_exchange: bool,
+    props: &str,
+) -> Option<Binding> {
+    b.with_topology(|t| {
+        t.bindings(vhost, source)
+            .iter()
+            .find(|bd| {
+                bd.to_exchange == to_exchange
+                    && bd.queue == destination
+                    && properties_key(&bd.routing_key, &bd.arguments) == props
+            })
+            .cloned()
+    })
+    .flatten()
+}
+
+pub(super) async fn queue_bindings_between(
+    api: Api,
+    Path((vhost, source, dest)): Path<(String, String, String)>,
+) -> ApiResult {
+    readable_vhost(&api, &vhost)?;
+    ok(Value::Array(bindings_between(
+        &api.broker,
+        &vhost,
+        &source,
+        &dest,
+        false,
+    )?))
+}
+
+pub(super) async fn exchange_bindings_between(
+    api: Api,
+    Path((vhost, source, dest)): Path<(String, String, String)>,
+) -> ApiResult {
+    readable_vhost(&api, &vhost)?;
+    ok(Value::Array(bindings_between(
+        &api.broker,
+        &vhost,
+        &source,
+        &dest,
+        true,
+    )?))
+}
+
+async fn one_binding(
+    api: Api,
+    path: (String, String, String, String),
+    to_exchange: bool,
+) -> ApiResult {
+    let (vhost, source, dest, props) = path;
+    readable_vhost(&api, &vhost)?;
+    match find_binding(&api.broker, &vhost, &source, &dest, to_exchange, &props) {
+        Some(bd) => ok(binding_json(&vhost, &bd)),
+        None => Err(ApiError::not_found()),
+    }
+}
+
+pub(super) async fn queue_binding(
+    api: Api,
+    Path(path): Path<(String, String, String, String)>,
+) -> ApiResult {
+    one_binding(api, path, false).await
+}
+
+pub(super) async fn exchange_binding(
+    api: Api,
+    Path(path): Path<(String, String, String, String)>,
+) -> ApiResult {
+    one_binding(api, path, true).await
+}
+
+/// Deletes the binding `props` (queue.unbind / exchange.unbind with its routing key and
+/// arguments). 404 when there is none (RabbitMQ `rabbit_mgmt_wm_binding`).
+async fn unbind(api: Api, path: (String, String, String, String), to_exchange: bool) -> ApiResult {
+    let (vhost, source, dest, props) = path;
+    api.caller.require_writer()?;
+    readable_vhost(&api, &vhost)?;
+    let bd = find_binding(&api.broker, &vhost, &source, &dest, to_exchange, &props)
+        .ok_or_else(ApiError::not_found)?;
+    let cmd = if to_exchange {
+        MetaCommand::UnbindExchange {
+            vhost,
+            destination: bd.queue,
+            source: bd.exchange,
+            routing_key: bd.routing_key,
+            arguments: bd.arguments,
+        }
+    } else {
+        MetaCommand::Unbind {
+            vhost,
+            queue: bd.queue,
+            exchange: bd.exchange,
+            routing_key: bd.routing_key,
+            arguments: bd.arguments,
+        }
+    };
+    api.broker.operator_write(cmd).await?;
+    api.broker.topology_changed();
+    no_content()
+}
+
+pub(super) async fn unbind_queue(
+    api: Api,
+    Path(path): Path<(String, String, String, String)>,
+) -> ApiResult {
+    unbind(api, path, false).await
+}
+
+pub(super) async fn unbind_exchange(
+    api: Api,
+    Path(path): Path<(String, String, String, String)>,
+) -> ApiResult {
+    unbind(api, path, true).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use amq_protocol::types::{AMQPValue, FieldTable};
+
+    #[test]
+    fn properties_key_as_rabbitmq_quotes_it() {
+        let none = FieldTable::default();
+        assert_eq!(properties_key("", &none), "~");
+        assert_eq!(properties_key("a.b", &none), "a.b");
+        assert_eq!(properties_key("a b~c/#", &none), "a+b%7Ec%2F%23");
+        let mut args = FieldTable::default();
+        args.insert("x-match".into(), AMQPValue::LongString("all".into()));
+        let k = properties_key("", &args);
+        assert!(k.starts_with("~") && k.len() == 9, "{k}");
+        assert!(properties_key("rk", &args).starts_with("rk~"));
+    }
 }

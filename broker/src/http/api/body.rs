@@ -30,3 +30,11 @@ pub(super) fn str_field<'a>(m: &'a serde_json::Map<String, Value>, key: &str) ->
 pub(super) fn bool_field(m: &serde_json::Map<String, Value>, key: &str, default: bool) -> bool {
     m.get(key).and_then(Value::as_bool).unwrap_or(default)
 }
+
+/// The query string's parameters (`?a=1&b=x`), URL-decoded; a repeated name keeps its last
+/// value.
+pub fn query_params(uri: &axum::http::Uri) -> std::collections::HashMap<String, String> {
+    uri.query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default()
+}

@@ -40,25 +40,43 @@ pub fn exchange_json(vhost: &str, e: &ExchangeRecord) -> Value {
 }
 
 fn exchanges_in(b: &Broker, vhosts: &[String]) -> Vec<Value> {
-    b.with_topology(|t| {
-        vhosts
-            .iter()
-            .flat_map(|v| t.exchanges(v).map(move |e| exchange_json(v, e)))
-            .collect()
-    })
-    .unwrap_or_default()
+    let mut list: Vec<Value> = b
+        .with_topology(|t| {
+            vhosts
+                .iter()
+                .flat_map(|v| t.exchanges(v).map(move |e| exchange_json(v, e)))
+                .collect()
+        })
+        .unwrap_or_default();
+    for e in &mut list {
+        with_stats(b, e);
+    }
+    list
 }
 
-pub(super) async fn exchanges(api: Api) -> ApiResult {
-    ok(Value::Array(exchanges_in(
-        &api.broker,
-        &readable_vhosts(&api),
-    )))
+/// Adds the exchange's `message_stats` (publishes through this node) to its JSON.
+fn with_stats(b: &Broker, e: &mut Value) {
+    let (Some(v), Some(n)) = (
+        e["vhost"].as_str().map(str::to_owned),
+        e["name"].as_str().map(str::to_owned),
+    ) else {
+        return;
+    };
+    let counts = b.tracking().exchange_counts(&v, &n);
+    e["message_stats"] = crate::http::rates::exchange_stats(&v, &n, counts);
 }
 
-pub(super) async fn exchanges_of(api: Api, Path(vhost): Path<String>) -> ApiResult {
+pub(super) async fn exchanges(api: Api, uri: axum::http::Uri) -> ApiResult {
+    super::listing::reply_list(exchanges_in(&api.broker, &readable_vhosts(&api)), &uri)
+}
+
+pub(super) async fn exchanges_of(
+    api: Api,
+    Path(vhost): Path<String>,
+    uri: axum::http::Uri,
+) -> ApiResult {
     readable_vhost(&api, &vhost)?;
-    ok(Value::Array(exchanges_in(&api.broker, &[vhost])))
+    super::listing::reply_list(exchanges_in(&api.broker, &[vhost]), &uri)
 }
 
 pub(super) async fn exchange(api: Api, Path((vhost, name)): Path<(String, String)>) -> ApiResult {
@@ -68,10 +86,13 @@ pub(super) async fn exchange(api: Api, Path((vhost, name)): Path<(String, String
     } else {
         name
     };
-    api.broker
+    let mut e = api
+        .broker
         .with_topology(|t| t.exchange(&vhost, &name).map(|e| exchange_json(&vhost, e)))
         .flatten()
-        .map_or_else(|| Err(ApiError::not_found()), ok)
+        .ok_or_else(ApiError::not_found)?;
+    with_stats(&api.broker, &mut e);
+    ok(e)
 }
 
 /// An exchange.declare from a JSON object (`type`, `durable`, `auto_delete`, `internal`,
@@ -123,14 +144,29 @@ pub(super) async fn put_exchange(
 pub(super) async fn delete_exchange(
     api: Api,
     Path((vhost, name)): Path<(String, String)>,
+    uri: axum::http::Uri,
 ) -> ApiResult {
     api.caller.require_writer()?;
     readable_vhost(&api, &vhost)?;
+    // RabbitMQ answers 404 for a missing exchange (`resource_exists`), not 204.
+    let exists = api
+        .broker
+        .with_topology(|t| t.exchange(&vhost, &name).is_some())
+        .unwrap_or(false);
+    if !exists {
+        return Err(ApiError::not_found());
+    }
+    let if_unused = matches!(
+        super::body::query_params(&uri)
+            .get("if-unused")
+            .map(String::as_str),
+        Some("true")
+    );
     api.broker
         .operator_write(MetaCommand::DeleteExchange {
             vhost,
             name,
-            if_unused: false,
+            if_unused,
         })
         .await?;
     no_content()

@@ -11,13 +11,17 @@
 
 mod bindings;
 mod body;
+mod connections;
 mod dead_letters;
+mod exchange_ops;
 mod exchanges;
 mod health;
+mod listing;
 mod nodes;
 mod overview;
 mod permissions;
 mod policies;
+mod queue_ops;
 mod queues;
 mod redrive;
 mod users;
@@ -51,6 +55,9 @@ pub fn routes() -> Router<Started> {
         .merge(permissions::routes())
         .merge(exchanges::routes())
         .merge(queues::routes())
+        .merge(queue_ops::routes())
+        .merge(exchange_ops::routes())
+        .merge(connections::routes())
         .merge(dead_letters::routes())
         .merge(redrive::routes())
         .merge(bindings::routes())

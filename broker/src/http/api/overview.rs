@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use super::queues::{queue_records, statuses};
 use super::vhosts::readable_vhosts;
 use super::{ok, ApiResult};
+use crate::http::rates::{RateKey, RATES};
 use crate::http::{node_name, Api, Started};
 
 /// The overview routes.
@@ -52,12 +53,13 @@ pub(super) async fn overview(api: Api) -> ApiResult {
         "product_name": "quorumq",
         "product_version": env!("CARGO_PKG_VERSION"),
         "rabbitmq_version": "3.10.8",
-        "rates_mode": "none",
+        "rates_mode": "basic",
         "cluster_name": format!("quorumq-{:016x}", b.peers().cluster_id()),
         "node": me,
         "exchange_types": exchange_types,
         "object_totals": {
             "connections": b.connections().total(),
+            "channels": b.tracking().channel_count(),
             "consumers": consumers,
             "exchanges": exchanges,
             "queues": records.len(),
@@ -68,6 +70,7 @@ pub(super) async fn overview(api: Api) -> ApiResult {
             "messages_unacknowledged": unacked,
         },
         "listeners": listeners,
+        "message_stats": RATES.message_stats(RateKey::Node, b.tracking().counts()),
     }))
 }
 

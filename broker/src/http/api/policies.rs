@@ -49,16 +49,17 @@ fn policies_in(b: &Broker, vhosts: &[String]) -> Vec<Value> {
     .unwrap_or_default()
 }
 
-pub(super) async fn policies(api: Api) -> ApiResult {
-    ok(Value::Array(policies_in(
-        &api.broker,
-        &readable_vhosts(&api),
-    )))
+pub(super) async fn policies(api: Api, uri: axum::http::Uri) -> ApiResult {
+    super::listing::reply_list(policies_in(&api.broker, &readable_vhosts(&api)), &uri)
 }
 
-pub(super) async fn policies_of(api: Api, Path(vhost): Path<String>) -> ApiResult {
+pub(super) async fn policies_of(
+    api: Api,
+    Path(vhost): Path<String>,
+    uri: axum::http::Uri,
+) -> ApiResult {
     readable_vhost(&api, &vhost)?;
-    ok(Value::Array(policies_in(&api.broker, &[vhost])))
+    super::listing::reply_list(policies_in(&api.broker, &[vhost]), &uri)
 }
 
 pub(super) async fn policy(api: Api, Path((vhost, name)): Path<(String, String)>) -> ApiResult {

@@ -8,10 +8,12 @@ use axum::Router;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use super::body::{body_object, bool_field};
+use super::body::{body_object, bool_field, query_params};
+use super::listing;
 use super::vhosts::{readable_vhost, readable_vhosts};
 use super::{created, no_content, ok, ApiResult};
 use crate::http::json::{json_to_table, table_to_json};
+use crate::http::rates::{RateKey, RATES};
 use crate::http::{node_name, Api, ApiError, Started};
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::{QueueKind, QueueRecord, QueueType};
@@ -63,6 +65,15 @@ pub fn queue_type(rec: &QueueRecord) -> &'static str {
     }
 }
 
+/// The queue's `message_stats` through this node (publishes, deliveries, acks of this
+/// node's clients) with rates.
+fn message_stats(b: &Broker, rec: &QueueRecord) -> Value {
+    match b.queue(&rec.vhost, &rec.name) {
+        Some((_, h)) => RATES.message_stats(RateKey::Queue(h.group), h.stats.snapshot()),
+        None => crate::http::rates::stats_json([0; 5], [0.0; 5]),
+    }
+}
+
 fn queue_json(b: &Broker, rec: &QueueRecord, st: &crate::cluster::status::QueueStatus) -> Value {
     let (policy, definition) = b
         .with_topology(|t| {
@@ -102,6 +113,7 @@ fn queue_json(b: &Broker, rec: &QueueRecord, st: &crate::cluster::status::QueueS
         "messages_delayed": st.messages_delayed,
         "messages_dlx": st.dead_letter_held,
         "unreadable_bodies": st.unreadable_bodies,
+        "message_stats": message_stats(b, rec),
     })
 }
 
@@ -115,14 +127,70 @@ async fn queues_in(b: &Broker, vhosts: &[String]) -> Vec<Value> {
         .collect()
 }
 
-pub(super) async fn queues(api: Api) -> ApiResult {
-    let vhosts = readable_vhosts(&api);
-    ok(Value::Array(queues_in(&api.broker, &vhosts).await))
+/// A queue list as the query asks ([`listing`]). A page sorted by name or vhost (the
+/// default) asks only its own queues' statuses from their leaders, as RabbitMQ pages
+/// before it augments.
+async fn queue_list(b: &Broker, vhosts: &[String], uri: &axum::http::Uri) -> ApiResult {
+    let q = query_params(uri);
+    let basic_sort = matches!(
+        q.get("sort").map(String::as_str),
+        None | Some("") | Some("name") | Some("vhost")
+    );
+    if !(q.contains_key("page") && basic_sort) {
+        return listing::reply_list(queues_in(b, vhosts).await, uri);
+    }
+    let records = queue_records(b, vhosts);
+    let index: Vec<Value> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| json!({"name": r.name, "vhost": r.vhost, "i": i}))
+        .collect();
+    let mut without_columns = uri.to_string();
+    if q.contains_key("columns") {
+        let rest: Vec<String> = q
+            .iter()
+            .filter(|(k, _)| *k != "columns")
+            .map(|(k, v)| {
+                form_urlencoded::Serializer::new(String::new())
+                    .append_pair(k, v)
+                    .finish()
+            })
+            .collect();
+        without_columns = format!("{}?{}", uri.path(), rest.join("&"));
+    }
+    let index_uri: axum::http::Uri = without_columns.parse().unwrap_or_else(|_| uri.clone());
+    let mut page = listing::list_page(index, &index_uri)?;
+    let picked: Vec<QueueRecord> = page["items"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v["i"].as_u64())
+                .filter_map(|i| records.get(i as usize).cloned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let sts = statuses(b, &picked).await;
+    let items: Vec<Value> = picked
+        .iter()
+        .zip(&sts)
+        .map(|(r, s)| queue_json(b, r, s))
+        .collect();
+    page["items"] = listing::columns_of(items, &q);
+    ok(page)
 }
 
-pub(super) async fn queues_of(api: Api, Path(vhost): Path<String>) -> ApiResult {
+pub(super) async fn queues(api: Api, uri: axum::http::Uri) -> ApiResult {
+    let vhosts = readable_vhosts(&api);
+    queue_list(&api.broker, &vhosts, &uri).await
+}
+
+pub(super) async fn queues_of(
+    api: Api,
+    Path(vhost): Path<String>,
+    uri: axum::http::Uri,
+) -> ApiResult {
     readable_vhost(&api, &vhost)?;
-    ok(Value::Array(queues_in(&api.broker, &[vhost]).await))
+    queue_list(&api.broker, &[vhost], &uri).await
 }
 
 pub(super) async fn queue(api: Api, Path((vhost, name)): Path<(String, String)>) -> ApiResult {
@@ -161,6 +229,10 @@ pub async fn declare_queue(
     match reply {
         MetaReply::QueueDeclared { record, created } => {
             b.ensure_queue(&record).await?;
+            crate::node_counters::inc(&crate::node_counters::NODE.queues_declared);
+            if created {
+                crate::node_counters::inc(&crate::node_counters::NODE.queues_created);
+            }
             Ok(created)
         }
         MetaReply::Error(e) => Err(e.into()),
@@ -190,7 +262,10 @@ pub(super) async fn delete_queue(
     api.caller.require_writer()?;
     readable_vhost(&api, &vhost)?;
     match api.broker.delete_queue(&vhost, &name).await? {
-        Some(_) => no_content(),
+        Some(_) => {
+            crate::node_counters::inc(&crate::node_counters::NODE.queues_deleted);
+            no_content()
+        }
         None => Err(ApiError::not_found()),
     }
 }

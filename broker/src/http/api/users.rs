@@ -34,13 +34,13 @@ pub fn user_json(u: &User) -> Value {
     })
 }
 
-pub(super) async fn users(api: Api) -> ApiResult {
+pub(super) async fn users(api: Api, uri: axum::http::Uri) -> ApiResult {
     api.caller.require_admin()?;
     let list: Vec<Value> = api
         .broker
         .with_topology(|t| t.access().users().map(user_json).collect())
         .unwrap_or_default();
-    ok(Value::Array(list))
+    super::listing::reply_list(list, &uri)
 }
 
 pub(super) async fn user(api: Api, Path(name): Path<String>) -> ApiResult {

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::body::{body_object, str_field};
 use super::{created, no_content, ok, ApiResult};
+use crate::http::rates::{RateKey, RATES};
 use crate::http::{node_name, Api, ApiError, Started};
 use crate::meta::access::Permission;
 use crate::meta::command::MetaCommand;
@@ -51,7 +52,45 @@ pub(super) fn readable_vhost(api: &Api, vhost: &str) -> Result<(), ApiError> {
     }
 }
 
-fn vhost_json(b: &Broker, name: &str) -> Value {
+/// Messages of a vhost's queues (ready, unacknowledged) and its `message_stats` (the
+/// summed counts and rates of its open connections on this node).
+fn vhost_stats(b: &Broker, name: &str, statuses: &[(String, [u64; 2])]) -> Value {
+    let (ready, unacked) = statuses
+        .iter()
+        .filter(|(v, _)| v == name)
+        .fold((0, 0), |(r, u), (_, [r2, u2])| (r + r2, u + u2));
+    let conns: Vec<_> = b
+        .tracking()
+        .connections()
+        .into_iter()
+        .filter(|c| c.info.vhost == name)
+        .map(|c| (RateKey::Connection(c.info.id), c.counts()))
+        .collect();
+    json!({
+        "messages": ready + unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+        "message_stats": RATES.message_stats_sum(&conns),
+    })
+}
+
+/// (vhost, [ready, unacknowledged]) of every queue of `vhosts`.
+async fn queue_counts(b: &Broker, vhosts: &[String]) -> Vec<(String, [u64; 2])> {
+    let records = super::queues::queue_records(b, vhosts);
+    let statuses = super::queues::statuses(b, &records).await;
+    records
+        .iter()
+        .zip(statuses)
+        .map(|(r, s)| {
+            (
+                r.vhost.clone(),
+                [s.messages_ready, s.messages_unacknowledged],
+            )
+        })
+        .collect()
+}
+
+fn vhost_json(b: &Broker, name: &str, counts: &[(String, [u64; 2])]) -> Value {
     let settings = b
         .with_topology(|t| t.vhost_settings(name))
         .unwrap_or_default();
@@ -71,7 +110,7 @@ fn vhost_json(b: &Broker, name: &str) -> Value {
             )
         })
         .collect();
-    json!({
+    let mut v = json!({
         "name": name,
         "description": description,
         "tags": [],
@@ -79,20 +118,27 @@ fn vhost_json(b: &Broker, name: &str) -> Value {
         "default_queue_type": settings.default_queue_type.unwrap_or_else(|| "undefined".into()),
         "tracing": false,
         "cluster_state": state,
-    })
+    });
+    if let (Value::Object(m), Value::Object(stats)) = (&mut v, vhost_stats(b, name, counts)) {
+        m.extend(stats);
+    }
+    v
 }
 
-pub(super) async fn vhosts(api: Api) -> ApiResult {
-    let list: Vec<Value> = readable_vhosts(&api)
+pub(super) async fn vhosts(api: Api, uri: axum::http::Uri) -> ApiResult {
+    let names = readable_vhosts(&api);
+    let counts = queue_counts(&api.broker, &names).await;
+    let list: Vec<Value> = names
         .iter()
-        .map(|v| vhost_json(&api.broker, v))
+        .map(|v| vhost_json(&api.broker, v, &counts))
         .collect();
-    ok(Value::Array(list))
+    super::listing::reply_list(list, &uri)
 }
 
 pub(super) async fn vhost(api: Api, Path(vhost): Path<String>) -> ApiResult {
     readable_vhost(&api, &vhost)?;
-    ok(vhost_json(&api.broker, &vhost))
+    let counts = queue_counts(&api.broker, std::slice::from_ref(&vhost)).await;
+    ok(vhost_json(&api.broker, &vhost, &counts))
 }
 
 /// `PUT /api/vhosts/{vhost}` `{"default_queue_type": …}`: 201 created (the caller gets full
