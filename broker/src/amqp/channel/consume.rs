@@ -377,13 +377,16 @@ impl Channel {
                 tracing::debug!(target: "deliveries", consumer = ?d.consumer, id = d.delivery.id, "resend of a held delivery dropped");
                 return;
             }
-            let key = (d.consumer, d.delivery.id, d.delivery.delivery_count);
-            if self.recent_settles.contains(&key) {
-                // Settled here, the settlement not yet committed when the
-                // leader changed: the client must not get it again.
-                tracing::debug!(target: "deliveries", consumer = ?d.consumer, id = d.delivery.id, "resend of a settled delivery dropped");
-                return;
-            }
+        }
+        let key = (d.consumer, d.delivery.id, d.delivery.delivery_count);
+        if self.recent_settles.contains(&key) {
+            // Settled here already: a new leader's re-send (the settlement
+            // was not committed when the leader changed), or a deposed
+            // leader's original delivery arriving after that re-send (held
+            // up by a partition). Every return raises the delivery count,
+            // so this very delivery cannot be due again.
+            tracing::debug!(target: "deliveries", consumer = ?d.consumer, id = d.delivery.id, resend = d.delivery.resend, "delivery of a settled message dropped");
+            return;
         }
         count_queue_delivered(&queue, d.delivery.delivery_count > 0);
         let Some(msg) = d

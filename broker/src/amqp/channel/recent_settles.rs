@@ -1,11 +1,13 @@
 //! Deliveries this channel settled recently, so that a new queue leader's
-//! re-sends of them are dropped. A new leader re-sends every message still
+//! re-sends of them, and a deposed leader's late originals, are dropped. A new leader re-sends every message still
 //! checked out in its state (`QueueMachine::leader_effects`); one the client
 //! already acked, whose `Settle` was not yet committed when the leader
 //! changed, would otherwise reach the client again as a fresh delivery
 //! (`redelivered` false): a duplicate RabbitMQ does not produce (issue 29
-//! item 4: the fault suite's consumer-side duplicates). The settlement
-//! itself is retried until a leader commits it (`QueueHandle::keep_proposing`).
+//! item 4: the fault suite's consumer-side duplicates). Likewise a deposed
+//! leader's original delivery, held up by a partition, can arrive after the
+//! new leader's re-send was acked. The settlement itself is retried until a
+//! leader commits it (`QueueHandle::keep_proposing`).
 //!
 //! Keyed by (consumer, message id, delivery count): a message that was
 //! returned (nack/reject requeue) and delivered again carries a higher
