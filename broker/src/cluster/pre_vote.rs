@@ -156,9 +156,10 @@ mod tests {
     }
 
     #[test]
-    fn requests_round_trip_through_the_raft_codec() {
+    fn requests_round_trip_through_the_raft_codec() -> Result<(), raft_log::StoreError> {
         let r = PreVoteRequest { candidate: 7 };
-        let b = raft_log::codec::encode(&r).unwrap();
-        assert_eq!(raft_log::codec::decode::<PreVoteRequest>(&b).unwrap(), r);
+        let b = raft_log::codec::encode(&r)?;
+        assert_eq!(raft_log::codec::decode::<PreVoteRequest>(&b)?, r);
+        Ok(())
     }
 }

@@ -78,6 +78,35 @@ fn header_keys(headers: &FieldTable, key: &str) -> Result<Vec<String>, AmqpError
     }
 }
 
+/// What basic.publish routes by, from its routing key and properties: the
+/// routing keys (the key, then the `CC` and `BCC` header keys, RabbitMQ
+/// "Sender-selected distribution"), the `BCC` keys alone (to strip from the
+/// stored headers) and the per-message TTL of `expiration` (ms).
+pub struct PublishKeys {
+    pub keys: Vec<String>,
+    pub bcc: Vec<String>,
+    pub ttl_ms: Option<u64>,
+}
+
+/// [`PublishKeys`] of a publish to `routing_key` with `headers` and
+/// `expiration`. The one place the AMQP channel and the HTTP API's publish
+/// compute them.
+///
+/// Errors: a malformed `CC`/`BCC` header or `expiration` (406, RabbitMQ's text).
+pub fn publish_keys(
+    routing_key: &str,
+    headers: Option<&FieldTable>,
+    expiration: Option<&str>,
+) -> Result<PublishKeys, AmqpError> {
+    let (cc, bcc) = cc_bcc_keys(headers)?;
+    let ttl_ms = expiration.map(parse_expiration).transpose()?;
+    let mut keys = Vec::with_capacity(1 + cc.len() + bcc.len());
+    keys.push(routing_key.to_owned());
+    keys.extend(cc);
+    keys.extend(bcc.iter().cloned());
+    Ok(PublishKeys { keys, bcc, ttl_ms })
+}
+
 /// Extra routing keys from the `CC` and `BCC` headers (each must be an array;
 /// non-longstr elements are skipped). Returns `(cc, bcc)`. A non-array value
 /// closes the channel: `PRECONDITION_FAILED - invalid message:

@@ -11,7 +11,7 @@ use crate::amqp::confirms::ConfirmTracker;
 use crate::amqp::error::ProtocolError;
 use crate::message::StoredMessage;
 use crate::meta::access::Perm;
-use crate::meta::publish::{cc_bcc_keys, parse_expiration, strip_bcc};
+use crate::meta::publish::{publish_keys, strip_bcc, PublishKeys};
 use crate::node_counters;
 use crate::queue::types::{EnqueueMsg, EnqueueOutcome, PrioritizedMsg, QueueCommand, QueueReply};
 use crate::tracking::MessageCounts;
@@ -144,15 +144,11 @@ impl Channel {
                 )));
             }
         }
-        let (cc, bcc) = cc_bcc_keys(props.headers().as_ref())?;
-        let ttl_ms = match props.expiration() {
-            Some(e) => Some(parse_expiration(e.as_str())?),
-            None => None,
-        };
-        let mut keys = Vec::with_capacity(1 + cc.len() + bcc.len());
-        keys.push(routing_key.clone());
-        keys.extend(cc.iter().cloned());
-        keys.extend(bcc.iter().cloned());
+        let PublishKeys { keys, bcc, ttl_ms } = publish_keys(
+            &routing_key,
+            props.headers().as_ref(),
+            props.expiration().as_ref().map(|e| e.as_str()),
+        )?;
         let targets = self.session.broker.route(
             &self.session.vhost,
             &exchange,

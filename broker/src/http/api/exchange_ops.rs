@@ -18,7 +18,7 @@ use crate::http::json::json_to_table;
 use crate::http::{Api, ApiError, Started};
 use crate::message::StoredMessage;
 use crate::meta::access::Perm;
-use crate::meta::publish::{cc_bcc_keys, parse_expiration, strip_bcc};
+use crate::meta::publish::{publish_keys, strip_bcc, PublishKeys};
 use crate::queue::types::{EnqueueMsg, EnqueueOutcome, PrioritizedMsg, QueueCommand, QueueReply};
 
 /// The routes.
@@ -178,15 +178,11 @@ async fn publish_message(
             )));
         }
     }
-    let (cc, bcc) = cc_bcc_keys(props.headers().as_ref())?;
-    let ttl_ms = match props.expiration() {
-        Some(e) => Some(parse_expiration(e.as_str())?),
-        None => None,
-    };
-    let mut keys = Vec::with_capacity(1 + cc.len() + bcc.len());
-    keys.push(routing_key.to_owned());
-    keys.extend(cc);
-    keys.extend(bcc.iter().cloned());
+    let PublishKeys { keys, bcc, ttl_ms } = publish_keys(
+        routing_key,
+        props.headers().as_ref(),
+        props.expiration().as_ref().map(|e| e.as_str()),
+    )?;
     let targets = b.route(vhost, exchange, &keys, props.headers().as_ref())?;
     if !bcc.is_empty() {
         if let Some(mut h) = props.headers().clone() {
