@@ -3,6 +3,8 @@
 //! source quorum queue into a target quorum queue while the source's leader
 //! node and then the target's leader node are `kill -9`ed and restarted.
 //! Every message must be in the target exactly once: lost 0, duplicates 0.
+//! A second test kills all three nodes at once (`kill -9`, twice) while the
+//! dead letters flow, and asks the same of the restarted cluster.
 //!
 //! The target is drained only after the faults, once the cluster is stable
 //! and the source is empty, so every copy counted is a message the target
@@ -190,15 +192,20 @@ async fn drain(c: &Cluster, via: u64, q: &str) -> anyhow::Result<(HashMap<u64, u
     Ok((counts, unparsable))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dead_letters_reach_the_target_exactly_once_across_leader_kills() -> anyhow::Result<()> {
+/// Runs `body` on a fresh 3-node cluster within `LIMIT`, printing the nodes'
+/// logs when it fails. With QUORUMQ_TEST_URI set, returns at once.
+async fn with_cluster<F, Fut>(body: F) -> anyhow::Result<()>
+where
+    F: FnOnce(Arc<Cluster>, Instant) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     if std::env::var(TEST_URI_ENV).is_ok_and(|v| !v.is_empty()) {
         println!("{TEST_URI_ENV} is set; this test spawns its own quorumq nodes, returning early");
         return Ok(());
     }
     let started = Instant::now();
     let c = Arc::new(Cluster::start(3).await?);
-    let result = tokio::time::timeout(LIMIT, run(c.clone(), started)).await;
+    let result = tokio::time::timeout(LIMIT, body(c.clone(), started)).await;
     match result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => {
@@ -212,126 +219,200 @@ async fn dead_letters_reach_the_target_exactly_once_across_leader_kills() -> any
     }
 }
 
-async fn run(c: Arc<Cluster>, started: Instant) -> anyhow::Result<()> {
-    let (source, target) = (unique("x1.src"), unique("x1.dlq"));
-    on_channel(&c, 1, "declare the target and the source", |ch| {
-        let (source, target) = (source.clone(), target.clone());
-        async move {
-            let durable = QueueDeclareOptions {
-                durable: true,
-                ..QueueDeclareOptions::default()
-            };
-            ch.queue_declare(target.as_str().into(), durable, quorum_args(&[]))
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_reach_the_target_exactly_once_across_leader_kills() -> anyhow::Result<()> {
+    with_cluster(|c, started| async move {
+        let run = DeadLetterRun::start(c.clone(), started).await?;
+        let rejects = &run.rejects;
+
+        rejects_reach(rejects, 4_000, "4000 rejects").await?;
+        let killed = kill_leader(&c, &run.source).await?;
+        let r = rejects.load(Ordering::Acquire);
+        rejects_reach(
+            rejects,
+            r + 4_000,
+            "4000 rejects after the source leader's kill",
+        )
+        .await?;
+        restart(&c, killed, &run.source).await?;
+
+        let r = rejects.load(Ordering::Acquire);
+        rejects_reach(rejects, r + 2_000, "2000 more rejects").await?;
+        let killed = kill_leader(&c, &run.target).await?;
+        let r = rejects.load(Ordering::Acquire);
+        rejects_reach(
+            rejects,
+            r + 2_000,
+            "2000 rejects after the target leader's kill",
+        )
+        .await?;
+        restart(&c, killed, &run.target).await?;
+        run.verify(&c, started).await
+    })
+    .await
+}
+
+/// The whole cluster `kill -9`ed at once, twice, while dead letters flow
+/// (issue 29 item 4: "measure duplicates in the whole-cluster kill -9 test").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_reach_the_target_exactly_once_across_whole_cluster_kills(
+) -> anyhow::Result<()> {
+    with_cluster(|c, started| async move {
+        let run = DeadLetterRun::start(c.clone(), started).await?;
+        let rejects = &run.rejects;
+        for (round, after) in [(1, 4_000), (2, 10_000)] {
+            rejects_reach(rejects, after, &format!("{after} rejects")).await?;
+            for node in 1..=3 {
+                c.kill9(node);
+            }
+            eprintln!(
+                "kill -9 of all three nodes (round {round}) after {} rejects",
+                rejects.load(Ordering::Acquire)
+            );
+            // Every node must start while the others are still down: none
+            // waits for a quorum to come up.
+            for node in 1..=3 {
+                c.restart(node).await?;
+            }
+            for q in [&run.source, &run.target] {
+                c.wait_queue_leader(1, q, WAIT).await?;
+            }
+            eprintln!("cluster back after {:?}", started.elapsed());
+        }
+        run.verify(&c, started).await
+    })
+    .await
+}
+
+/// A source queue dead-lettering at-least-once into a target, with `N`
+/// confirmed messages in it and a consumer rejecting every delivery.
+struct DeadLetterRun {
+    source: String,
+    target: String,
+    /// Rejects made so far (a consumer redelivery is rejected again).
+    rejects: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    rejecter: tokio::task::JoinHandle<()>,
+}
+
+impl DeadLetterRun {
+    /// Declares the target and the source (reject-publish, at-least-once),
+    /// publishes ids `0..N` with confirms and starts rejecting.
+    async fn start(c: Arc<Cluster>, started: Instant) -> anyhow::Result<Self> {
+        let (source, target) = (unique("x1.src"), unique("x1.dlq"));
+        on_channel(&c, 1, "declare the target and the source", |ch| {
+            let (source, target) = (source.clone(), target.clone());
+            async move {
+                let durable = QueueDeclareOptions {
+                    durable: true,
+                    ..QueueDeclareOptions::default()
+                };
+                ch.queue_declare(target.as_str().into(), durable, quorum_args(&[]))
+                    .await?;
+                ch.queue_declare(
+                    source.as_str().into(),
+                    durable,
+                    quorum_args(&[
+                        ("x-dead-letter-exchange", s("")),
+                        ("x-dead-letter-routing-key", s(&target)),
+                        ("x-dead-letter-strategy", s("at-least-once")),
+                        ("x-overflow", s("reject-publish")),
+                    ]),
+                )
                 .await?;
-            ch.queue_declare(
-                source.as_str().into(),
-                durable,
-                quorum_args(&[
-                    ("x-dead-letter-exchange", s("")),
-                    ("x-dead-letter-routing-key", s(&target)),
-                    ("x-dead-letter-strategy", s("at-least-once")),
-                    ("x-overflow", s("reject-publish")),
-                ]),
-            )
-            .await?;
-            Ok(())
-        }
-    })
-    .await?;
-    publish_all(&c, 1, &source).await?;
-    eprintln!("{N} confirmed into {source} after {:?}", started.elapsed());
+                Ok(())
+            }
+        })
+        .await?;
+        publish_all(&c, 1, &source).await?;
+        eprintln!("{N} confirmed into {source} after {:?}", started.elapsed());
+        let rejects = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let rejecter = tokio::spawn(reject_all(
+            c.clone(),
+            source.clone(),
+            rejects.clone(),
+            stop.clone(),
+        ));
+        Ok(Self {
+            source,
+            target,
+            rejects,
+            stop,
+            rejecter,
+        })
+    }
 
-    let rejects = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let rejecter = tokio::spawn(reject_all(
-        c.clone(),
-        source.clone(),
-        rejects.clone(),
-        stop.clone(),
-    ));
+    /// Waits for the source to empty, stops rejecting, drains the target and
+    /// asserts every id there exactly once (lost 0, duplicates 0).
+    async fn verify(self, c: &Cluster, started: Instant) -> anyhow::Result<()> {
+        let Self {
+            source,
+            target,
+            rejects,
+            stop,
+            rejecter,
+        } = self;
+        eprintln!(
+            "faults done after {:?}, {} rejects so far",
+            started.elapsed(),
+            rejects.load(Ordering::Acquire)
+        );
+        // At-least-once: the source is empty once every dead letter was
+        // confirmed by the target.
+        let via = c.running()[0];
+        cluster::wait_until_some(WAIT, &format!("{source} empty"), || async {
+            let v = c.queue_view(via, &source).await?;
+            if (
+                v.messages_ready,
+                v.messages_unacknowledged,
+                v.dead_letter_held,
+            ) == (0, 0, 0)
+            {
+                Ok(Some(()))
+            } else {
+                Err(anyhow::anyhow!("node {via} lists {v:?}"))
+            }
+        })
+        .await?;
+        stop.store(true, Ordering::Release);
+        let _ = tokio::time::timeout(Duration::from_secs(10), rejecter).await;
+        eprintln!(
+            "source empty after {:?}, {} rejects (a consumer redelivery is rejected again)",
+            started.elapsed(),
+            rejects.load(Ordering::Acquire)
+        );
 
-    rejects_reach(&rejects, 4_000, "4000 rejects").await?;
-    let killed = kill_leader(&c, &source).await?;
-    let r = rejects.load(Ordering::Acquire);
-    rejects_reach(
-        &rejects,
-        r + 4_000,
-        "4000 rejects after the source leader's kill",
-    )
-    .await?;
-    restart(&c, killed, &source).await?;
-
-    let r = rejects.load(Ordering::Acquire);
-    rejects_reach(&rejects, r + 2_000, "2000 more rejects").await?;
-    let killed = kill_leader(&c, &target).await?;
-    let r = rejects.load(Ordering::Acquire);
-    rejects_reach(
-        &rejects,
-        r + 2_000,
-        "2000 rejects after the target leader's kill",
-    )
-    .await?;
-    restart(&c, killed, &target).await?;
-    eprintln!(
-        "faults done after {:?}, {} rejects so far",
-        started.elapsed(),
-        rejects.load(Ordering::Acquire)
-    );
-
-    // At-least-once: the source is empty once every dead letter was
-    // confirmed by the target.
-    let via = c.running()[0];
-    cluster::wait_until_some(WAIT, &format!("{source} empty"), || async {
-        let v = c.queue_view(via, &source).await?;
-        if (
-            v.messages_ready,
-            v.messages_unacknowledged,
-            v.dead_letter_held,
-        ) == (0, 0, 0)
-        {
-            Ok(Some(()))
-        } else {
-            Err(anyhow::anyhow!("node {via} lists {v:?}"))
-        }
-    })
-    .await?;
-    stop.store(true, Ordering::Release);
-    let _ = tokio::time::timeout(Duration::from_secs(10), rejecter).await;
-    eprintln!(
-        "source empty after {:?}, {} rejects (a consumer redelivery is rejected again)",
-        started.elapsed(),
-        rejects.load(Ordering::Acquire)
-    );
-
-    // The target's leader counts what it holds: exactly N.
-    let leader = c.wait_queue_leader(via, &target, WAIT).await?;
-    let ready = cluster::wait_until_some(WAIT, &format!("{target} settled"), || async {
-        let v = c.queue_view(leader, &target).await?;
-        if v.messages_ready >= N {
-            Ok(Some(v.messages_ready))
-        } else {
-            Err(anyhow::anyhow!("node {leader} lists {v:?}"))
-        }
-    })
-    .await?;
-    let (counts, unparsable) = drain(&c, leader, &target).await?;
-    let lost: Vec<u64> = (0..N).filter(|id| !counts.contains_key(id)).collect();
-    let mut duplicated: Vec<(u64, u32)> = counts
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(id, n)| (*id, *n))
-        .collect();
-    duplicated.sort_unstable();
-    let duplicates: u64 = counts.values().map(|n| u64::from(n - 1)).sum();
-    eprintln!(
-        "target: {ready} ready; drained {} distinct, lost {}, duplicates {duplicates}, unparsable {unparsable}; done after {:?}",
-        counts.len(),
-        lost.len(),
-        started.elapsed()
-    );
-    assert_none("dead letters lost", &lost);
-    assert_none("dead letters in the target more than once", &duplicated);
-    assert_eq!(unparsable, 0, "bodies that are not an id");
-    assert_eq!(ready, N, "the target holds exactly one copy of each");
-    Ok(())
+        // The target's leader counts what it holds: exactly N.
+        let leader = c.wait_queue_leader(via, &target, WAIT).await?;
+        let ready = cluster::wait_until_some(WAIT, &format!("{target} settled"), || async {
+            let v = c.queue_view(leader, &target).await?;
+            if v.messages_ready >= N {
+                Ok(Some(v.messages_ready))
+            } else {
+                Err(anyhow::anyhow!("node {leader} lists {v:?}"))
+            }
+        })
+        .await?;
+        let (counts, unparsable) = drain(c, leader, &target).await?;
+        let lost: Vec<u64> = (0..N).filter(|id| !counts.contains_key(id)).collect();
+        let mut duplicated: Vec<(u64, u32)> = counts
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(id, n)| (*id, *n))
+            .collect();
+        duplicated.sort_unstable();
+        let duplicates: u64 = counts.values().map(|n| u64::from(n - 1)).sum();
+        eprintln!(
+            "target: {ready} ready; drained {} distinct, lost {}, duplicates {duplicates}, unparsable {unparsable}; done after {:?}",
+            counts.len(),
+            lost.len(),
+            started.elapsed()
+        );
+        assert_none("dead letters lost", &lost);
+        assert_none("dead letters in the target more than once", &duplicated);
+        assert_eq!(unparsable, 0, "bodies that are not an id");
+        assert_eq!(ready, N, "the target holds exactly one copy of each");
+        Ok(())
+    }
 }
