@@ -25,6 +25,15 @@
 //! removal may end up in both places.
 //!
 //! Skipped messages stay in the queue, counted by reason ([`Skip`]).
+//!
+//! **A leader change mid-way is followed.** The node the caller asked keeps
+//! the redrive going: when the queue's leader (this node or the one it
+//! forwarded to) stops leading or dies, it waits for the new leader (up to
+//! [`RETRY_FOR`]) and continues there with what is left of `max`. The new
+//! walk starts from the ids ready then. Thanks to the de-duplicated enqueue
+//! the batch in flight is not enqueued twice; `moved` may under-count by
+//! the batches whose progress the dead leader never reported (each message
+//! is still in exactly one place), and `skipped` is the last walk's.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -115,6 +124,20 @@ impl Skip {
             Skip::DeliveredToConsumer => "delivered_to_consumer",
         }
     }
+
+    /// The reason named `name` ([`Skip::as_str`]).
+    pub fn from_name(name: &str) -> Option<Skip> {
+        [
+            Skip::SourceQueueNotFound,
+            Skip::NoDeathHistory,
+            Skip::DestinationIsThisQueue,
+            Skip::DestinationFull,
+            Skip::Unreadable,
+            Skip::DeliveredToConsumer,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
 }
 
 /// The outcome so far: moved per destination, skipped per reason.
@@ -150,6 +173,44 @@ impl Summary {
 
     fn skip(&mut self, why: Skip) {
         *self.skipped.entry(why).or_insert(0) += 1;
+    }
+
+    /// The summary of a [`Summary::to_json`] document (progress relayed from
+    /// another node); unknown skip reasons are left out.
+    pub fn from_json(doc: &Value) -> Summary {
+        let count = |v: &Value| v.as_u64().unwrap_or(0);
+        let by_destination = doc["by_destination"]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), count(v))).collect())
+            .unwrap_or_default();
+        let skipped = doc["skipped"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Skip::from_name(k).map(|s| (s, count(v))))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Summary {
+            moved: count(&doc["moved"]),
+            by_destination,
+            skipped,
+        }
+    }
+
+    /// This summary (earlier walks) followed by `later`, a walk after a
+    /// leader change: moves add up; skips are `later`'s (it looked at every
+    /// message still there).
+    pub fn then(&self, later: &Summary) -> Summary {
+        let mut by_destination = self.by_destination.clone();
+        for (d, n) in &later.by_destination {
+            *by_destination.entry(d.clone()).or_insert(0) += n;
+        }
+        Summary {
+            moved: self.moved + later.moved,
+            by_destination,
+            skipped: later.skipped.clone(),
+        }
     }
 }
 
@@ -208,15 +269,17 @@ impl Pacer {
 pub type Progress = mpsc::Sender<Value>;
 
 /// Redrives queue `vhost`/`name` on its leader: here when this node leads
-/// it, else forwarded once to the leader (`forwarded`: asked by another
-/// node, do not forward again). Progress documents go to `progress` (if
-/// any); when its receiver is gone the redrive stops after the batch in
-/// flight. Returns the summary ([`Summary::to_json`], `done` true).
+/// it, else forwarded to the leader (`forwarded`: asked by another node,
+/// walk here once and do not forward again). Progress documents go to
+/// `progress` (if any); when its receiver is gone the redrive stops after
+/// the batch in flight. A leader change mid-way is followed (module docs)
+/// by the node the caller asked. Returns the summary ([`Summary::to_json`],
+/// `done` true).
 ///
 /// Errors: 400 (bad options, `to` = the queue itself), 404 "Target queue was
 /// not found in virtual host '{vhost}'" (the queue or `to`), 503 (no
-/// leader, or a destination or the queue stayed unavailable for
-/// [`RETRY_FOR`]: the text says how many were moved before).
+/// leader at the start, or a destination or the queue stayed unavailable
+/// for [`RETRY_FOR`]: the text says how many were moved before).
 pub async fn redrive(
     queues: &Arc<Queues>,
     vhost: &str,
@@ -243,12 +306,93 @@ pub async fn redrive(
         }
         queues.queue(vhost, to).ok_or_else(not_found)?;
     }
+    let started = Instant::now();
+    let none = Summary::default();
+    if forwarded {
+        // The leader's side of a forwarded redrive: one walk, progress after
+        // every batch (the asking node counts from it); a 503 makes the
+        // asking node look for the new leader.
+        let mut part = Summary::default();
+        let h = match leader_of(queues, &rec) {
+            Leader::Here(h) => h,
+            _ => return Err(err(503, "the queue's leader moved; try again")),
+        };
+        let walk = Walk {
+            earlier: &none,
+            progress,
+            every: Duration::ZERO,
+        };
+        run(queues, vhost, name, &h, opts, &walk, &mut part).await?;
+        return Ok(part.to_json(vhost, name, started.elapsed(), true));
+    }
+    let mut earlier = Summary::default();
+    // Set once a walk was interrupted: how long to keep looking for a leader.
+    let mut give_up_at: Option<Instant> = None;
+    loop {
+        let left = Options {
+            max: opts.max.map(|m| m.saturating_sub(earlier.moved)),
+            ..opts.clone()
+        };
+        let walk = Walk {
+            earlier: &earlier,
+            progress,
+            every: PROGRESS_EVERY,
+        };
+        let mut part = Summary::default();
+        let outcome = match leader_of(queues, &rec) {
+            Leader::Here(h) => run(queues, vhost, name, &h, &left, &walk, &mut part).await,
+            Leader::Node(l) => forward(queues, l, vhost, name, &left, &walk, &mut part).await,
+            Leader::Nowhere if give_up_at.is_none() => {
+                return Err(err(
+                    503,
+                    format!("queue '{name}' in vhost '{vhost}' has no elected leader"),
+                ))
+            }
+            Leader::Nowhere => Err(err(503, "no elected leader")),
+        };
+        let total = earlier.then(&part);
+        match outcome {
+            Ok(()) => return Ok(total.to_json(vhost, name, started.elapsed(), true)),
+            Err(e) if e.status == 503 => {
+                let now = Instant::now();
+                if part.moved > 0 || give_up_at.is_none() {
+                    give_up_at = Some(now + RETRY_FOR);
+                }
+                if give_up_at.is_some_and(|t| now >= t) {
+                    return Err(stopped(&total, &e.text));
+                }
+                tracing::info!(vhost, queue = name, moved = total.moved, why = %e.text, "redrive interrupted; continuing on the queue's leader");
+                earlier = total;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => {
+                return Err(ReadError {
+                    status: e.status,
+                    ..stopped(&total, &e.text)
+                })
+            }
+        }
+    }
+}
+
+/// Where a queue's leader is, as this node sees it.
+enum Leader {
+    /// This node leads it (its handle).
+    Here(Arc<QueueHandle>),
+    /// Another node, alive as far as the failure detector knows.
+    Node(u64),
+    /// No leader known, or a leader that is down.
+    Nowhere,
+}
+
+/// The leader of queue `rec` ([`Leader`]).
+fn leader_of(queues: &Arc<Queues>, rec: &crate::meta::QueueRecord) -> Leader {
     let handle = queues.queue_by_group(rec.group_id);
     if let Some(h) = handle
         .as_ref()
         .filter(|h| h.has_replica() && h.is_local_leader())
     {
-        return run(queues, vhost, name, h, opts, progress).await;
+        return Leader::Here(h.clone());
     }
     let leader = match rec.kind {
         QueueKind::Local { node } => Some(node),
@@ -259,15 +403,17 @@ pub async fn redrive(
             .filter(|l| queues.detector().is_alive(*l)),
     };
     match leader {
-        Some(l) if l != queues.node_id() && !forwarded => {
-            forward(queues, l, vhost, name, opts, progress).await
-        }
-        _ if forwarded => Err(err(503, "the queue's leader moved; try again")),
-        _ => Err(err(
-            503,
-            format!("queue '{name}' in vhost '{vhost}' has no elected leader"),
-        )),
+        Some(l) if l != queues.node_id() => Leader::Node(l),
+        _ => Leader::Nowhere,
     }
+}
+
+/// How one walk reports progress: the moves of earlier walks (added to its
+/// own), where to, and how often (at most).
+struct Walk<'a> {
+    earlier: &'a Summary,
+    progress: Option<&'a Progress>,
+    every: Duration,
 }
 
 /// The admin request of a redrive.
@@ -296,15 +442,22 @@ pub fn to_reply(r: ReadResult) -> JsonReply {
     super::inspect::to_reply(r)
 }
 
-/// Asks node `to` (the leader) to run the redrive, relaying its progress.
+/// Asks node `to` (the leader) to walk the queue, relaying its progress
+/// (added to `walk.earlier`); `part` follows the leader's own count.
+///
+/// Errors: the leader's error, or 503 when the call fails or ends without
+/// a summary (the leader died or stopped leading); 499 when the caller
+/// went away.
 async fn forward(
     queues: &Arc<Queues>,
     to: u64,
     vhost: &str,
     name: &str,
     opts: &Options,
-    progress: Option<&Progress>,
-) -> ReadResult {
+    walk: &Walk<'_>,
+    part: &mut Summary,
+) -> Result<(), ReadError> {
+    let started = Instant::now();
     let mut client = admin_client(queues, to).map_err(|e| err(503, e))?;
     let mut stream = client
         .redrive(request(vhost, name, opts, true))
@@ -323,15 +476,17 @@ async fn forward(
             ));
         };
         let doc = from_reply(reply)?;
+        *part = Summary::from_json(&doc);
         if doc["done"] == Value::Bool(true) {
-            return Ok(doc);
+            return Ok(());
         }
-        if let Some(p) = progress {
+        if let Some(p) = walk.progress {
             if p.is_closed() {
                 // Dropping the stream cancels the call: the leader stops too.
                 return Err(err(499, "the caller went away"));
             }
-            let _ = p.try_send(doc);
+            let total = walk.earlier.then(part);
+            let _ = p.try_send(total.to_json(vhost, name, started.elapsed(), false));
         }
     }
 }
@@ -342,16 +497,22 @@ struct Move {
     msg: PrioritizedMsg,
 }
 
-/// The redrive on this node, which leads the queue (`h`).
+/// One walk of the queue on this node, which leads it (`h`), counting into
+/// `summary`. Ends early (Ok) when the caller went away.
+///
+/// Errors (503): the replica went away, this node stopped leading, or a
+/// destination or the removal stayed unavailable for [`RETRY_FOR`].
 async fn run(
     queues: &Arc<Queues>,
     vhost: &str,
     name: &str,
     h: &Arc<QueueHandle>,
     opts: &Options,
-    progress: Option<&Progress>,
-) -> ReadResult {
+    walk: &Walk<'_>,
+    summary: &mut Summary,
+) -> Result<(), ReadError> {
     let started = Instant::now();
+    let progress = walk.progress;
     let gone = || err(503, "the queue's replica is gone; try again");
     let max = opts.max.unwrap_or(u64::MAX);
     // The walk: the ids ready now, in delivery order. Skipped ids are never
@@ -360,7 +521,6 @@ async fn run(
         .read(|host| host.machine().ready_message_ids(usize::MAX))
         .ok_or_else(gone)?;
     let mut pacer = Pacer::new(opts.rate);
-    let mut summary = Summary::default();
     let mut last_progress = Instant::now();
     let mut cursor = 0;
     while cursor < ids.len() && summary.moved < max {
@@ -368,7 +528,7 @@ async fn run(
             break;
         }
         if !h.is_local_leader() {
-            return Err(stopped(&summary, "this node no longer leads the queue"));
+            return Err(err(503, "this node no longer leads the queue"));
         }
         let room = usize::try_from(max - summary.moved).unwrap_or(usize::MAX);
         let take = pacer.batch().min(room);
@@ -412,7 +572,7 @@ async fn run(
             let msgs = moves.iter().map(|m| (m.id, m.msg.clone())).collect();
             let outcomes = enqueue_committed(&dh, h.group, msgs)
                 .await
-                .map_err(|e| stopped(&summary, &format!("queue '{dest}': {e}")))?;
+                .map_err(|e| err(503, format!("queue '{dest}': {e}")))?;
             for (m, o) in moves.iter().zip(outcomes) {
                 if o == EnqueueOutcome::Accepted {
                     committed.push(m.id);
@@ -425,7 +585,7 @@ async fn run(
         if !committed.is_empty() {
             remove_committed(h, committed)
                 .await
-                .map_err(|e| stopped(&summary, &format!("removing from '{name}': {e}")))?;
+                .map_err(|e| err(503, format!("removing from '{name}': {e}")))?;
         }
         let batch_moved: u64 = moved.values().sum();
         for (dest, k) in moved {
@@ -434,13 +594,14 @@ async fn run(
         summary.moved += batch_moved;
         crate::metrics::COUNTERS.redriven(vhost, name, batch_moved);
         if let Some(p) = progress {
-            if last_progress.elapsed() >= PROGRESS_EVERY {
+            if last_progress.elapsed() >= walk.every {
                 last_progress = Instant::now();
-                let _ = p.try_send(summary.to_json(vhost, name, started.elapsed(), false));
+                let total = walk.earlier.then(summary);
+                let _ = p.try_send(total.to_json(vhost, name, started.elapsed(), false));
             }
         }
     }
-    Ok(summary.to_json(vhost, name, started.elapsed(), true))
+    Ok(())
 }
 
 /// The error of a redrive that stopped part-way.
@@ -615,6 +776,43 @@ mod tests {
         assert_eq!(v["skipped"]["no_death_history"], 1);
         assert_eq!(v["elapsed_ms"], 1500);
         assert_eq!(v["done"], true);
+        assert_eq!(Summary::from_json(&v), s, "relayed progress reads back");
+    }
+
+    #[test]
+    fn a_later_walk_adds_its_moves_and_replaces_the_skips() {
+        let mut first = Summary {
+            moved: 5,
+            ..Summary::default()
+        };
+        first.by_destination.insert("a".into(), 5);
+        first.skip(Skip::DeliveredToConsumer);
+        let mut later = Summary {
+            moved: 4,
+            ..Summary::default()
+        };
+        later.by_destination.insert("a".into(), 1);
+        later.by_destination.insert("b".into(), 3);
+        later.skip(Skip::NoDeathHistory);
+        let total = first.then(&later);
+        assert_eq!(total.moved, 9);
+        assert_eq!(total.by_destination["a"], 6);
+        assert_eq!(total.by_destination["b"], 3);
+        assert_eq!(
+            total.skipped.into_iter().collect::<Vec<_>>(),
+            vec![(Skip::NoDeathHistory, 1)]
+        );
+        for skip in [
+            Skip::SourceQueueNotFound,
+            Skip::NoDeathHistory,
+            Skip::DestinationIsThisQueue,
+            Skip::DestinationFull,
+            Skip::Unreadable,
+            Skip::DeliveredToConsumer,
+        ] {
+            assert_eq!(Skip::from_name(skip.as_str()), Some(skip));
+        }
+        assert_eq!(Skip::from_name("nonsense"), None);
     }
 
     #[test]

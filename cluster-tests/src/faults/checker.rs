@@ -124,6 +124,13 @@ impl Verdict {
             format!("{} never-published ids delivered", self.unexpected),
         );
         fail(
+            self.fresh_duplicates > 0,
+            format!(
+                "{} second copies delivered as fresh (not flagged redelivered)",
+                self.fresh_duplicates
+            ),
+        );
+        fail(
             self.malformed > 0,
             format!("{} deliveries with a wrong x-death", self.malformed),
         );
@@ -360,6 +367,31 @@ mod tests {
             rec(2, delivered(1, "q", None)),
         ];
         assert!(check("total-queue", &h, &total()).passed());
+    }
+
+    #[test]
+    fn a_second_fresh_copy_fails_and_a_redelivery_does_not() {
+        let mut h = vec![
+            rec(0, Op::Publish { id: 1, node: 1 }),
+            rec(1, Op::Confirmed { id: 1, node: 1 }),
+            rec(2, delivered(1, "q", None)),
+        ];
+        let mut redelivery = delivered(1, "q", None);
+        if let Op::Delivered { redelivered, .. } = &mut redelivery {
+            *redelivered = true;
+        }
+        h.push(rec(3, redelivery));
+        let v = check("total-queue", &h, &total());
+        assert_eq!((v.duplicates, v.fresh_duplicates), (1, 0));
+        assert!(v.passed(), "{:?}", v.problems());
+        h.push(rec(4, delivered(1, "q", None)));
+        let v = check("total-queue", &h, &total());
+        assert_eq!((v.duplicates, v.fresh_duplicates), (2, 1));
+        assert!(
+            v.problems().iter().any(|p| p.contains("second copies")),
+            "{:?}",
+            v.problems()
+        );
     }
 
     #[test]

@@ -379,6 +379,12 @@ impl Channel {
             }
         }
         let key = (d.consumer, d.delivery.id, d.delivery.delivery_count);
+        if !d.delivery.resend && self.recent_resends.contains(&key) {
+            // A deposed leader's original of a delivery a new leader already
+            // re-sent here (held up by a partition): the same delivery twice.
+            tracing::debug!(target: "deliveries", consumer = ?d.consumer, id = d.delivery.id, "late original of a re-sent delivery dropped");
+            return;
+        }
         if self.recent_settles.contains(&key) {
             // Settled here already: a new leader's re-send (the settlement
             // was not committed when the leader changed), or a deposed
@@ -398,7 +404,9 @@ impl Channel {
             tracing::error!(queue = %queue.name, id = d.delivery.id, "delivered message has no stored payload");
             return;
         };
-        if !d.delivery.resend {
+        if d.delivery.resend {
+            self.recent_resends.insert(key);
+        } else {
             // The new leader's re-sends are over: regular deliveries follow.
             self.unacked_index = None;
         }

@@ -17,7 +17,7 @@ mod consume;
 mod exchange;
 mod publish;
 mod queue;
-mod recent_settles;
+mod recent;
 mod session;
 mod settle;
 mod tx;
@@ -159,9 +159,12 @@ pub struct Channel {
     /// ack, nack or reject of one is ignored, not a 406 "unknown delivery
     /// tag" (RabbitMQ 4.3).
     timed_out_tags: HashSet<u64>,
-    /// Deliveries settled here lately: a new leader's re-sends of them are
-    /// dropped (`recent_settles.rs`).
-    recent_settles: recent_settles::RecentSettles,
+    /// Deliveries settled here lately: a new leader's re-sends of them, and
+    /// a deposed leader's late originals, are dropped (`recent.rs`).
+    recent_settles: recent::RecentDeliveries,
+    /// A new leader's re-sends passed on lately: a deposed leader's late
+    /// original of the same delivery is dropped (`recent.rs`).
+    recent_resends: recent::RecentDeliveries,
     /// Counts the channel in `rabbitmq_channels` while it exists.
     _open: crate::metrics::OpenChannel,
     /// The channel in the node's tracking (management API), with its statistics.
@@ -196,6 +199,7 @@ impl Channel {
             cancelled: Vec::new(),
             timed_out_tags: HashSet::new(),
             recent_settles: Default::default(),
+            recent_resends: Default::default(),
             _open: Default::default(),
             tracked: session
                 .broker

@@ -1,44 +1,50 @@
-//! Deliveries this channel settled recently, so that a new queue leader's
-//! re-sends of them, and a deposed leader's late originals, are dropped. A new leader re-sends every message still
-//! checked out in its state (`QueueMachine::leader_effects`); one the client
-//! already acked, whose `Settle` was not yet committed when the leader
-//! changed, would otherwise reach the client again as a fresh delivery
-//! (`redelivered` false): a duplicate RabbitMQ does not produce (issue 29
-//! item 4: the fault suite's consumer-side duplicates). Likewise a deposed
-//! leader's original delivery, held up by a partition, can arrive after the
-//! new leader's re-send was acked. The settlement itself is retried until a
-//! leader commits it (`QueueHandle::keep_proposing`).
+//! Deliveries this channel saw lately, kept for a while to drop second
+//! copies that a leader change can produce (issue 29 item 4: the fault
+//! suite's consumer-side duplicates). Two sets of this shape live on a channel:
+//!
+//! - **settled**: deliveries the client acked, nacked or rejected. A new
+//!   queue leader re-sends every message still checked out in its state
+//!   (`QueueMachine::leader_effects`); one whose `Settle` was not yet
+//!   committed when the leader changed would otherwise reach the client again
+//!   as a fresh delivery (`redelivered` false), a duplicate RabbitMQ does not
+//!   produce. Likewise a deposed leader's original delivery, held up by a
+//!   partition, can arrive after the new leader's re-send was acked. The
+//!   settlement itself is retried until a leader commits it
+//!   (`QueueHandle::keep_proposing`).
+//! - **re-sent**: a new leader's re-sends the channel passed on. A deposed
+//!   leader's original of the same delivery, arriving after the re-send
+//!   (before or after it is settled), is the same delivery a second time.
 //!
 //! Keyed by (consumer, message id, delivery count): a message that was
 //! returned (nack/reject requeue) and delivered again carries a higher
-//! delivery count, so its later re-sends are not mistaken for the settled
-//! delivery. Bounded by age and count: re-sends follow a leader change
-//! within about a second.
+//! delivery count, so its later deliveries are not mistaken for the one
+//! remembered. Bounded by age and count: re-sends and late originals follow a
+//! leader change within seconds.
 
 use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::queue::types::{ConsumerId, MsgId};
 
-/// How long a settled delivery is remembered.
+/// How long a delivery is remembered.
 const KEEP: Duration = Duration::from_secs(10);
 /// At most this many are remembered per channel (the oldest go first).
 const MAX: usize = 16_384;
 
-/// A settled delivery: consumer (or basic.get slot), message id in its
-/// queue, delivery count when it was delivered.
-pub(super) type SettledKey = (ConsumerId, MsgId, u32);
+/// A delivery: consumer (or basic.get slot), message id in its queue,
+/// delivery count when it was delivered.
+pub(super) type DeliveryKey = (ConsumerId, MsgId, u32);
 
-/// The settled deliveries of the last [`KEEP`], at most [`MAX`].
+/// The deliveries remembered in the last [`KEEP`], at most [`MAX`].
 #[derive(Default)]
-pub(super) struct RecentSettles {
-    order: VecDeque<(Instant, SettledKey)>,
-    keys: HashSet<SettledKey>,
+pub(super) struct RecentDeliveries {
+    order: VecDeque<(Instant, DeliveryKey)>,
+    keys: HashSet<DeliveryKey>,
 }
 
-impl RecentSettles {
-    /// Remembers `key` as settled now.
-    pub fn insert(&mut self, key: SettledKey) {
+impl RecentDeliveries {
+    /// Remembers `key` now.
+    pub fn insert(&mut self, key: DeliveryKey) {
         let now = Instant::now();
         self.expire(now);
         if self.keys.insert(key) {
@@ -51,8 +57,12 @@ impl RecentSettles {
         }
     }
 
-    /// Whether `key` was settled within [`KEEP`].
-    pub fn contains(&mut self, key: &SettledKey) -> bool {
+    /// Whether `key` was remembered within [`KEEP`]. Answers from an empty
+    /// set without reading the clock (the common case for re-sends).
+    pub fn contains(&mut self, key: &DeliveryKey) -> bool {
+        if self.keys.is_empty() {
+            return false;
+        }
         self.expire(Instant::now());
         self.keys.contains(key)
     }
@@ -77,7 +87,7 @@ impl RecentSettles {
 mod tests {
     use super::*;
 
-    fn key(msg: MsgId, count: u32) -> SettledKey {
+    fn key(msg: MsgId, count: u32) -> DeliveryKey {
         (
             ConsumerId {
                 node: 1,
@@ -91,7 +101,7 @@ mod tests {
 
     #[test]
     fn a_settled_delivery_is_remembered_with_its_delivery_count() {
-        let mut r = RecentSettles::default();
+        let mut r = RecentDeliveries::default();
         r.insert(key(7, 0));
         assert!(r.contains(&key(7, 0)));
         assert!(!r.contains(&key(7, 1)), "delivered again after a return");
@@ -100,7 +110,7 @@ mod tests {
 
     #[test]
     fn the_oldest_go_beyond_the_bound() {
-        let mut r = RecentSettles::default();
+        let mut r = RecentDeliveries::default();
         for m in 0..(MAX as u64 + 10) {
             r.insert(key(m, 0));
         }
