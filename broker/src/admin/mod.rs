@@ -24,7 +24,8 @@ use quorumq_proto::v1::{
     VhostLimits as PbVhostLimits,
 };
 use quorumq_proto::v1::{
-    JsonReply, LeaderlessRequest, QueueReadRequest, QuorumCriticalRequest, RedriveRequest,
+    CloseConnectionRequest, JsonReply, LeaderlessRequest, QueueReadRequest, QuorumCriticalRequest,
+    RedriveRequest, TrackingRequest,
 };
 use quorumq_proto::v1::{
     ListPermissionsReply, ListPermissionsRequest, ListUsersReply, ListUsersRequest,
@@ -767,6 +768,38 @@ impl Admin for AdminService {
                 status: 503,
                 json: serde_json::Value::from(found).to_string(),
             }
+        }))
+    }
+
+    async fn tracking(&self, req: Request<TrackingRequest>) -> Result<Response<JsonReply>, Status> {
+        use crate::http::api::connections::{local_items, Kind};
+        let kind = req.into_inner().kind;
+        let kind = Kind::from_name(&kind)
+            .ok_or_else(|| Status::invalid_argument(format!("unknown listing '{kind}'")))?;
+        let items = local_items(&self.broker, kind);
+        Ok(Response::new(JsonReply {
+            ok: true,
+            error: String::new(),
+            status: 0,
+            json: serde_json::Value::Array(items).to_string(),
+        }))
+    }
+
+    async fn close_connection(
+        &self,
+        req: Request<CloseConnectionRequest>,
+    ) -> Result<Response<JsonReply>, Status> {
+        let r = req.into_inner();
+        let closed = crate::http::api::connections::close_local(&self.broker, &r.name, r.reason);
+        Ok(Response::new(JsonReply {
+            ok: closed,
+            error: if closed {
+                String::new()
+            } else {
+                format!("no connection '{}' on this node", r.name)
+            },
+            status: if closed { 0 } else { 404 },
+            json: String::new(),
         }))
     }
 }

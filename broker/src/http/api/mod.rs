@@ -11,7 +11,7 @@
 
 mod bindings;
 mod body;
-mod connections;
+pub mod connections;
 mod dead_letters;
 mod exchange_ops;
 mod exchanges;
