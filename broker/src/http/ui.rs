@@ -31,7 +31,11 @@ const FILES: &[(&str, &str, &str)] = &[
         "text/css; charset=utf-8",
         include_str!("ui/style.css"),
     ),
-    ("favicon.svg", "image/svg+xml", include_str!("ui/favicon.svg")),
+    (
+        "favicon.svg",
+        "image/svg+xml",
+        include_str!("ui/favicon.svg"),
+    ),
 ];
 
 /// The UI routes: `GET /` (the page), `GET /ui/{file}` (its assets) and
@@ -42,7 +46,10 @@ pub fn routes() -> Router<Started> {
         .route("/", get(|| async { file("index.html") }))
         .route("/ui/", get(|| async { file("index.html") }))
         .route("/favicon.ico", get(|| async { file("favicon.svg") }))
-        .route("/ui/{file}", get(|Path(name): Path<String>| async move { file(&name) }))
+        .route(
+            "/ui/{file}",
+            get(|Path(name): Path<String>| async move { file(&name) }),
+        )
 }
 
 /// One of [`FILES`] with its content type; 404 `Object Not Found` for any other name.

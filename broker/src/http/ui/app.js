@@ -75,7 +75,8 @@
     const r = await fetch(path, {
       method,
       headers: Object.assign(
-        { Authorization: sessionStorage.getItem(AUTH_KEY) || "", "Content-Type": "application/json" },
+        { Authorization: sessionStorage.getItem(AUTH_KEY) || "", "Content-Type": "application/json",
+          "X-Requested-With": "XMLHttpRequest" },
         headers || {}),
       body: body === undefined ? undefined : JSON.stringify(body),
     });
@@ -418,7 +419,7 @@
       field("Properties (JSON)", input("properties", { placeholder: '{"content_type": "text/plain", "priority": 1}' })),
       field("Payload encoding", select("payload_encoding", [["string", "String (UTF-8)"], ["base64", "Base64"]], "string")),
       field("Payload", h("textarea", { name: "payload", rows: 3 })));
-    return form(routingKey === undefined ? "Publish message" : null, fields, "Publish message", (v) => act(() => {
+    return form(null, fields, "Publish message", (v) => act(() => {
       const props = parseJsonField(v.properties, "Properties");
       const headers = parseJsonField(v.headers, "Headers");
       if (Object.keys(headers).length) props.headers = headers;
@@ -907,7 +908,9 @@
     const err = $("#login-error");
     err.hidden = true;
     try {
-      const r = await fetch("/api/whoami", { headers: { Authorization: auth } });
+      // X-Requested-With: the 401 of a wrong password then carries no WWW-Authenticate,
+      // which would open the browser's own login dialog.
+      const r = await fetch("/api/whoami", { headers: { Authorization: auth, "X-Requested-With": "XMLHttpRequest" } });
       const v = await r.json().catch(() => ({}));
       if (!r.ok) throw new Error(v.reason === "Not management user"
         ? "Not management user: log in with a user tagged administrator, monitoring, policymaker or management."
