@@ -49,6 +49,10 @@ if [ ! -x /usr/bin/chromium ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
 fi
 if ! python3 -c 'import playwright.sync_api' 2>/dev/null; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y python3-pip
+  fi
   python3 -m pip install --quiet playwright \
     || python3 -m pip install --quiet --break-system-packages playwright
 fi
