@@ -96,9 +96,16 @@ def main():
                     page.wait_for_timeout(11000)  # a few points on the charts
                 else:
                     page.wait_for_timeout(300)
-                path = OUT / f"{name}.png"
-                page.screenshot(path=str(path))
-                print(f"{path} {path.stat().st_size} bytes")
+                shots = [(name, None)]
+                if name == "queue":
+                    shots.append(("queue-dead-letters", "Dead letters"))
+                for shot, heading in shots:
+                    if heading:
+                        page.evaluate("(t) => [...document.querySelectorAll('h2')]"
+                                      ".find((h) => h.textContent === t).scrollIntoView()", heading)
+                    path = OUT / f"{shot}.png"
+                    page.screenshot(path=str(path))
+                    print(f"{path} {path.stat().st_size} bytes")
             browser.close()
     finally:
         stop.set()

@@ -167,9 +167,9 @@
   /** A table of `rows`: columns are [title, row => cell, "n" for numbers]. */
   function table(columns, rows, empty) {
     if (!rows.length) return h("p", { class: "muted" }, empty || "None.");
-    return h("table", {},
+    return h("div", { class: "scroll" }, h("table", {},
       h("thead", {}, h("tr", {}, columns.map(([t, , n]) => h("th", { class: n || "" }, t)))),
-      h("tbody", {}, rows.map((r) => h("tr", {}, columns.map(([, f, n]) => h("td", { class: n || "" }, f(r)))))));
+      h("tbody", {}, rows.map((r) => h("tr", {}, columns.map(([, f, n]) => h("td", { class: n || "" }, f(r))))))));
   }
   function kv(pairs) {
     return h("table", { class: "kv" }, h("tbody", {},
@@ -387,11 +387,12 @@
       ["Ready", (q) => num(q.messages_ready), "n"],
       ["Unacked", (q) => num(q.messages_unacknowledged), "n"],
       ["Total", (q) => num(q.messages), "n"],
-      ["Held dead letters", (q) => num(q.messages_dlx), "n"],
+      [h("span", { title: "Dead letters held by this source queue until their target confirms (at-least-once)" }, "Held DL"),
+        (q) => num(q.messages_dlx), "n"],
       ["Delayed", (q) => num(q.messages_delayed), "n"],
       ["Consumers", (q) => num(q.consumers), "n"],
       ["Incoming", (q) => rate(statRate(q.message_stats, "publish")), "n"],
-      ["Deliver / get", (q) => rate(statRate(q.message_stats, "deliver_get")), "n"],
+      ["Deliver", (q) => rate(statRate(q.message_stats, "deliver_get")), "n"],
       ["Ack", (q) => rate(statRate(q.message_stats, "ack")), "n"],
     ], items, "No queues match.");
   }
@@ -468,14 +469,16 @@
     });
     append(main,
       h("h1", {}, "Queue ", h("span", { id: "queue-name" }, name), " ", h("span", { class: "muted" }, `in vhost ${vhost}`)),
-      details,
       h("div", { class: "cols" },
-        h("section", {}, h("h2", {}, "Queued messages"), queued),
-        h("section", {}, h("h2", {}, "Message rates"), rates)),
+        h("section", {}, h("h2", {}, "Details"), details),
+        h("section", {}, h("h2", {}, "Queued messages"), queued)),
       h("div", { class: "cols" },
-        h("section", {}, h("h2", {}, "Consumers"), consumers),
-        h("section", {}, h("h2", {}, "Bindings"), bindings,
-          form("Add binding to this queue", [
+        h("section", {}, h("h2", {}, "Message rates"), rates),
+        h("section", {}, h("h2", {}, "Consumers"), consumers)),
+      h("div", { class: "cols" },
+        h("section", {}, h("h2", {}, "Bindings"), bindings),
+        h("section", {}, h("h2", {}, "Add a binding"),
+          form(null, [
             field("From exchange", input("source", { required: true })),
             field("Routing key", input("routing_key")),
           ], "Bind", (v) => act(() => api("POST", `/api/bindings/${enc(vhost)}/e/${enc(v.source)}/q/${enc(name)}`,
