@@ -1,7 +1,8 @@
 """The management web UI in a real browser (Debian's chromium through Playwright),
 against a quorumq started by cluster-tests/compat/with-quorumq.sh: log in, read the
 overview, find queues with their counts, publish / get / purge from a queue's page, add,
-edit and delete a policy, close a connection, redrive a dead-letter queue, and every page
+edit and delete a policy, close a connection, redrive a dead-letter queue, bind and
+publish from an exchange's page, users / vhosts / permissions forms, and every page
 without console errors. Outcomes are checked through AMQP (pika) or the HTTP API, not
 only on the page.
 """
@@ -26,9 +27,13 @@ def quorum(ch, q, **args):
 
 
 def flash_ok(page, contains):
-    page.wait_for_selector("#flash.ok")
+    """Waits for the success message containing `contains` (an error message fails)."""
+    page.wait_for_function(
+        "(t) => { const f = document.querySelector('#flash');"
+        " return !f.hidden && (f.classList.contains('error') || f.textContent.includes(t)); }",
+        arg=contains)
     text = page.inner_text("#flash")
-    assert contains in text, text
+    assert page.get_attribute("#flash", "class") == "ok" and contains in text, text
 
 
 def test_login_refuses_bad_and_non_management_users_then_shows_the_overview(page, console):
@@ -119,7 +124,7 @@ def test_publish_get_and_purge_through_the_queue_page(page, console, amqp):
         page.fill("#publish-form textarea[name=payload]", body)
         page.click("#publish-form button[type=submit]")
         flash_ok(page, "Message published.")
-        page.evaluate("document.querySelector('#flash').hidden = true; document.querySelector('#flash').className = ''")
+        page.evaluate("document.querySelector('#flash').hidden = true")
     eventually("2 in the queue", lambda: depth(ch, q) == 2)
     page.wait_for_function("document.querySelector('#q-ready').textContent === '2'")
 
@@ -244,3 +249,69 @@ def test_every_page_renders_without_console_errors(page, console, hash_):
     goto(page, console, hash_)
     assert page.inner_text("main h1")
     assert page.inner_text("nav a.active")
+
+
+def test_exchange_page_binds_and_publishes(page, console, amqp):
+    x, q = name("x"), name("bound")
+    ch = amqp.channel()
+    ch.exchange_declare(x, "topic", durable=True)
+    quorum(ch, q)
+    login(page)
+    goto(page, console, f"#/exchanges/%2F/{x}")
+    bind = page.locator("form", has_text="Add binding from this exchange")
+    bind.locator("input[name=destination]").fill(q)
+    bind.locator("input[name=routing_key]").fill("order.*")
+    bind.locator("input[name=routing_key]").press("Enter")
+    flash_ok(page, "Binding added.")
+    page.locator("table", has_text=q).wait_for()
+
+    pub = page.locator("#publish-form")
+    pub.locator("input[name=routing_key]").fill("order.created")
+    pub.locator("textarea[name=payload]").fill("via the exchange page")
+    pub.locator("button[type=submit]").click()
+    flash_ok(page, "Message published.")
+    eventually("routed to the bound queue", lambda: depth(ch, q) == 1)
+    assert ch.basic_get(q, auto_ack=True)[2] == b"via the exchange page"
+    page.evaluate("document.querySelector('#flash').hidden = true")
+    pub.locator("input[name=routing_key]").fill("nobody.listens")
+    pub.locator("button[type=submit]").click()
+    flash_ok(page, "Message published, but not routed.")
+    console.assert_clean()
+
+
+def test_users_vhosts_and_permissions_forms(page, console):
+    user, vhost = name("user"), name("vhost")
+    login(page)
+    goto(page, console, "#/users")
+    form = page.locator("form", has_text="Add / update user")
+    form.locator("input[name=name]").fill(user)
+    form.locator("input[name=password]").fill("secret")
+    form.locator("input[name=tags]").fill("monitoring")
+    form.locator("input[name=tags]").press("Enter")
+    flash_ok(page, f"User {user} saved.")
+    assert api("GET", f"/api/users/{user}")[1]["tags"] == ["monitoring"]
+    assert api("GET", "/api/whoami", user=user, password="secret")[0] == 200
+
+    goto(page, console, "#/vhosts")
+    page.locator("form", has_text="Add a new virtual host").locator("input[name=name]").fill(vhost)
+    page.locator("form", has_text="Add a new virtual host").locator("input[name=name]").press("Enter")
+    flash_ok(page, f"Virtual host {vhost} added.")
+    perm = page.locator("form", has_text="Set permission")
+    eventually("the new vhost in the permission form",
+               lambda: vhost in perm.locator("select[name=vhost]").inner_text())
+    perm.locator("select[name=user]").select_option(user)
+    perm.locator("select[name=vhost]").select_option(vhost)
+    perm.locator("input[name=write]").fill("^$")
+    perm.locator("button[type=submit]").click()
+    flash_ok(page, "Permissions set.")
+    status, p = api("GET", f"/api/permissions/{vhost}/{user}")
+    assert status == 200 and (p["configure"], p["write"], p["read"]) == (".*", "^$", ".*")
+
+    page.locator("tr", has_text=vhost).filter(has_text="running").locator("button:text-is('Delete')").click()
+    flash_ok(page, f"Virtual host {vhost} deleted.")
+    assert api("GET", f"/api/vhosts/{vhost}")[0] == 404
+    goto(page, console, "#/users")
+    page.locator("tr", has_text=user).locator("button:text-is('Delete')").click()
+    flash_ok(page, f"User {user} deleted.")
+    assert api("GET", f"/api/users/{user}")[0] == 404
+    console.assert_clean()
