@@ -315,3 +315,17 @@ def test_users_vhosts_and_permissions_forms(page, console):
     flash_ok(page, f"User {user} deleted.")
     assert api("GET", f"/api/users/{user}")[0] == 404
     console.assert_clean()
+
+
+def test_a_monitoring_user_reads_every_page_it_may(page, console):
+    user = name("mon")
+    assert api("PUT", f"/api/users/{user}", {"password": "pw", "tags": "monitoring"})[0] == 201
+    try:
+        login(page, user, "pw")
+        assert page.is_hidden("nav a[href='#/users']")
+        for hash_ in ["#/", "#/queues", "#/exchanges", "#/connections", "#/channels", "#/nodes",
+                      "#/policies", "#/vhosts"]:
+            goto(page, console, hash_)
+        assert "shown to administrators" in page.inner_text("main")
+    finally:
+        api("DELETE", f"/api/users/{user}")

@@ -9,6 +9,7 @@
   const HISTORY_POINTS = 120; // 10 minutes of 5 s samples
   const AUTH_KEY = "quorumq.auth";
   const USER_KEY = "quorumq.user";
+  const TAGS_KEY = "quorumq.tags";
 
   // ---------------------------------------------------------------- DOM helpers
   const $ = (sel) => document.querySelector(sel);
@@ -777,7 +778,10 @@
         v.default_queue_type ? { default_queue_type: v.default_queue_type } : {}), `Virtual host ${v.name} added.`)),
       h("h2", {}, "Permissions"), perms, permBox);
     return async () => {
-      const [vs, ps, us] = await Promise.all([get("/api/vhosts"), get("/api/permissions"), get("/api/users?columns=name")]);
+      // Users and permissions are the administrator's to read (RabbitMQ's rule).
+      const admin = isAdmin();
+      const [vs, ps, us] = await Promise.all([get("/api/vhosts"),
+        admin ? get("/api/permissions") : [], admin ? get("/api/users?columns=name") : []]);
       fill(list, table([
         ["Name", (v) => v.name],
         ["Default queue type", (v) => v.default_queue_type],
@@ -790,7 +794,8 @@
         ["", (v) => button("Delete", () => confirm(`Delete virtual host ${v.name} and everything in it?`) &&
           act(() => api("DELETE", `/api/vhosts/${enc(v.name)}`), `Virtual host ${v.name} deleted.`), "danger")],
       ], vs));
-      fill(perms, table([
+      if (!admin) fill(perms, h("p", { class: "muted" }, "Permissions are shown to administrators."));
+      else fill(perms, table([
         ["User", (p) => p.user], ["Virtual host", (p) => p.vhost], ["Configure", (p) => p.configure],
         ["Write", (p) => p.write], ["Read", (p) => p.read],
         ["", (p) => button("Clear", () => act(() => api("DELETE", `/api/permissions/${enc(p.vhost)}/${enc(p.user)}`),
@@ -798,7 +803,7 @@
       ], ps, "No permissions."));
       // Rebuilt only when the users or vhosts change, so typing is not interrupted.
       const key = json([vs.map((v) => v.name), us.map((u) => u.name)]);
-      if (key !== permFormKey) {
+      if (key !== permFormKey && admin) {
         permFormKey = key;
         fill(permBox, form("Set permission", [
           field("User", select("user", us.map((u) => u.name))),
@@ -882,7 +887,11 @@
   }
 
   // ---------------------------------------------------------------- login
+  const isAdmin = () => (sessionStorage.getItem(TAGS_KEY) || "").split(",").includes("administrator");
+
   function showApp(user) {
+    // Users are the administrator's page (others get 401 Not administrator user).
+    $("nav a[href='#/users']").hidden = !isAdmin();
     $("#login").hidden = true;
     $("#app").hidden = false;
     $("#user").textContent = user;
@@ -892,6 +901,7 @@
   function logout(why) {
     sessionStorage.removeItem(AUTH_KEY);
     sessionStorage.removeItem(USER_KEY);
+    sessionStorage.removeItem(TAGS_KEY);
     generation++;
     stopRefresh();
     $("#main").replaceChildren();
@@ -920,6 +930,7 @@
         : (v.reason || r.statusText));
       sessionStorage.setItem(AUTH_KEY, auth);
       sessionStorage.setItem(USER_KEY, v.name);
+      sessionStorage.setItem(TAGS_KEY, (v.tags || []).join(","));
       $("#password").value = "";
       showApp(v.name);
     } catch (ex) {
