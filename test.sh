@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command: build quorumq, run every workspace test (the
 # cluster-tests integration tests spawn target/debug/quorumq themselves), then
-# run the pika compatibility tests and the Celery end-to-end tests against a
-# quorumq started for them, then the fault-injection suite's short profile.
+# run the pika compatibility tests, the rabbitmqadmin tests, the management UI's
+# browser tests and the Celery end-to-end tests against a quorumq started for them,
+# then the fault-injection suite's short profile.
 set -euo pipefail
 cd "$(dirname "$0")"
 # The cluster tests must exercise quorumq here, not an external broker.
@@ -40,6 +41,22 @@ if ! command -v rabbitmqadmin >/dev/null && [ "$(id -u)" = 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y rabbitmq-server
 fi
 timeout 300 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/rabbitmqadmin
+# The management web UI in a real browser: Playwright for Python (PyPI) driving Debian's
+# chromium (Playwright's own browser download is not used). A failed test leaves a
+# screenshot in cluster-tests/ui/failures/.
+if [ ! -x /usr/bin/chromium ]; then
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
+fi
+if ! python3 -c 'import playwright.sync_api' 2>/dev/null; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y python3-pip
+  fi
+  python3 -m pip install --quiet playwright \
+    || python3 -m pip install --quiet --break-system-packages playwright
+fi
+timeout 300 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/ui
 # A real Celery 5.5 worker on quorum queues (native delayed delivery, retries, acks_late).
 timeout 600 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/celery
 # kombu's own AMQP integration tests (its sdist's t/integration/test_py_amqp.py).

@@ -102,6 +102,8 @@ fn not_authorised(reason: &str) -> ApiError {
 ///
 /// Errors: 401 `Login failed` (with `WWW-Authenticate`, after a 1 s delay) for missing or
 /// wrong credentials; 401 `Not management user` for a user without a management tag.
+/// A script's request (`X-Requested-With: XMLHttpRequest`, as the web UI sends) gets no
+/// `WWW-Authenticate`, so a refused login does not open the browser's own login dialog.
 pub async fn authenticate(broker: &Broker, headers: &HeaderMap) -> Result<Caller, Response> {
     let credentials = headers
         .get(header::AUTHORIZATION)
@@ -114,13 +116,16 @@ pub async fn authenticate(broker: &Broker, headers: &HeaderMap) -> Result<Caller
         })
         .and_then(|raw| String::from_utf8(raw).ok())
         .and_then(|s| s.split_once(':').map(|(u, p)| (u.to_owned(), p.to_owned())));
+    let scripted = headers
+        .get("x-requested-with")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"XMLHttpRequest"));
     let Some((user, password)) = credentials else {
-        return Err(login_failed());
+        return Err(login_failed(scripted));
     };
     if !broker.password_ok(&user, password.as_bytes()) {
         tracing::warn!(%user, "HTTP API login refused: wrong user name or password");
         tokio::time::sleep(REFUSED_LOGIN_DELAY).await;
-        return Err(login_failed());
+        return Err(login_failed(scripted));
     }
     let tags = broker
         .with_topology(|t| t.access().user(&user).map(|u| u.tags.clone()))
@@ -133,9 +138,12 @@ pub async fn authenticate(broker: &Broker, headers: &HeaderMap) -> Result<Caller
     Ok(caller)
 }
 
-fn login_failed() -> Response {
+fn login_failed(scripted: bool) -> Response {
     let mut r =
         ApiError::new(StatusCode::UNAUTHORIZED, "not_authorized", "Login failed").into_response();
+    if scripted {
+        return r;
+    }
     r.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static("Basic realm=\"RabbitMQ Management\""),

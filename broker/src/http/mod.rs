@@ -4,6 +4,7 @@
 //! - `/api/...`: a RabbitMQ-compatible subset of the management HTTP API, JSON shapes as
 //!   RabbitMQ 3.10.8's, basic authentication against the cluster's users ([`api`],
 //!   [`definitions`], [`auth`]).
+//! - `GET /`: the management web UI ([`ui`]), a client of `/api`.
 //! - `GET /metrics`: Prometheus text format, no authentication, names as
 //!   `rabbitmq_prometheus` ([`crate::metrics`]).
 //! - `GET /health/live`: 200 `up` while the process runs (from before the node has
@@ -19,6 +20,7 @@ pub mod definitions;
 pub mod json;
 pub mod metrics;
 pub mod rates;
+pub mod ui;
 
 use std::sync::{Arc, OnceLock};
 
@@ -51,6 +53,7 @@ pub async fn serve(listener: tokio::net::TcpListener, broker: Started) -> std::i
         .route("/metrics/detailed", get(metrics_detailed))
         .merge(api::routes())
         .merge(definitions::routes())
+        .merge(ui::routes())
         .fallback(|| async { ApiError::not_found() })
         .with_state(broker);
     axum::serve(listener, app).await
