@@ -514,3 +514,92 @@ async fn connections_channels_and_consumers_are_listed_and_a_connection_is_close
     })
     .await
 }
+
+/// `GET /api/queues/V/Q/bindings`, `/api/exchanges/V/E/bindings/source` and
+/// `/destination` list the bindings of one queue or exchange (the queue's
+/// implicit default-exchange binding first), as RabbitMQ 3.10.8 answers them
+/// (checked against it with `QUORUMQ_TEST_HTTP`).
+#[tokio::test]
+async fn bindings_of_one_queue_or_exchange() -> anyhow::Result<()> {
+    bounded(Duration::from_secs(60), async {
+        let h = HttpBroker::start().await?;
+        let (x, x2, q) = (unique("bq.x"), unique("bq.x2"), unique("bq.q"));
+        for e in [&x, &x2] {
+            let r = h.guest(
+                "PUT",
+                &format!("/api/exchanges/%2F/{e}"),
+                Some(&json!({"type": "direct"})),
+            )?;
+            assert!(r.0 == 201 || r.0 == 204, "{r:?}");
+        }
+        let r = h.guest(
+            "PUT",
+            &format!("/api/queues/%2F/{q}"),
+            Some(&json!({"durable": true, "arguments": {"x-queue-type": "quorum"}})),
+        )?;
+        assert!(r.0 == 201 || r.0 == 204, "{r:?}");
+        let bind = |path: String, key: &str| {
+            h.guest("POST", &path, Some(&json!({"routing_key": key})))
+                .map(|r| r.0)
+        };
+        assert_eq!(bind(format!("/api/bindings/%2F/e/{x}/q/{q}"), "k1")?, 201);
+        assert_eq!(bind(format!("/api/bindings/%2F/e/{x}/e/{x2}"), "k2")?, 201);
+
+        let of_q = h.get(&format!("/api/queues/%2F/{q}/bindings"))?;
+        let of_q = of_q.as_array().cloned().unwrap_or_default();
+        assert_eq!(of_q.len(), 2, "{of_q:?}");
+        assert_eq!(of_q[0]["source"], "", "the default exchange's first");
+        assert_eq!(of_q[0]["routing_key"], q.as_str());
+        assert_eq!(of_q[1]["source"], x.as_str());
+        assert_eq!(of_q[1]["routing_key"], "k1");
+
+        let from_x = h.get(&format!("/api/exchanges/%2F/{x}/bindings/source"))?;
+        let mut dests: Vec<(String, String)> = from_x
+            .as_array()
+            .unwrap_or(&Vec::new())
+            .iter()
+            .map(|b| {
+                (
+                    b["destination"].as_str().unwrap_or("").to_owned(),
+                    b["destination_type"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect();
+        dests.sort();
+        let mut want = vec![
+            (q.clone(), "queue".to_owned()),
+            (x2.clone(), "exchange".to_owned()),
+        ];
+        want.sort();
+        assert_eq!(dests, want, "{from_x}");
+        let to_x2 = h.get(&format!("/api/exchanges/%2F/{x2}/bindings/destination"))?;
+        assert_eq!(to_x2.as_array().map(Vec::len), Some(1), "{to_x2}");
+        assert_eq!(to_x2[0]["source"], x.as_str());
+        assert_eq!(
+            h.get(&format!("/api/exchanges/%2F/{x2}/bindings/source"))?,
+            json!([])
+        );
+
+        // RabbitMQ 3.10.8: 200 for objects that do not exist; a missing
+        // queue still shows its implicit default-exchange binding.
+        let missing_q = h.get(&format!("/api/queues/%2F/{q}-missing/bindings"))?;
+        assert_eq!(missing_q.as_array().map(Vec::len), Some(1), "{missing_q}");
+        assert_eq!(missing_q[0]["source"], "");
+        for missing in [
+            format!("/api/exchanges/%2F/{x}-missing/bindings/source"),
+            format!("/api/exchanges/%2F/{x}-missing/bindings/destination"),
+            format!("/api/queues/no-such-vhost/{q}/bindings"),
+        ] {
+            assert_eq!(h.get(&missing)?, json!([]), "{missing}");
+        }
+        let implicit = h.get("/api/exchanges/%2F/amq.default/bindings/source")?;
+        assert!(
+            implicit
+                .as_array()
+                .is_some_and(|a| a.iter().any(|b| b["destination"] == q.as_str())),
+            "{implicit}"
+        );
+        Ok(())
+    })
+    .await
+}

@@ -37,6 +37,89 @@ pub(super) fn routes() -> Router<Started> {
             "/api/bindings/{vhost}/e/{source}/e/{destination}/{props}",
             get(exchange_binding).delete(unbind_exchange),
         )
+        .route("/api/queues/{vhost}/{name}/bindings", get(of_queue))
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/source",
+            get(from_exchange),
+        )
+        .route(
+            "/api/exchanges/{vhost}/{name}/bindings/destination",
+            get(to_exchange),
+        )
+}
+
+/// `GET /api/queues/V/Q/bindings`: the queue's bindings, the default
+/// exchange's implicit one first (`rabbit_mgmt_wm_bindings`, mode queue). As
+/// RabbitMQ 3.10.8 answers: 200 even for a queue that does not exist (with
+/// only the implicit binding) and `[]` for a vhost that does not exist.
+pub(super) async fn of_queue(
+    api: Api,
+    Path((vhost, name)): Path<(String, String)>,
+    uri: axum::http::Uri,
+) -> ApiResult {
+    if readable_vhost(&api, &vhost).is_err() {
+        return super::listing::reply_list(Vec::new(), &uri);
+    }
+    let implicit = json!({"source": "", "vhost": vhost, "destination": name,
+                          "destination_type": "queue", "routing_key": name,
+                          "arguments": {}, "properties_key": quote_plus(&name)});
+    let list = std::iter::once(implicit)
+        .chain(
+            bindings_in(&api.broker, std::slice::from_ref(&vhost), false)
+                .into_iter()
+                .filter(|b| b["destination_type"] == "queue" && b["destination"] == name.as_str()),
+        )
+        .collect();
+    super::listing::reply_list(list, &uri)
+}
+
+/// `GET /api/exchanges/V/E/bindings/source` (bindings whose source is E; for
+/// `amq.default` the implicit ones) and `.../destination` (exchange-to-exchange
+/// bindings whose destination is E) (`rabbit_mgmt_wm_bindings`, modes
+/// exchange_source and exchange_destination). As RabbitMQ 3.10.8 answers:
+/// `[]` (200) for an exchange or vhost that does not exist.
+async fn exchange_bindings(
+    api: Api,
+    vhost: String,
+    name: String,
+    as_source: bool,
+    uri: axum::http::Uri,
+) -> ApiResult {
+    if readable_vhost(&api, &vhost).is_err() {
+        return super::listing::reply_list(Vec::new(), &uri);
+    }
+    let name = if name == "amq.default" {
+        String::new()
+    } else {
+        name
+    };
+    let list = bindings_in(&api.broker, std::slice::from_ref(&vhost), true)
+        .into_iter()
+        .filter(|b| {
+            if as_source {
+                b["source"] == name.as_str()
+            } else {
+                b["destination_type"] == "exchange" && b["destination"] == name.as_str()
+            }
+        })
+        .collect();
+    super::listing::reply_list(list, &uri)
+}
+
+pub(super) async fn from_exchange(
+    api: Api,
+    Path((vhost, name)): Path<(String, String)>,
+    uri: axum::http::Uri,
+) -> ApiResult {
+    exchange_bindings(api, vhost, name, true, uri).await
+}
+
+pub(super) async fn to_exchange(
+    api: Api,
+    Path((vhost, name)): Path<(String, String)>,
+    uri: axum::http::Uri,
+) -> ApiResult {
+    exchange_bindings(api, vhost, name, false, uri).await
 }
 
 /// RabbitMQ's `properties_key` of a binding (`rabbit_mgmt_format:pack_binding_props/2`):
