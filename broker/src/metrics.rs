@@ -22,12 +22,18 @@
 //!   on a leader the applied index trails it only by the apply queue), `rabbitmq_raft_log_snapshot_index`,
 //!   `quorumq_raft_leader` (1 on the leader);
 //! - `quorumq_wal_fsync_seconds`: histogram of the write-ahead log's write + `fdatasync`
-//!   rounds.
+//!   rounds;
+//! - `rabbitmq_message_size_bytes{protocol}`: histogram of the bodies received from
+//!   publishers, RabbitMQ 4.x's buckets (`rabbit_msg_size_metrics`: 100 B .. 100 MB),
+//!   written by [`Counters::encode_message_sizes`] with RabbitMQ's `le` spellings;
+//! - the commit latency of each Raft group this node leads ([`Counters::commit_latency`]),
+//!   served as `rabbitmq_raft_commit_latency_seconds`.
 //!
 //! The counters are process-wide, as RabbitMQ's `rabbit_global_counters` are node-wide.
 
-use std::sync::atomic::AtomicI64;
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -68,7 +74,26 @@ pub struct Counters {
     redriven: Family<Labels, Counter>,
     wal_fsync: Histogram,
     channels: Gauge<i64, AtomicI64>,
+    /// Observations per [`MESSAGE_SIZE_BUCKETS`] bucket (not cumulative; the last is
+    /// +Inf), then the sum of the sizes in bytes.
+    message_sizes: [AtomicU64; MESSAGE_SIZE_BUCKETS.len() + 2],
+    /// Raft group → seconds its last local write took from proposal to commit.
+    commit_latency: Mutex<HashMap<u64, f64>>,
 }
+
+/// Upper bounds (bytes) of `rabbitmq_message_size_bytes`'s buckets and their `le` label
+/// as RabbitMQ writes them (rabbitmq-server `deps/rabbit/src/rabbit_msg_size_metrics.erl`;
+/// the RabbitMQ-Overview dashboard queries these exact strings).
+pub const MESSAGE_SIZE_BUCKETS: [(u64, &str); 8] = [
+    (100, "100.0"),
+    (1_000, "1000.0"),
+    (10_000, "10000.0"),
+    (100_000, "100000.0"),
+    (1_000_000, "1e+06"),
+    (10_000_000, "1e+07"),
+    (50_000_000, "5e+07"),
+    (100_000_000, "1e+08"),
+];
 
 /// One open AMQP channel, counted in `rabbitmq_channels` from creation to drop.
 pub struct OpenChannel(());
@@ -101,6 +126,8 @@ pub static COUNTERS: LazyLock<Counters> = LazyLock::new(|| Counters {
     // 50 µs .. ~0.8 s.
     wal_fsync: Histogram::new(exponential_buckets(0.00005, 2.0, 15)),
     channels: Gauge::default(),
+    message_sizes: Default::default(),
+    commit_latency: Mutex::new(HashMap::new()),
 });
 
 fn amqp() -> Labels {
@@ -130,6 +157,66 @@ impl Counters {
         self.received.get_or_create(&amqp()).inc();
         if routed {
             self.routed.get_or_create(&amqp()).inc();
+        }
+    }
+
+    /// A publisher's message body of `bytes` arrived (RabbitMQ `rabbit_msg_size_metrics`,
+    /// observed for every publish, routed or not).
+    pub fn message_received(&self, bytes: usize) {
+        let bytes = bytes as u64;
+        let bucket = MESSAGE_SIZE_BUCKETS
+            .iter()
+            .position(|&(upper, _)| bytes <= upper)
+            .unwrap_or(MESSAGE_SIZE_BUCKETS.len());
+        self.message_sizes[bucket].fetch_add(1, Ordering::Relaxed);
+        self.message_sizes[MESSAGE_SIZE_BUCKETS.len() + 1].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// `rabbitmq_message_size_bytes{protocol="amqp091"}` in the text exposition format
+    /// (HELP, TYPE, cumulative `_bucket` lines, `_sum`, `_count`), with RabbitMQ's `le`
+    /// spellings (`100.0` .. `1e+08`, `+Inf`), which `prometheus-client` would write
+    /// otherwise (`1000000.0`) and Prometheus 2 stores verbatim.
+    pub fn encode_message_sizes(&self, out: &mut String) {
+        use std::fmt::Write;
+        let name = "rabbitmq_message_size_bytes";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Size of messages received from publishers.\n# TYPE {name} histogram\n# UNIT {name} bytes"
+        );
+        let mut cumulative = 0;
+        let les = MESSAGE_SIZE_BUCKETS
+            .iter()
+            .map(|&(_, le)| le)
+            .chain(std::iter::once("+Inf"));
+        for (i, le) in les.enumerate() {
+            cumulative += self.message_sizes[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{protocol=\"{AMQP}\",le=\"{le}\"}} {cumulative}"
+            );
+        }
+        let sum = self.message_sizes[MESSAGE_SIZE_BUCKETS.len() + 1].load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_sum{{protocol=\"{AMQP}\"}} {sum}");
+        let _ = writeln!(out, "{name}_count{{protocol=\"{AMQP}\"}} {cumulative}");
+    }
+
+    /// A write proposed by this node to Raft group `group` was committed (and applied)
+    /// `took` after it was proposed (RabbitMQ/Ra `commit_latency`: the last sample).
+    pub fn commit_latency(&self, group: u64, took: std::time::Duration) {
+        if let Ok(mut m) = self.commit_latency.lock() {
+            m.insert(group, took.as_secs_f64());
+        }
+    }
+
+    /// The last commit latency of `group` in seconds, if this node proposed to it.
+    pub fn commit_latency_of(&self, group: u64) -> Option<f64> {
+        self.commit_latency.lock().ok()?.get(&group).copied()
+    }
+
+    /// Forgets the commit latency of groups not in `live` (deleted queues).
+    pub fn retain_commit_latency(&self, live: &std::collections::HashSet<u64>) {
+        if let Ok(mut m) = self.commit_latency.lock() {
+            m.retain(|g, _| live.contains(g));
         }
     }
 
