@@ -40,6 +40,14 @@ if ! command -v rabbitmqadmin >/dev/null && [ "$(id -u)" = 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y rabbitmq-server
 fi
 timeout 300 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/rabbitmqadmin
+# RabbitMQ's Grafana dashboards (vendored in deploy/grafana/vendor) and quorumq's
+# dead-letter dashboard: every expression returns data from Debian's Prometheus
+# scraping a 3-node cluster under load.
+if ! command -v prometheus >/dev/null && [ "$(id -u)" = 0 ]; then
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus
+fi
+timeout 300 python3 -m pytest -q -s -p no:cacheprovider cluster-tests/prometheus
 # A real Celery 5.5 worker on quorum queues (native delayed delivery, retries, acks_late).
 timeout 600 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/celery
 # kombu's own AMQP integration tests (its sdist's t/integration/test_py_amqp.py).

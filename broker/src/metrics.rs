@@ -26,6 +26,8 @@
 //! - `rabbitmq_message_size_bytes{protocol}`: histogram of the bodies received from
 //!   publishers, RabbitMQ 4.x's buckets (`rabbit_msg_size_metrics`: 100 B .. 100 MB),
 //!   written by [`Counters::encode_message_sizes`] with RabbitMQ's `le` spellings;
+//! - `quorumq_stats_sampling_seconds_total`: time the management statistics' sampler
+//!   spent (its `rate()` is the share of a core the sampling costs);
 //! - the commit latency of each Raft group this node leads ([`Counters::commit_latency`]),
 //!   served as `rabbitmq_raft_commit_latency_seconds`.
 //!
@@ -79,6 +81,8 @@ pub struct Counters {
     message_sizes: [AtomicU64; MESSAGE_SIZE_BUCKETS.len() + 2],
     /// Raft group → seconds its last local write took from proposal to commit.
     commit_latency: Mutex<HashMap<u64, f64>>,
+    /// Nanoseconds the management statistics' sampler spent sampling.
+    stats_sampling_ns: AtomicU64,
 }
 
 /// Upper bounds (bytes) of `rabbitmq_message_size_bytes`'s buckets and their `le` label
@@ -128,6 +132,7 @@ pub static COUNTERS: LazyLock<Counters> = LazyLock::new(|| Counters {
     channels: Gauge::default(),
     message_sizes: Default::default(),
     commit_latency: Mutex::new(HashMap::new()),
+    stats_sampling_ns: AtomicU64::new(0),
 });
 
 fn amqp() -> Labels {
@@ -218,6 +223,14 @@ impl Counters {
         if let Ok(mut m) = self.commit_latency.lock() {
             m.retain(|g, _| live.contains(g));
         }
+    }
+
+    /// One round of the management statistics' sampler (`crate::http::rates`) took `d`.
+    pub fn stats_sampled(&self, d: std::time::Duration) {
+        self.stats_sampling_ns.fetch_add(
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     /// `n` publishes confirmed (basic.ack to the publisher).
@@ -375,6 +388,13 @@ impl Counters {
             "quorumq_dead_letters_redriven",
             "Messages moved by redrive (quorumqctl redrive) out of a queue, by vhost and queue",
             self.redriven.clone(),
+        );
+        let sampling: Counter<f64, AtomicU64> = Counter::default();
+        sampling.inc_by(self.stats_sampling_ns.load(Ordering::Relaxed) as f64 / 1e9);
+        reg.register(
+            "quorumq_stats_sampling_seconds",
+            "Time the management statistics' sampler spent sampling message counts (rate(...) = its share of a core)",
+            sampling,
         );
         reg.register(
             "quorumq_wal_fsync_seconds",

@@ -231,9 +231,18 @@ pub fn scrape_endpoint(broker: &Broker, endpoint: Endpoint) -> String {
         STARTED.elapsed().as_secs_f64(),
     );
     for (name, help, v) in crate::node_counters::NODE.families() {
-        let c: Counter<u64, AtomicU64> = Counter::default();
-        c.inc_by(v);
-        reg.register(name, help, c);
+        if name.starts_with("rabbitmq_global_") {
+            // RabbitMQ's global counters carry the protocol; the dashboards subtract
+            // one from another (received_confirm - confirmed), matching on it.
+            let f: Family<Labels, Counter<u64, AtomicU64>> = Family::default();
+            f.get_or_create(&vec![("protocol", "amqp091".to_owned())])
+                .inc_by(v);
+            reg.register(name, help, f);
+        } else {
+            let c: Counter<u64, AtomicU64> = Counter::default();
+            c.inc_by(v);
+            reg.register(name, help, c);
+        }
     }
     let t = broker.tracking();
     for (name, help, v) in [
