@@ -459,7 +459,7 @@ def test_every_dashboard_expr_returns_data(work):
             print(f"{d:<36} {title[:48]:<48} {n:>6} {nf:>6} {str(sample)[:7]:<7} {expr[:160]}")
         assert not empty, "expressions without data:\n" + "\n".join(
             f"{p} / {t}: {e}" for p, t, e in empty)
-        assert len(rows) >= 60, f"only {len(rows)} expressions found"
+        assert len(rows) >= 75, f"only {len(rows)} expressions found"
     finally:
         if load:
             load.join()
