@@ -17,10 +17,12 @@
 //!   `rabbitmq_process_open_fds`; per queue this node leads `rabbitmq_queue_messages_ready`,
 //!   `…_unacked`, `rabbitmq_queue_messages`, `rabbitmq_queue_consumers`,
 //!   `quorumq_queue_messages_dlx` (at-least-once dead letters held); per Raft group with a
-//!   replica here `rabbitmq_raft_term_total`, `rabbitmq_raft_log_last_written_index`,
-//!   `rabbitmq_raft_log_last_applied_index` (openraft 0.9's metrics carry no commit index;
-//!   on a leader the applied index trails it only by the apply queue), `rabbitmq_raft_log_snapshot_index`,
-//!   `quorumq_raft_leader` (1 on the leader);
+//!   replica here `rabbitmq_raft_term` (a gauge), `rabbitmq_raft_commit_index`,
+//!   `rabbitmq_raft_last_written_index`, `rabbitmq_raft_last_applied`,
+//!   `rabbitmq_raft_snapshot_index` (RabbitMQ 4.2's names) and the same under 3.x's
+//!   `rabbitmq_raft_log_{commit,last_written,last_applied,snapshot}_index` (the dashboards
+//!   query both; openraft 0.9's metrics carry no commit index: on a leader the applied
+//!   index trails it only by the apply queue), `quorumq_raft_leader` (1 on the leader);
 //! - `quorumq_wal_fsync_seconds`: histogram of the write-ahead log's write + `fdatasync`
 //!   rounds;
 //! - `rabbitmq_message_size_bytes{protocol}`: histogram of the bodies received from
@@ -116,24 +118,31 @@ impl Drop for OpenChannel {
 }
 
 /// The node's counters.
-pub static COUNTERS: LazyLock<Counters> = LazyLock::new(|| Counters {
-    received: Family::default(),
-    routed: Family::default(),
-    confirmed: Family::default(),
-    delivered: Family::default(),
-    redelivered: Family::default(),
-    acknowledged: Family::default(),
-    dead_lettered: Default::default(),
-    dead_lettered_confirmed: Family::default(),
-    dead_lettered_by_queue: Family::default(),
-    redriven: Family::default(),
-    // 50 µs .. ~0.8 s.
-    wal_fsync: Histogram::new(exponential_buckets(0.00005, 2.0, 15)),
-    channels: Gauge::default(),
-    message_sizes: Default::default(),
-    commit_latency: Mutex::new(HashMap::new()),
-    stats_sampling_ns: AtomicU64::new(0),
-});
+pub static COUNTERS: LazyLock<Counters> = LazyLock::new(Counters::new);
+
+impl Counters {
+    /// Counters at zero (the node has one, [`COUNTERS`]; tests make their own).
+    fn new() -> Counters {
+        Counters {
+            received: Family::default(),
+            routed: Family::default(),
+            confirmed: Family::default(),
+            delivered: Family::default(),
+            redelivered: Family::default(),
+            acknowledged: Family::default(),
+            dead_lettered: Default::default(),
+            dead_lettered_confirmed: Family::default(),
+            dead_lettered_by_queue: Family::default(),
+            redriven: Family::default(),
+            // 50 µs .. ~0.8 s.
+            wal_fsync: Histogram::new(exponential_buckets(0.00005, 2.0, 15)),
+            channels: Gauge::default(),
+            message_sizes: Default::default(),
+            commit_latency: Mutex::new(HashMap::new()),
+            stats_sampling_ns: AtomicU64::new(0),
+        }
+    }
+}
 
 fn amqp() -> Labels {
     vec![("protocol", AMQP.into())]
@@ -401,5 +410,50 @@ impl Counters {
             "Write-ahead log write + fdatasync rounds",
             self.wal_fsync.clone(),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_sizes_fall_in_rabbitmqs_buckets_cumulatively() {
+        let c = Counters::new();
+        for bytes in [0, 100, 101, 1_000, 1_000_000, 100_000_001] {
+            c.message_received(bytes);
+        }
+        let mut out = String::new();
+        c.encode_message_sizes(&mut out);
+        let sample = |le: &str| {
+            let prefix =
+                format!("rabbitmq_message_size_bytes_bucket{{protocol=\"amqp091\",le=\"{le}\"}} ");
+            out.lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .unwrap_or_else(|| panic!("no bucket {le} in {out}"))
+                .to_owned()
+        };
+        // Upper bounds are inclusive (RabbitMQ: Size =< Bucket).
+        assert_eq!(sample("100.0"), "2");
+        assert_eq!(sample("1000.0"), "4");
+        assert_eq!(sample("100000.0"), "4");
+        assert_eq!(sample("1e+06"), "5");
+        assert_eq!(sample("1e+08"), "5");
+        assert_eq!(sample("+Inf"), "6");
+        assert!(out.contains("rabbitmq_message_size_bytes_sum{protocol=\"amqp091\"} 101001202\n"));
+        assert!(out.contains("rabbitmq_message_size_bytes_count{protocol=\"amqp091\"} 6\n"));
+        assert!(out.starts_with("# HELP rabbitmq_message_size_bytes "));
+    }
+
+    #[test]
+    fn commit_latency_is_the_last_sample_and_forgotten_with_the_group() {
+        let c = Counters::new();
+        c.commit_latency(7, std::time::Duration::from_millis(30));
+        c.commit_latency(7, std::time::Duration::from_millis(4));
+        c.commit_latency(8, std::time::Duration::from_millis(1));
+        assert_eq!(c.commit_latency_of(7), Some(0.004));
+        c.retain_commit_latency(&[7].into_iter().collect());
+        assert_eq!(c.commit_latency_of(8), None);
+        assert_eq!(c.commit_latency_of(7), Some(0.004));
     }
 }

@@ -460,6 +460,22 @@ def test_every_dashboard_expr_returns_data(work):
         assert not empty, "expressions without data:\n" + "\n".join(
             f"{p} / {t}: {e}" for p, t, e in empty)
         assert len(rows) >= 75, f"only {len(rows)} expressions found"
+        # The load produced what the rarer panels chart, not just zeros.
+        produced = {
+            "reasons": 'sum by(reason) (quorumq_queue_messages_dead_lettered_total) > 0',
+            "redriven": 'sum(quorumq_dead_letters_redriven_total) > 0',
+            "held no_route": 'sum(quorumq_queue_dead_letters_held{reason="no_route"}) > 0',
+            "dead letters confirmed": 'sum(rabbitmq_global_messages_dead_lettered_confirmed_total) > 0',
+            "returned": 'sum(rabbitmq_global_messages_unroutable_returned_total) > 0',
+            "auto-ack consumed": 'sum(rabbitmq_global_messages_delivered_consume_auto_ack_total) > 0',
+            "over 10 kB": 'sum(rabbitmq_message_size_bytes_count) - sum(rabbitmq_message_size_bytes_bucket{le="10000.0"}) > 0',
+            "elections": 'count(rabbitmq_raft_term) > 0',
+        }
+        for what, expr in produced.items():
+            result = prom.query(expr)
+            assert result, f"the load produced no {what}: {expr}"
+        reasons = {r["metric"]["reason"] for r in prom.query(produced["reasons"])}
+        assert reasons == {"rejected", "expired", "maxlen", "delivery_limit"}, reasons
     finally:
         if load:
             load.join()
