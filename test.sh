@@ -40,9 +40,12 @@ if ! command -v rabbitmqadmin >/dev/null && [ "$(id -u)" = 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y rabbitmq-server
 fi
 timeout 300 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/rabbitmqadmin
-# RabbitMQ's Grafana dashboards (vendored in deploy/grafana/vendor) and quorumq's
-# dead-letter dashboard: every expression returns data from Debian's Prometheus
-# scraping a 3-node cluster under load.
+# Our per-panel queries of RabbitMQ's Grafana dashboards
+# (cluster-tests/prometheus/dashboard_queries.py) and every expression of quorumq's
+# dead-letter dashboard return data from Debian's Prometheus scraping a 3-node
+# cluster under load; with RABBITMQ_DASHBOARDS_DIR set to a directory holding
+# RabbitMQ's RabbitMQ-Overview.json and RabbitMQ-Quorum-Queues-Raft.json (not in
+# this repository), every expression of those as well.
 if ! command -v prometheus >/dev/null && [ "$(id -u)" = 0 ]; then
   apt-get update
   DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus

@@ -1,6 +1,6 @@
-"""Every expression of RabbitMQ's Grafana dashboards, and of quorumq's dead-letter
-dashboard, returns data from a real Prometheus scraping a 3-node quorumq cluster under
-load (issue 30 item 4).
+"""Every panel query of RabbitMQ's Grafana dashboards, and every expression of
+quorumq's dead-letter dashboard, returns data from a real Prometheus scraping a 3-node
+quorumq cluster under load (issue 30 item 4).
 
 The test starts three quorumq nodes (one quorum-queue cluster, fresh data dirs, free
 ports), runs a load on all three (confirmed publishes of several sizes, consumers with
@@ -8,12 +8,18 @@ manual and automatic acks, basic.get with and without ack and on an empty queue,
 rejects, nacks over a delivery limit with delayed retry, TTL expiry and max-length
 dead-lettering, dead letters held for want of a route, unroutable publishes dropped and
 returned, connection/channel/queue churn, a redrive), starts Debian's `prometheus`
-scraping the nodes' `/metrics` every second, and then evaluates every `expr` of every
-panel target of:
+scraping the nodes' `/metrics` every second, and then evaluates
 
-- deploy/grafana/vendor/RabbitMQ-Overview.json
-- deploy/grafana/vendor/RabbitMQ-Quorum-Queues-Raft.json
-- deploy/grafana/quorumq-dead-letters.json
+- `dashboard_queries.py`: quorumq's own list of one query per panel (per series where
+  a panel draws several families) of RabbitMQ's RabbitMQ-Overview and
+  RabbitMQ-Quorum-Queues-Raft dashboards (RabbitMQ's JSON is not in this repository;
+  see that file),
+- every `expr` of every panel target of deploy/grafana/quorumq-dead-letters.json,
+- when $RABBITMQ_DASHBOARDS_DIR names a directory holding RabbitMQ's
+  RabbitMQ-Overview.json and RabbitMQ-Quorum-Queues-Raft.json (from rabbitmq-server's
+  deps/rabbitmq_prometheus/docker/grafana/dashboards/), every `expr` of every panel
+  target of those too, as they are; and then `dashboard_queries.py` must have an entry
+  for each of their titled panels,
 
 through Prometheus's HTTP API (`/api/v1/query`), with Grafana's variables substituted as
 Grafana would (the template queries `label_values(...)` for `$namespace`,
@@ -42,17 +48,18 @@ import urllib.request
 import pika
 import pytest
 
+import dashboard_queries
+
 # Returned mandatory publishes are the load's intent; pika logs each one.
 logging.getLogger("pika").setLevel(logging.ERROR)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.environ.get("QUORUMQ_BIN", os.path.join(ROOT, "target", "debug", "quorumq"))
 PROMETHEUS = os.environ.get("PROMETHEUS") or shutil.which("prometheus")
-DASHBOARDS = [
-    "deploy/grafana/vendor/RabbitMQ-Overview.json",
-    "deploy/grafana/vendor/RabbitMQ-Quorum-Queues-Raft.json",
-    "deploy/grafana/quorumq-dead-letters.json",
-]
+# Dashboards whose JSON this repository holds: every expr is evaluated.
+OWN_DASHBOARDS = ["deploy/grafana/quorumq-dead-letters.json"]
+# RabbitMQ's, evaluated as they are when $RABBITMQ_DASHBOARDS_DIR holds them.
+RABBITMQ_DASHBOARDS_DIR = os.environ.get("RABBITMQ_DASHBOARDS_DIR")
 NAMESPACE = "quorumq-test"
 SCRAPE_S = 1
 # Grafana: $__rate_interval = max($__interval + scrape interval, 4 x scrape interval).
@@ -375,6 +382,57 @@ def targets(dashboard):
     return out
 
 
+def panel_titles(dashboard):
+    """Titles of every panel that is not a row (untitled panels left out)."""
+    out = set()
+
+    def walk(panels):
+        for p in panels:
+            walk(p.get("panels", []))
+            if p.get("type") != "row" and p.get("title"):
+                out.add(p["title"])
+    walk(dashboard["panels"])
+    return out
+
+
+def template_variables(dashboard):
+    """(name, query) of the dashboard's query variables, as they are listed."""
+    out = []
+    for v in dashboard.get("templating", {}).get("list", []):
+        if v.get("type") == "query":
+            out.append((v["name"], v["query"]["query"] if isinstance(v["query"], dict)
+                        else v["query"]))
+    return out
+
+
+def expressions():
+    """(source, panel, expr, variable queries) of everything the test evaluates: the
+    per-panel list of dashboard_queries.py, every expr of quorumq's own dashboards, and
+    (with $RABBITMQ_DASHBOARDS_DIR) every expr of RabbitMQ's dashboards, each of whose
+    titled panels must then have an entry in the per-panel list."""
+    out = []
+    for name, entries in dashboard_queries.DASHBOARDS.items():
+        for title, series, expr in entries:
+            panel = (title or "(untitled)") + (f" [{series}]" if series else "")
+            out.append((f"ours:{name}", panel, expr, dashboard_queries.VARIABLES))
+    for path in OWN_DASHBOARDS:
+        with open(os.path.join(ROOT, path)) as f:
+            dashboard = json.load(f)
+        out += [(os.path.basename(path), title, expr, template_variables(dashboard))
+                for title, expr in targets(dashboard)]
+    if RABBITMQ_DASHBOARDS_DIR:
+        for name, entries in dashboard_queries.DASHBOARDS.items():
+            path = os.path.join(RABBITMQ_DASHBOARDS_DIR, f"{name}.json")
+            assert os.path.isfile(path), f"RABBITMQ_DASHBOARDS_DIR has no {name}.json"
+            with open(path) as f:
+                dashboard = json.load(f)
+            missing = panel_titles(dashboard) - {title for title, _s, _e in entries}
+            assert not missing, f"dashboard_queries.py lacks panels of {name}: {missing}"
+            out += [(os.path.basename(path), title, expr, template_variables(dashboard))
+                    for title, expr in targets(dashboard)]
+    return out
+
+
 def substitute(expr, variables):
     for name in sorted(variables, key=len, reverse=True):
         expr = expr.replace("${" + name + "}", variables[name]).replace("$" + name, variables[name])
@@ -382,15 +440,12 @@ def substitute(expr, variables):
     return expr
 
 
-def resolve(prom, dashboard, range_s):
-    """Grafana's variables for `dashboard`: each query variable once the variables its
-    query names are known (Grafana orders them by dependency), the first of its sorted
-    values (the dashboards' `current` is empty: Grafana picks the first); then the
-    built-in interval variables."""
-    pending = {}
-    for v in dashboard.get("templating", {}).get("list", []):
-        if v.get("type") == "query":
-            pending[v["name"]] = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
+def resolve(prom, queries, range_s):
+    """Grafana's variables for a dashboard with the query variables `queries` ((name,
+    query) pairs): each once the variables its query names are known (Grafana orders
+    them by dependency), the first of its sorted values (the dashboards' `current` is
+    empty: Grafana picks the first); then the built-in interval variables."""
+    pending = dict(queries)
     variables = {}
     while pending:
         ready = [n for n, q in pending.items()
@@ -418,6 +473,7 @@ def work():
 def test_every_dashboard_expr_returns_data(work):
     assert PROMETHEUS, "prometheus not installed (apt-get install prometheus)"
     assert os.access(BIN, os.X_OK), f"no quorumq binary at {BIN}"
+    exprs = expressions()  # before the cluster: a bad RABBITMQ_DASHBOARDS_DIR fails fast
     cluster = Cluster(work)
     prom = load = None
     try:
@@ -441,25 +497,33 @@ def test_every_dashboard_expr_returns_data(work):
         assert not load.errors, load.errors
         range_s = int(time.monotonic() - started)
 
-        rows, empty = [], []
-        for path in DASHBOARDS:
-            with open(os.path.join(ROOT, path)) as f:
-                dashboard = json.load(f)
-            variables = resolve(prom, dashboard, range_s)
-            for title, expr in targets(dashboard):
-                result = prom.query(substitute(expr, variables))
-                finite = [r for r in result if math.isfinite(float(r["value"][1]))]
-                sample = finite[0]["value"][1] if finite else "-"
-                rows.append((os.path.basename(path), title, len(result), len(finite), sample,
-                             " ".join(expr.split())))
-                if not finite:
-                    empty.append((path, title, expr))
-        print(f"\n{'dashboard':<36} {'panel':<48} series finite sample  expr")
+        rows, empty, resolved = [], [], {}
+        for source, title, expr, queries in exprs:
+            key = tuple(queries)
+            if key not in resolved:
+                resolved[key] = resolve(prom, queries, range_s)
+            result = prom.query(substitute(expr, resolved[key]))
+            finite = [r for r in result if math.isfinite(float(r["value"][1]))]
+            sample = finite[0]["value"][1] if finite else "-"
+            rows.append((source, title, len(result), len(finite), sample,
+                         " ".join(expr.split())))
+            if not finite:
+                empty.append((source, title, expr))
+        print(f"\n{'dashboard':<36} {'panel':<56} series finite sample  expr")
         for d, title, n, nf, sample, expr in rows:
-            print(f"{d:<36} {title[:48]:<48} {n:>6} {nf:>6} {str(sample)[:7]:<7} {expr[:160]}")
+            print(f"{d:<36} {title[:56]:<56} {n:>6} {nf:>6} {str(sample)[:7]:<7} {expr[:160]}")
+        per_source = {}
+        for d, *_ in rows:
+            per_source[d] = per_source.get(d, 0) + 1
+        print(f"expressions per source: {per_source}; without data: {len(empty)}")
         assert not empty, "expressions without data:\n" + "\n".join(
             f"{p} / {t}: {e}" for p, t, e in empty)
+        # 50 + 8 of ours for RabbitMQ's panels and 17 of quorumq-dead-letters.json; with
+        # RabbitMQ's JSON, theirs too (50 + 8 in rabbitmq-server 5b09e556).
         assert len(rows) >= 75, f"only {len(rows)} expressions found"
+        if RABBITMQ_DASHBOARDS_DIR:
+            for name in dashboard_queries.DASHBOARDS:
+                assert per_source.get(f"{name}.json"), f"no expressions in {name}.json"
         # The load produced what the rarer panels chart, not just zeros.
         produced = {
             "reasons": 'sum by(reason) (quorumq_queue_messages_dead_lettered_total) > 0',
