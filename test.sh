@@ -57,6 +57,17 @@ if ! python3 -c 'import playwright.sync_api' 2>/dev/null; then
     || python3 -m pip install --quiet --break-system-packages playwright
 fi
 timeout 300 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/ui
+# Our per-panel queries of RabbitMQ's Grafana dashboards
+# (cluster-tests/prometheus/dashboard_queries.py) and every expression of quorumq's
+# dead-letter dashboard return data from Debian's Prometheus scraping a 3-node
+# cluster under load; with RABBITMQ_DASHBOARDS_DIR set to a directory holding
+# RabbitMQ's RabbitMQ-Overview.json and RabbitMQ-Quorum-Queues-Raft.json (not in
+# this repository), every expression of those as well.
+if ! command -v prometheus >/dev/null && [ "$(id -u)" = 0 ]; then
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y prometheus
+fi
+timeout 300 python3 -m pytest -q -s -p no:cacheprovider cluster-tests/prometheus
 # A real Celery 5.5 worker on quorum queues (native delayed delivery, retries, acks_late).
 timeout 600 cluster-tests/compat/with-quorumq.sh python3 -m pytest -q -p no:cacheprovider cluster-tests/celery
 # kombu's own AMQP integration tests (its sdist's t/integration/test_py_amqp.py).

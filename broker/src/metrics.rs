@@ -17,17 +17,27 @@
 //!   `rabbitmq_process_open_fds`; per queue this node leads `rabbitmq_queue_messages_ready`,
 //!   `…_unacked`, `rabbitmq_queue_messages`, `rabbitmq_queue_consumers`,
 //!   `quorumq_queue_messages_dlx` (at-least-once dead letters held); per Raft group with a
-//!   replica here `rabbitmq_raft_term_total`, `rabbitmq_raft_log_last_written_index`,
-//!   `rabbitmq_raft_log_last_applied_index` (openraft 0.9's metrics carry no commit index;
-//!   on a leader the applied index trails it only by the apply queue), `rabbitmq_raft_log_snapshot_index`,
-//!   `quorumq_raft_leader` (1 on the leader);
+//!   replica here `rabbitmq_raft_term` (a gauge), `rabbitmq_raft_commit_index`,
+//!   `rabbitmq_raft_last_written_index`, `rabbitmq_raft_last_applied`,
+//!   `rabbitmq_raft_snapshot_index` (RabbitMQ 4.2's names) and the same under 3.x's
+//!   `rabbitmq_raft_log_{commit,last_written,last_applied,snapshot}_index` (the dashboards
+//!   query both; openraft 0.9's metrics carry no commit index: on a leader the applied
+//!   index trails it only by the apply queue), `quorumq_raft_leader` (1 on the leader);
 //! - `quorumq_wal_fsync_seconds`: histogram of the write-ahead log's write + `fdatasync`
-//!   rounds.
+//!   rounds;
+//! - `rabbitmq_message_size_bytes{protocol}`: histogram of the bodies received from
+//!   publishers, RabbitMQ 4.x's buckets (`rabbit_msg_size_metrics`: 100 B .. 100 MB),
+//!   written by [`Counters::encode_message_sizes`] with RabbitMQ's `le` spellings;
+//! - `quorumq_stats_sampling_seconds_total`: time the management statistics' sampler
+//!   spent (its `rate()` is the share of a core the sampling costs);
+//! - the commit latency of each Raft group this node leads ([`Counters::commit_latency`]),
+//!   served as `rabbitmq_raft_commit_latency_seconds`.
 //!
 //! The counters are process-wide, as RabbitMQ's `rabbit_global_counters` are node-wide.
 
-use std::sync::atomic::AtomicI64;
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -68,7 +78,28 @@ pub struct Counters {
     redriven: Family<Labels, Counter>,
     wal_fsync: Histogram,
     channels: Gauge<i64, AtomicI64>,
+    /// Observations per [`MESSAGE_SIZE_BUCKETS`] bucket (not cumulative; the last is
+    /// +Inf), then the sum of the sizes in bytes.
+    message_sizes: [AtomicU64; MESSAGE_SIZE_BUCKETS.len() + 2],
+    /// Raft group → seconds its last local write took from proposal to commit.
+    commit_latency: Mutex<HashMap<u64, f64>>,
+    /// Nanoseconds the management statistics' sampler spent sampling.
+    stats_sampling_ns: AtomicU64,
 }
+
+/// Upper bounds (bytes) of `rabbitmq_message_size_bytes`'s buckets and their `le` label
+/// as RabbitMQ writes them (rabbitmq-server `deps/rabbit/src/rabbit_msg_size_metrics.erl`;
+/// the RabbitMQ-Overview dashboard queries these exact strings).
+pub const MESSAGE_SIZE_BUCKETS: [(u64, &str); 8] = [
+    (100, "100.0"),
+    (1_000, "1000.0"),
+    (10_000, "10000.0"),
+    (100_000, "100000.0"),
+    (1_000_000, "1e+06"),
+    (10_000_000, "1e+07"),
+    (50_000_000, "5e+07"),
+    (100_000_000, "1e+08"),
+];
 
 /// One open AMQP channel, counted in `rabbitmq_channels` from creation to drop.
 pub struct OpenChannel(());
@@ -87,21 +118,31 @@ impl Drop for OpenChannel {
 }
 
 /// The node's counters.
-pub static COUNTERS: LazyLock<Counters> = LazyLock::new(|| Counters {
-    received: Family::default(),
-    routed: Family::default(),
-    confirmed: Family::default(),
-    delivered: Family::default(),
-    redelivered: Family::default(),
-    acknowledged: Family::default(),
-    dead_lettered: Default::default(),
-    dead_lettered_confirmed: Family::default(),
-    dead_lettered_by_queue: Family::default(),
-    redriven: Family::default(),
-    // 50 µs .. ~0.8 s.
-    wal_fsync: Histogram::new(exponential_buckets(0.00005, 2.0, 15)),
-    channels: Gauge::default(),
-});
+pub static COUNTERS: LazyLock<Counters> = LazyLock::new(Counters::new);
+
+impl Counters {
+    /// Counters at zero (the node has one, [`COUNTERS`]; tests make their own).
+    fn new() -> Counters {
+        Counters {
+            received: Family::default(),
+            routed: Family::default(),
+            confirmed: Family::default(),
+            delivered: Family::default(),
+            redelivered: Family::default(),
+            acknowledged: Family::default(),
+            dead_lettered: Default::default(),
+            dead_lettered_confirmed: Family::default(),
+            dead_lettered_by_queue: Family::default(),
+            redriven: Family::default(),
+            // 50 µs .. ~0.8 s.
+            wal_fsync: Histogram::new(exponential_buckets(0.00005, 2.0, 15)),
+            channels: Gauge::default(),
+            message_sizes: Default::default(),
+            commit_latency: Mutex::new(HashMap::new()),
+            stats_sampling_ns: AtomicU64::new(0),
+        }
+    }
+}
 
 fn amqp() -> Labels {
     vec![("protocol", AMQP.into())]
@@ -131,6 +172,74 @@ impl Counters {
         if routed {
             self.routed.get_or_create(&amqp()).inc();
         }
+    }
+
+    /// A publisher's message body of `bytes` arrived (RabbitMQ `rabbit_msg_size_metrics`,
+    /// observed for every publish, routed or not).
+    pub fn message_received(&self, bytes: usize) {
+        let bytes = bytes as u64;
+        let bucket = MESSAGE_SIZE_BUCKETS
+            .iter()
+            .position(|&(upper, _)| bytes <= upper)
+            .unwrap_or(MESSAGE_SIZE_BUCKETS.len());
+        self.message_sizes[bucket].fetch_add(1, Ordering::Relaxed);
+        self.message_sizes[MESSAGE_SIZE_BUCKETS.len() + 1].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// `rabbitmq_message_size_bytes{protocol="amqp091"}` in the text exposition format
+    /// (HELP, TYPE, cumulative `_bucket` lines, `_sum`, `_count`), with RabbitMQ's `le`
+    /// spellings (`100.0` .. `1e+08`, `+Inf`), which `prometheus-client` would write
+    /// otherwise (`1000000.0`) and Prometheus 2 stores verbatim.
+    pub fn encode_message_sizes(&self, out: &mut String) {
+        use std::fmt::Write;
+        let name = "rabbitmq_message_size_bytes";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Size of messages received from publishers.\n# TYPE {name} histogram\n# UNIT {name} bytes"
+        );
+        let mut cumulative = 0;
+        let les = MESSAGE_SIZE_BUCKETS
+            .iter()
+            .map(|&(_, le)| le)
+            .chain(std::iter::once("+Inf"));
+        for (i, le) in les.enumerate() {
+            cumulative += self.message_sizes[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{protocol=\"{AMQP}\",le=\"{le}\"}} {cumulative}"
+            );
+        }
+        let sum = self.message_sizes[MESSAGE_SIZE_BUCKETS.len() + 1].load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_sum{{protocol=\"{AMQP}\"}} {sum}");
+        let _ = writeln!(out, "{name}_count{{protocol=\"{AMQP}\"}} {cumulative}");
+    }
+
+    /// A write proposed by this node to Raft group `group` was committed (and applied)
+    /// `took` after it was proposed (RabbitMQ/Ra `commit_latency`: the last sample).
+    pub fn commit_latency(&self, group: u64, took: std::time::Duration) {
+        if let Ok(mut m) = self.commit_latency.lock() {
+            m.insert(group, took.as_secs_f64());
+        }
+    }
+
+    /// The last commit latency of `group` in seconds, if this node proposed to it.
+    pub fn commit_latency_of(&self, group: u64) -> Option<f64> {
+        self.commit_latency.lock().ok()?.get(&group).copied()
+    }
+
+    /// Forgets the commit latency of groups not in `live` (deleted queues).
+    pub fn retain_commit_latency(&self, live: &std::collections::HashSet<u64>) {
+        if let Ok(mut m) = self.commit_latency.lock() {
+            m.retain(|g, _| live.contains(g));
+        }
+    }
+
+    /// One round of the management statistics' sampler (`crate::http::rates`) took `d`.
+    pub fn stats_sampled(&self, d: std::time::Duration) {
+        self.stats_sampling_ns.fetch_add(
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     /// `n` publishes confirmed (basic.ack to the publisher).
@@ -289,10 +398,62 @@ impl Counters {
             "Messages moved by redrive (quorumqctl redrive) out of a queue, by vhost and queue",
             self.redriven.clone(),
         );
+        let sampling: Counter<f64, AtomicU64> = Counter::default();
+        sampling.inc_by(self.stats_sampling_ns.load(Ordering::Relaxed) as f64 / 1e9);
+        reg.register(
+            "quorumq_stats_sampling_seconds",
+            "Time the management statistics' sampler spent sampling message counts (rate(...) = its share of a core)",
+            sampling,
+        );
         reg.register(
             "quorumq_wal_fsync_seconds",
             "Write-ahead log write + fdatasync rounds",
             self.wal_fsync.clone(),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_sizes_fall_in_rabbitmqs_buckets_cumulatively() {
+        let c = Counters::new();
+        for bytes in [0, 100, 101, 1_000, 1_000_000, 100_000_001] {
+            c.message_received(bytes);
+        }
+        let mut out = String::new();
+        c.encode_message_sizes(&mut out);
+        let sample = |le: &str| {
+            let prefix =
+                format!("rabbitmq_message_size_bytes_bucket{{protocol=\"amqp091\",le=\"{le}\"}} ");
+            out.lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .unwrap_or_else(|| panic!("no bucket {le} in {out}"))
+                .to_owned()
+        };
+        // Upper bounds are inclusive (RabbitMQ: Size =< Bucket).
+        assert_eq!(sample("100.0"), "2");
+        assert_eq!(sample("1000.0"), "4");
+        assert_eq!(sample("100000.0"), "4");
+        assert_eq!(sample("1e+06"), "5");
+        assert_eq!(sample("1e+08"), "5");
+        assert_eq!(sample("+Inf"), "6");
+        assert!(out.contains("rabbitmq_message_size_bytes_sum{protocol=\"amqp091\"} 101001202\n"));
+        assert!(out.contains("rabbitmq_message_size_bytes_count{protocol=\"amqp091\"} 6\n"));
+        assert!(out.starts_with("# HELP rabbitmq_message_size_bytes "));
+    }
+
+    #[test]
+    fn commit_latency_is_the_last_sample_and_forgotten_with_the_group() {
+        let c = Counters::new();
+        c.commit_latency(7, std::time::Duration::from_millis(30));
+        c.commit_latency(7, std::time::Duration::from_millis(4));
+        c.commit_latency(8, std::time::Duration::from_millis(1));
+        assert_eq!(c.commit_latency_of(7), Some(0.004));
+        c.retain_commit_latency(&[7].into_iter().collect());
+        assert_eq!(c.commit_latency_of(8), None);
+        assert_eq!(c.commit_latency_of(7), Some(0.004));
     }
 }

@@ -150,52 +150,84 @@ async fn the_dashboards_families_follow_real_traffic() -> anyhow::Result<()> {
         assert_eq!(v(&m, "rabbitmq_queues_declared_total{}"), 2.0);
         assert_eq!(v(&m, "rabbitmq_queues_created_total{}"), 1.0);
         assert_eq!(
-            v(&m, "rabbitmq_global_messages_received_confirm_total{}"),
+            v(
+                &m,
+                "rabbitmq_global_messages_received_confirm_total{protocol=amqp091}"
+            ),
             5.0
         );
         assert_eq!(
-            v(&m, "rabbitmq_global_messages_unroutable_dropped_total{}"),
-            1.0
-        );
-        assert_eq!(
-            v(&m, "rabbitmq_global_messages_unroutable_returned_total{}"),
-            1.0
-        );
-        assert_eq!(
             v(
                 &m,
-                "rabbitmq_global_messages_delivered_get_auto_ack_total{}"
+                "rabbitmq_global_messages_unroutable_dropped_total{protocol=amqp091}"
             ),
             1.0
         );
         assert_eq!(
             v(
                 &m,
-                "rabbitmq_global_messages_delivered_get_manual_ack_total{}"
+                "rabbitmq_global_messages_unroutable_returned_total{protocol=amqp091}"
             ),
             1.0
         );
         assert_eq!(
             v(
                 &m,
-                "rabbitmq_global_messages_delivered_consume_manual_ack_total{}"
+                "rabbitmq_global_messages_delivered_get_auto_ack_total{protocol=amqp091}"
             ),
             1.0
         );
         assert_eq!(
             v(
                 &m,
-                "rabbitmq_global_messages_delivered_consume_auto_ack_total{}"
+                "rabbitmq_global_messages_delivered_get_manual_ack_total{protocol=amqp091}"
+            ),
+            1.0
+        );
+        assert_eq!(
+            v(
+                &m,
+                "rabbitmq_global_messages_delivered_consume_manual_ack_total{protocol=amqp091}"
+            ),
+            1.0
+        );
+        assert_eq!(
+            v(
+                &m,
+                "rabbitmq_global_messages_delivered_consume_auto_ack_total{protocol=amqp091}"
             ),
             0.0
         );
-        assert_eq!(v(&m, "rabbitmq_global_messages_get_empty_total{}"), 1.0);
+        assert_eq!(
+            v(
+                &m,
+                "rabbitmq_global_messages_get_empty_total{protocol=amqp091}"
+            ),
+            1.0
+        );
         assert_eq!(v(&m, "rabbitmq_global_publishers{protocol=amqp091}"), 1.0);
         assert_eq!(v(&m, "rabbitmq_global_consumers{protocol=amqp091}"), 1.0);
         assert_eq!(v(&m, "rabbitmq_queues{}"), 1.0, "the queue this node leads");
         let ql = format!("queue={q},vhost=/");
         assert!(v(&m, &format!("rabbitmq_raft_term{{{ql}}}")) >= 1.0);
         assert!(v(&m, &format!("rabbitmq_raft_commit_index{{{ql}}}")) >= 1.0);
+        // RabbitMQ 4.2's Raft names beside the 3.x ones, a measured commit latency.
+        assert_eq!(
+            v(&m, &format!("rabbitmq_raft_last_written_index{{{ql}}}")),
+            v(&m, &format!("rabbitmq_raft_log_last_written_index{{{ql}}}"))
+        );
+        assert!(v(&m, &format!("rabbitmq_raft_log_commit_index{{{ql}}}")) >= 1.0);
+        assert!(v(&m, &format!("rabbitmq_raft_commit_latency_seconds{{{ql}}}")) > 0.0);
+        assert!(node.contains("rabbitmq_endpoint=\"aggregated\""), "{node}");
+        // Five 1-byte bodies published (three routed, two unroutable), RabbitMQ's buckets.
+        assert!(
+            text.contains(
+                "rabbitmq_message_size_bytes_bucket{protocol=\"amqp091\",le=\"100.0\"} 5\n"
+            ) && text.contains(
+                "rabbitmq_message_size_bytes_bucket{protocol=\"amqp091\",le=\"1e+06\"} 5\n"
+            ) && text.contains("rabbitmq_message_size_bytes_sum{protocol=\"amqp091\"} 5\n"),
+            "{text}"
+        );
 
         // /metrics/per-object: the same series, endpoint per-object.
         let (_, per_object) = scrape(&h, "/metrics/per-object")?;

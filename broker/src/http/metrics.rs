@@ -21,6 +21,7 @@ fn gauge(reg: &mut Registry, name: &str, help: &str, v: u64) {
 }
 
 /// Per-queue or per-group gauges: one family, set at scrape time.
+#[derive(Clone)]
 struct PerObject {
     family: Family<Labels, Gauge<i64, AtomicI64>>,
 }
@@ -85,8 +86,10 @@ fn max_fds() -> Option<u64> {
 /// Which endpoint is scraped: the `rabbitmq_endpoint` label of `rabbitmq_identity_info`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
-    /// `/metrics` (quorumq's per-object series, as RabbitMQ's aggregated endpoint names
-    /// them).
+    /// `/metrics`: `rabbitmq_endpoint="aggregated"`, RabbitMQ's label for its default
+    /// endpoint (which sorts before `detailed`, so the dashboards' hidden `$endpoint`
+    /// variable picks it when both are scraped); quorumq serves its per-object series
+    /// here too.
     Default,
     /// `/metrics/per-object`: the same series.
     PerObject,
@@ -110,7 +113,7 @@ fn identity(reg: &mut Registry, broker: &Broker, endpoint: Endpoint) {
         (
             "rabbitmq_endpoint",
             match endpoint {
-                Endpoint::Default => "default",
+                Endpoint::Default => "aggregated",
                 Endpoint::PerObject => "per-object",
                 Endpoint::Detailed => "detailed",
             }
@@ -159,6 +162,10 @@ pub fn scrape_detailed(broker: &Broker, families: &[String]) -> String {
             "ra_metrics" => &[
                 "rabbitmq_raft_term",
                 "rabbitmq_raft_commit_index",
+                "rabbitmq_raft_last_written_index",
+                "rabbitmq_raft_last_applied",
+                "rabbitmq_raft_snapshot_index",
+                "rabbitmq_raft_log_commit_index",
                 "rabbitmq_raft_log_last_written_index",
                 "rabbitmq_raft_log_last_applied_index",
                 "rabbitmq_raft_log_snapshot_index",
@@ -224,9 +231,18 @@ pub fn scrape_endpoint(broker: &Broker, endpoint: Endpoint) -> String {
         STARTED.elapsed().as_secs_f64(),
     );
     for (name, help, v) in crate::node_counters::NODE.families() {
-        let c: Counter<u64, AtomicU64> = Counter::default();
-        c.inc_by(v);
-        reg.register(name, help, c);
+        if name.starts_with("rabbitmq_global_") {
+            // RabbitMQ's global counters carry the protocol; the dashboards subtract
+            // one from another (received_confirm - confirmed), matching on it.
+            let f: Family<Labels, Counter<u64, AtomicU64>> = Family::default();
+            f.get_or_create(&vec![("protocol", "amqp091".to_owned())])
+                .inc_by(v);
+            reg.register(name, help, f);
+        } else {
+            let c: Counter<u64, AtomicU64> = Counter::default();
+            c.inc_by(v);
+            reg.register(name, help, c);
+        }
     }
     let t = broker.tracking();
     for (name, help, v) in [
@@ -369,16 +385,18 @@ pub fn scrape_endpoint(broker: &Broker, endpoint: Endpoint) -> String {
     let leader = PerObject::new();
     let me = broker.node_id();
     let mut all_consumers = 0;
+    let mut groups = std::collections::HashSet::new();
     for h in broker.queue_handles() {
         let labels: Labels = vec![("vhost", h.vhost.clone()), ("queue", h.name.clone())];
+        groups.insert(h.group);
         if let Some(raft) = h.route().and_then(|r| r.raft()) {
             let m = raft.metrics().borrow().clone();
             term.set(&labels, m.current_term);
             // openraft 0.9 reports no commit index: the applied index stands in (on a
             // leader it trails the commit index only by the apply queue).
             commit.set(&labels, m.last_applied.map_or(0, |l| l.index));
-            if let Some(ms) = m.millis_since_quorum_ack {
-                latency.get_or_create(&labels).set(ms as f64 / 1000.0);
+            if let Some(s) = COUNTERS.commit_latency_of(h.group) {
+                latency.get_or_create(&labels).set(s);
             }
             written.set(&labels, m.last_log_index.unwrap_or(0));
             applied.set(&labels, m.last_applied.map_or(0, |l| l.index));
@@ -446,17 +464,37 @@ pub fn scrape_endpoint(broker: &Broker, endpoint: Endpoint) -> String {
         ),
         (
             "rabbitmq_raft_log_last_written_index",
-            "Raft log last written index",
-            written,
+            "Raft log last written index (RabbitMQ 3.x name of rabbitmq_raft_last_written_index)",
+            written.clone(),
         ),
         (
             "rabbitmq_raft_log_last_applied_index",
-            "Raft log last applied index",
-            applied,
+            "Raft log last applied index (RabbitMQ 3.x name of rabbitmq_raft_last_applied)",
+            applied.clone(),
         ),
         (
             "rabbitmq_raft_log_snapshot_index",
-            "Raft log snapshot index",
+            "Raft log snapshot index (RabbitMQ 3.x name of rabbitmq_raft_snapshot_index)",
+            snapshot.clone(),
+        ),
+        (
+            "rabbitmq_raft_log_commit_index",
+            "Raft log commit index (RabbitMQ 3.x name of rabbitmq_raft_commit_index; quorumq: the last applied index)",
+            commit.clone(),
+        ),
+        (
+            "rabbitmq_raft_last_written_index",
+            "Last fully written and fsynced index of the log",
+            written,
+        ),
+        (
+            "rabbitmq_raft_last_applied",
+            "Last applied index",
+            applied,
+        ),
+        (
+            "rabbitmq_raft_snapshot_index",
+            "Current snapshot index",
             snapshot,
         ),
         (
@@ -479,12 +517,18 @@ pub fn scrape_endpoint(broker: &Broker, endpoint: Endpoint) -> String {
     );
     reg.register(
         "rabbitmq_raft_commit_latency_seconds",
-        "Time since a quorum last acknowledged the leader (quorumq's stand-in for Ra's commit latency)",
+        "Time the last write this node proposed to the queue took from proposal to commit (and apply)",
         latency,
     );
+    COUNTERS.retain_commit_latency(&groups);
     let mut out = String::new();
     if let Err(e) = encode(&mut out, &reg) {
         tracing::warn!(error = %e, "encoding metrics failed");
     }
+    // The message size histogram with RabbitMQ's `le` spellings, before `# EOF`.
+    let eof = out.rfind("# EOF").unwrap_or(out.len());
+    let mut sizes = String::new();
+    COUNTERS.encode_message_sizes(&mut sizes);
+    out.insert_str(eof, &sizes);
     out
 }

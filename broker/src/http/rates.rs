@@ -164,12 +164,14 @@ pub async fn run_sampler(started: super::Started) {
     loop {
         tick.tick().await;
         if let Some(b) = started.get() {
+            let began = Instant::now();
             let queues: Vec<(u64, [u64; 5])> = b
                 .queue_handles()
                 .iter()
                 .map(|h| (h.group, h.stats.snapshot()))
                 .collect();
             RATES.sample(b.tracking(), &queues);
+            crate::metrics::COUNTERS.stats_sampled(began.elapsed());
         }
     }
 }

@@ -124,6 +124,7 @@ impl Proposer {
                         let mut metrics = raft.server_metrics();
                         let term = metrics.borrow().vote.leader_id().get_term();
                         let me = self.route.me();
+                        let (group, proposed) = (self.route.group(), std::time::Instant::now());
                         let submitted = raft
                             .client_write_ff(GroupCommand::Queue { origin: self.origin, cmd: cmd.clone() })
                             .await;
@@ -152,6 +153,7 @@ impl Proposer {
                                     biased;
                                     r = rx => match r {
                                         Ok(Ok(resp)) => {
+                                            crate::metrics::COUNTERS.commit_latency(group, proposed.elapsed());
                                             tracing::debug!(target: "proposals", leader = resp.log_id.leader_id.node_id, index = resp.log_id.index, term = resp.log_id.leader_id.term, "local write answered");
                                             Ok(resp.data)
                                         }

@@ -164,6 +164,7 @@ impl Channel {
         }
         let body = body.freeze();
         crate::metrics::COUNTERS.published(!targets.is_empty());
+        crate::metrics::COUNTERS.message_received(body.len());
         MessageCounts::add(&self.counts().publish, 1);
         if seq.is_some() {
             node_counters::inc(&node_counters::NODE.received_confirm);
