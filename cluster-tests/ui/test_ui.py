@@ -329,3 +329,27 @@ def test_a_monitoring_user_reads_every_page_it_may(page, console):
         assert "shown to administrators" in page.inner_text("main")
     finally:
         api("DELETE", f"/api/users/{user}")
+
+
+def test_cluster_page_drains_revives_and_rebalances(page, console):
+    login(page)
+    goto(page, console, "#/nodes")
+    row = page.locator("main table tbody tr", has_text="quorumq@1")
+    row.wait_for()
+    row.locator("button:text-is('Drain')").click()
+    flash_ok(page, "Node quorumq@1 drained")
+
+    def drained(want):
+        status, nodes = api("GET", "/api/nodes")
+        return status == 200 and any(n["name"] == "quorumq@1" and bool(n.get("being_drained")) == want
+                                     for n in nodes)
+
+    eventually("the node in maintenance mode", lambda: drained(True))
+    row.locator("button:text-is('Revive')").wait_for()
+    assert "draining" in row.inner_text()
+    row.locator("button:text-is('Revive')").click()
+    flash_ok(page, "Node quorumq@1 revived.")
+    eventually("the node out of maintenance mode", lambda: drained(False))
+    page.click("button:text-is('Rebalance queue leaders')")
+    flash_ok(page, "Rebalance started")
+    console.assert_clean()

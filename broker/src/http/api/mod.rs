@@ -17,6 +17,7 @@ mod exchange_ops;
 mod exchanges;
 mod health;
 mod listing;
+mod maintenance;
 mod nodes;
 mod overview;
 mod permissions;
@@ -49,6 +50,7 @@ pub fn routes() -> Router<Started> {
     Router::new()
         .merge(overview::routes())
         .merge(nodes::routes())
+        .merge(maintenance::routes())
         .merge(health::routes())
         .merge(vhosts::routes())
         .merge(users::routes())

@@ -302,16 +302,24 @@
       ["Maintenance", (n) => (n.being_drained ? pill("draining", "bad") : "")],
       ["AMQP", (n) => n.amqp_addr],
       ["Cluster address", (n) => n.cluster_addr],
+      ["", (n) => (!n.running ? "" : n.being_drained
+        ? button("Revive", () => act(() => api("POST", `/api/nodes/${enc(n.name)}/revive`),
+          `Node ${n.name} revived.`))
+        : button("Drain", () => confirm(`Drain node ${n.name}? It hands its queue leaderships over and takes no new ones.`) &&
+          act(() => api("POST", `/api/nodes/${enc(n.name)}/drain`),
+            (r) => `Node ${n.name} drained: ${r.moved} leaderships moved, ${r.kept} kept.`), "danger"))],
     ], ns);
   }
 
   function nodesPage(main) {
     const list = h("div");
     append(main, h("h1", {}, "Cluster"), list,
+      h("p", {},
+        button("Rebalance queue leaders", () => act(() => api("POST", "/api/rebalance/queues"),
+          "Rebalance started: quorum queue leaders are spread over their members."))),
       h("p", { class: "muted" },
-        "Uptime, memory and disk are reported by the node this page talks to. Drain, revive and ",
-        "rebalance are not in the HTTP API yet: use ", h("code", {}, "quorumqctl --node HOST:PORT drain"),
-        ", ", h("code", {}, "revive"), " and ", h("code", {}, "rebalance quorum"), "."));
+        "Uptime, memory and disk are reported by the node this page talks to. Drain puts a node ",
+        "into maintenance mode (as ", h("code", {}, "rabbitmq-upgrade drain"), "); revive ends it."));
     return async () => {
       const [ns, qs] = await Promise.all([get("/api/nodes"), get("/api/queues?columns=leader,members")]);
       fill(list, nodesTable(ns, qs));
