@@ -127,6 +127,13 @@ def test_publish_get_and_purge_through_the_queue_page(page, console, amqp):
         page.evaluate("document.querySelector('#flash').hidden = true")
     eventually("2 in the queue", lambda: depth(ch, q) == 2)
     page.wait_for_function("document.querySelector('#q-ready').textContent === '2'")
+    # Its Raft members, with lag behind the leader (one node here: the leader, lag 0).
+    members = page.locator("#queue-members tbody tr")
+    members.first.wait_for()
+    row = members.first.inner_text()
+    assert "quorumq@1" in row and "leader" in row, row
+    status, qs = api("GET", f"/api/queues/%2F/{q}/quorum-status")
+    assert status == 200 and qs["members"][0]["lag"] == 0, qs
 
     # Get with the default ack mode (nack, requeue): seen, and still in the queue.
     page.click("#get-form button[type=submit]")

@@ -447,6 +447,7 @@
     const details = h("div", { id: "queue-details" });
     const rates = h("div"), queued = h("div");
     const consumers = h("div"), bindings = h("div");
+    const raftMembers = h("div", { id: "queue-members" });
     const dl = h("div", { id: "dead-letters" });
     const redriveResult = h("div", { id: "redrive-result" });
     const getResult = h("div");
@@ -481,6 +482,7 @@
       h("div", { class: "cols" },
         h("section", {}, h("h2", {}, "Details"), details),
         h("section", {}, h("h2", {}, "Queued messages"), queued)),
+      h("section", {}, h("h2", {}, "Members"), raftMembers),
       h("div", { class: "cols" },
         h("section", {}, h("h2", {}, "Message rates"), rates),
         h("section", {}, h("h2", {}, "Consumers"), consumers)),
@@ -545,9 +547,21 @@
         }, "danger")));
     loadDeadLetters();
     return async () => {
-      const [q, cs, bs] = await Promise.all([
-        get(base), get(`/api/consumers/${enc(vhost)}`), get(`/api/bindings/${enc(vhost)}`),
+      const [q, cs, bs, qs] = await Promise.all([
+        get(base), get(`/api/consumers/${enc(vhost)}`), get(`${base}/bindings`),
+        get(`${base}/quorum-status`).catch((e) => ({ error: e.message })),
       ]);
+      fill(raftMembers, qs.error ? h("p", { class: "muted" }, `Raft status: ${qs.error}`) : table([
+        ["Node", (m) => `quorumq@${m.node}`],
+        ["Raft state", (m) => pill(m.raft_state, m.raft_state === "leader" || m.raft_state === "follower" ? "good" : "bad")],
+        ["Online", (m) => String(m.online)],
+        ["Term", (m) => (m.term === null ? "" : num(m.term)), "n"],
+        ["Last log index", (m) => (m.last_log_index === null ? "" : num(m.last_log_index)), "n"],
+        ["Last applied", (m) => (m.last_applied === null ? "" : num(m.last_applied)), "n"],
+        ["Match index", (m) => (m.match_index === null ? "" : num(m.match_index)), "n"],
+        ["Lag (entries)", (m) => (m.lag === null ? "" : num(m.lag)), "n"],
+        ["Last contact", (m) => (m.last_contact_ms === null ? "" : `${num(m.last_contact_ms)} ms`), "n"],
+      ], qs.members || [], "No members."));
       const online = new Set(q.online || []);
       fill(details, kv([
         ["Type", q.type], ["State", q.state === "running" ? pill("running", "good") : pill(q.state, "bad")],
