@@ -51,9 +51,12 @@ pub struct StoreOptions {
 /// may be acknowledged; on restart the WAL is replayed from disk and a torn tail is cut, and
 /// the other replicas hold every committed entry. A full disk therefore stops the node (as etcd
 /// does) instead of leaving it up with dead Raft groups that still route publishes.
+///
+/// The error names the operation and the file (`fdatasync <dir>/wal/<id>.wal: Input/output
+/// error (os error 5)`); a WAL segment that cannot be read back is fatal the same way.
 pub fn fail_stop(e: &std::io::Error) {
-    tracing::error!(error = %e, "raft-log write or sync failed: stopping the process (fail-stop)");
-    eprintln!("raft-log write or sync failed: {e}; stopping the process (fail-stop)");
+    tracing::error!(error = %e, "raft-log disk I/O failed: stopping the process (fail-stop)");
+    eprintln!("raft-log disk I/O failed: {e}; stopping the process (fail-stop, exit status 70)");
     std::process::exit(70);
 }
 
