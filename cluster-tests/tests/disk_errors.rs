@@ -389,11 +389,15 @@ async fn run() -> anyhow::Result<()> {
         .wait_queue_leader(1, &q3, Duration::from_secs(30))
         .await?;
     assert_ne!(leader, 3);
-    wait_for(RESUME_BOUND, "confirms to resume on every queue", || async {
-        seen[..3]
-            .iter()
-            .all(|s| s.lock().unwrap().since(exited) >= RESUMED)
-    })
+    wait_for(
+        RESUME_BOUND,
+        "confirms to resume on every queue",
+        || async {
+            seen[..3]
+                .iter()
+                .all(|s| s.lock().unwrap().since(exited) >= RESUMED)
+        },
+    )
     .await?;
     let resumed = Instant::now();
     println!(
@@ -404,9 +408,13 @@ async fn run() -> anyhow::Result<()> {
     for t in tasks {
         t.await?;
     }
-    let confirmed: Vec<BTreeSet<u64>> = seen.iter().map(|s| s.lock().unwrap().ids.clone()).collect();
+    let confirmed: Vec<BTreeSet<u64>> =
+        seen.iter().map(|s| s.lock().unwrap().ids.clone()).collect();
     let by_node3 = confirmed[3].len();
-    ensure!(by_node3 > 0, "node 3 confirmed nothing before its disk failed");
+    ensure!(
+        by_node3 > 0,
+        "node 3 confirmed nothing before its disk failed"
+    );
     // Every confirmed message, node 3's confirms included, from the survivors.
     let published_by = |p: &[usize]| {
         let tops: Vec<(u64, u64)> = p
@@ -420,7 +428,10 @@ async fn run() -> anyhow::Result<()> {
     };
     let mut delivered = 0;
     for (qi, pubs) in [(0usize, vec![0usize]), (1, vec![1]), (2, vec![2, 3])] {
-        let want: BTreeSet<u64> = pubs.iter().flat_map(|&p| confirmed[p].iter().copied()).collect();
+        let want: BTreeSet<u64> = pubs
+            .iter()
+            .flat_map(|&p| confirmed[p].iter().copied())
+            .collect();
         let via = if qi == 1 { 2 } else { 1 };
         delivered += check_queue(&cluster, via, &qs[qi], &want, &published_by(&pubs)).await?;
     }
@@ -434,7 +445,10 @@ async fn run() -> anyhow::Result<()> {
     fs.switch(".powerfs-eio-read=.wal")?;
     let log3_before = cluster.log_tail(3, u64::MAX).len();
     let refused = cluster.restart(3).await;
-    ensure!(refused.is_err(), "node 3 started on unreadable WAL segments");
+    ensure!(
+        refused.is_err(),
+        "node 3 started on unreadable WAL segments"
+    );
     let status = cluster.exit_status(3);
     let log3 = log_since(&cluster, 3, log3_before);
     assert!(
@@ -447,18 +461,30 @@ async fn run() -> anyhow::Result<()> {
         .find(|l| l.contains("corrupt at offset"))
         .with_context(|| format!("no corruption error in node 3's log:\n{log3}"))?;
     assert!(
-        line.contains(".wal") && line.contains("cannot read") && line.contains("--wal-truncate-at "),
+        line.contains(".wal")
+            && line.contains("cannot read")
+            && line.contains("--wal-truncate-at "),
         "the refusal names the segment, the read error and the repair: {line}"
     );
-    println!("node 3 refused to start ({status:?}): {}", &line[..line.len().min(400)]);
+    println!(
+        "node 3 refused to start ({status:?}): {}",
+        &line[..line.len().min(400)]
+    );
 
-    // 3. Healed: node 3 starts, rejoins and catches up.
+    // 3. Healed: node 3 starts (snapshotting often from now on, for step 4), rejoins and
+    // catches up.
     fs.switch(".powerfs-heal")?;
     let healed = Instant::now();
-    cluster.restart(3).await?;
-    println!("node 3 restarted on the healed disk in {:.0?}", healed.elapsed());
+    cluster
+        .restart_with(3, &["--snapshot-interval", "64"])
+        .await?;
+    println!(
+        "node 3 restarted on the healed disk in {:.0?}",
+        healed.elapsed()
+    );
     let conn = connect(&cluster.uri(1)).await?;
     let ch = confirm_channel(&conn).await?;
+    // Batch b's i-th message to queue qi: id (b << 32) | (qi << 24) | i.
     let mut after: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); 3];
     for i in 0..100u64 {
         for (qi, q) in qs.iter().enumerate() {
@@ -467,31 +493,62 @@ async fn run() -> anyhow::Result<()> {
             after[qi].insert(id);
         }
     }
-    let _ = conn.close(200, "done".into()).await;
-    for q in &qs {
-        wait_for(
-            Duration::from_secs(30),
-            &format!("node 3 online in {q}"),
-            || async {
-                cluster
-                    .queue_view(2, q)
-                    .await
-                    .is_ok_and(|v| v.online.contains(&3) && v.members.contains(&3))
-            },
-        )
-        .await?;
+    wait_online(&cluster, &qs).await?;
+
+    // 4. Snapshot files cannot be written (the WAL can): node 3 stops at its next snapshot.
+    let log3_before = cluster.log_tail(3, u64::MAX).len();
+    fs.switch(".powerfs-eio-write=snapshots")?;
+    let injected = Instant::now();
+    let mut i = 0u64;
+    while cluster.pid(3).is_some() {
+        ensure!(
+            injected.elapsed() < Duration::from_secs(60),
+            "node 3 still runs 60 s after its snapshots started failing ({i} publishes per queue)"
+        );
+        for (qi, q) in qs.iter().enumerate() {
+            let id = (10 << 32) | ((qi as u64) << 24) | i;
+            retry_publish(&ch, q, id).await?;
+            after[qi].insert(id);
+        }
+        i += 1;
     }
+    let _ = conn.close(200, "done".into()).await;
+    let status = cluster.exit_status(3);
+    println!(
+        "node 3 exited {:.0?} after the snapshot write fault ({i} publishes per queue): {status:?}",
+        injected.elapsed()
+    );
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(70),
+        "fail-stop exit status"
+    );
+    let log3 = log_since(&cluster, 3, log3_before);
+    let fatal = log3
+        .lines()
+        .find(|l| l.contains("stopping the process (fail-stop"))
+        .with_context(|| format!("no fail-stop line in node 3's log:\n{log3}"))?;
+    println!("node 3: {fatal}");
+    assert!(
+        fatal.contains("os error 5") && fatal.contains("/node-3/raft/snapshots/"),
+        "the fail-stop line names the snapshot file and the error: {fatal}"
+    );
+    fs.switch(".powerfs-heal")?;
+    cluster.restart(3).await?;
+    wait_online(&cluster, &qs).await?;
+
     // Without node 1, every queue needs node 3 for a majority.
     cluster.kill9(1);
     for (qi, q) in qs.iter().enumerate() {
-        let want = &after[qi];
-        let tag = (9 << 32) | ((qi as u64) << 24);
         // Phase 1's unconfirmed publishes may still surface (committed by the new leader).
-        let published = |id: u64| id & !0xff_ffff == tag || (1..=4).contains(&(id >> 32));
-        check_queue(&cluster, 2, q, want, &published).await?;
+        let published = |id: u64| {
+            (matches!(id >> 32, 9 | 10) && (id >> 24) & 0xff == qi as u64)
+                || (1..=4).contains(&(id >> 32))
+        };
+        check_queue(&cluster, 2, q, &after[qi], &published).await?;
     }
     println!(
-        "node 3 rejoined: {} messages confirmed after its restart delivered by nodes 2 and 3; \
+        "node 3 rejoined: {} messages confirmed after its restarts delivered by nodes 2 and 3; \
          run {:.0?}",
         after.iter().map(|a| a.len()).sum::<usize>(),
         started.elapsed()
@@ -506,6 +563,24 @@ async fn run() -> anyhow::Result<()> {
         fs_log.contains("injected errors") && fs_log.contains("fault: fsync answers EIO"),
         "powerfs log: {fs_log}"
     );
+    Ok(())
+}
+
+/// Waits (≤ 30 s) until node 2 lists node 3 as a running member of every queue in `qs`.
+async fn wait_online(cluster: &Cluster, qs: &[String]) -> anyhow::Result<()> {
+    for q in qs {
+        wait_for(
+            Duration::from_secs(30),
+            &format!("node 3 online in {q}"),
+            || async {
+                cluster
+                    .queue_view(2, q)
+                    .await
+                    .is_ok_and(|v| v.online.contains(&3) && v.members.contains(&3))
+            },
+        )
+        .await?;
+    }
     Ok(())
 }
 

@@ -433,7 +433,11 @@ fn powerfs_injects_media_errors_on_demand() -> anyhow::Result<()> {
     // Healed, a retried fsync succeeds, but the dropped write is not on the platters.
     switch(&m, ".powerfs-heal");
     seg.sync_data()?;
-    assert_eq!(fs::read(b.join("wal/1.wal"))?, pattern(1, 4096), "fsyncgate");
+    assert_eq!(
+        fs::read(b.join("wal/1.wal"))?,
+        pattern(1, 4096),
+        "fsyncgate"
+    );
 
     // Write fault on every path: writes and namespace changes fail and change nothing.
     switch(&m, ".powerfs-eio-write");
@@ -459,12 +463,21 @@ fn powerfs_injects_media_errors_on_demand() -> anyhow::Result<()> {
     seg.write_all_at(&pattern(5, 512), 512)?;
     seg.sync_data()?;
     switch(&m, ".powerfs-heal");
-    assert_eq!(fs::read(m.join("wal/1.wal"))?[512..1024], pattern(5, 512)[..]);
+    assert_eq!(
+        fs::read(m.join("wal/1.wal"))?[512..1024],
+        pattern(5, 512)[..]
+    );
 
     drop((seg, other));
     let err = fs_.unmount()?;
-    assert!(err.contains("fault: fsync answers EIO on paths containing \"wal\""), "{err}");
-    assert!(err.contains("fault: reads answer EIO on paths containing \".wal\""), "{err}");
+    assert!(
+        err.contains("fault: fsync answers EIO on paths containing \"wal\""),
+        "{err}"
+    );
+    assert!(
+        err.contains("fault: reads answer EIO on paths containing \".wal\""),
+        "{err}"
+    );
     // fsync ×2, write ×2, create, mkdir, rename, unlink, truncate, fsync, read.
     assert!(err.contains(", 11 injected errors"), "{err}");
     Ok(())

@@ -479,11 +479,7 @@ impl State {
                             let at = payload.len();
                             payload.resize(at + s.len as usize, 0);
                             file.read_exact_at(&mut payload[at..], s.at).map_err(|e| {
-                                StoreError::Flush(super::on_file(
-                                    "read",
-                                    &seg_path(dir, s.seg),
-                                    e,
-                                ))
+                                StoreError::Flush(super::on_file("read", &seg_path(dir, s.seg), e))
                             })?;
                         }
                     }
