@@ -440,6 +440,32 @@ async fn run() -> anyhow::Result<()> {
         confirmed.iter().map(|c| c.len()).sum::<usize>()
     );
 
+    // Still failing its fsyncs, node 3 refuses to start, naming what failed.
+    let log3_before = cluster.log_tail(3, u64::MAX).len();
+    ensure!(
+        cluster.restart(3).await.is_err(),
+        "node 3 started on a disk whose fsyncs fail"
+    );
+    let status = cluster.exit_status(3);
+    let log3 = log_since(&cluster, 3, log3_before);
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "refusal exits non-zero: {status:?}"
+    );
+    assert!(!log3.contains("panicked"), "node 3 panicked:\n{log3}");
+    let line = log3
+        .lines()
+        .find(|l| l.contains("os error 5"))
+        .with_context(|| format!("no I/O error in node 3's log:\n{log3}"))?;
+    assert!(
+        line.contains("/node-3/"),
+        "the refusal names the file: {line}"
+    );
+    println!(
+        "node 3 refused to start on failing fsyncs ({status:?}): {}",
+        line.trim()
+    );
+
     // 2. Reads of the WAL's segments fail: node 3 refuses to start, like on corruption.
     fs.switch(".powerfs-heal")?;
     fs.switch(".powerfs-eio-read=.wal")?;

@@ -343,16 +343,24 @@ impl SnapshotStore {
 }
 
 /// `fsync`s every file under `dir`, then the directories themselves (new files' entries).
+///
+/// Errors: the first failure, naming the file or directory.
 pub(crate) fn sync_tree(dir: &Path) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
+    use crate::wal::on_file;
+    let list = std::fs::read_dir(dir).map_err(|e| on_file("listing", dir, e))?;
+    for entry in list {
+        let path = entry.map_err(|e| on_file("listing", dir, e))?.path();
         if path.is_dir() {
             sync_tree(&path)?;
         } else {
-            std::fs::File::open(&path)?.sync_all()?;
+            std::fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| on_file("fsync", &path, e))?;
         }
     }
-    std::fs::File::open(dir)?.sync_all()
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| on_file("fsync of the directory", dir, e))
 }
 
 #[cfg(test)]
