@@ -491,10 +491,13 @@ fn read_segment(dir: &Path, id: u64) -> Result<Vec<u8>, StoreError> {
 const READ_PIECE: usize = 1 << 20;
 const READ_SECTOR: usize = 4096;
 
-/// The bytes of the file at `path` up to the first that the disk cannot read, and, if it
-/// stopped there, that offset (a multiple of 4 KiB) with the read's error (`EIO`: a media
-/// error). Errors: the file cannot be opened or sized.
-fn read_readable(path: &Path) -> io::Result<(Vec<u8>, Option<(u64, io::Error)>)> {
+/// Where a file stopped being readable: the offset (a multiple of 4 KiB) and the read's
+/// error (`EIO`: a media error).
+type Unreadable = Option<(u64, io::Error)>;
+
+/// The bytes of the file at `path` up to the first that the disk cannot read, and where it
+/// stopped, if it did. Errors: the file cannot be opened or sized.
+fn read_readable(path: &Path) -> io::Result<(Vec<u8>, Unreadable)> {
     let f = File::open(path)?;
     let len = f.metadata()?.len() as usize;
     let mut bytes = vec![0u8; len];
