@@ -17,8 +17,14 @@
 //! 2. the fsync fault is healed and reads of WAL segments fail instead: node 3 refuses to
 //!    start, naming the segment and offset and the `--wal-truncate-at` repair as for a
 //!    damaged record (`wal_corruption.rs`), without a panic;
-//! 3. the disk is healed: node 3 starts and rejoins; with node 1 then killed, nodes 2 and 3
-//!    (a majority only with node 3) deliver every message confirmed after the restart.
+//!    Before that, still failing its fsyncs, node 3 refuses to start naming the file;
+//! 3. the disk is healed: node 3 starts and rejoins;
+//! 4. writes of node 3's `snapshots/` fail: node 3 stops at its next snapshot (status 70,
+//!    naming the file); healed, it rejoins; with node 1 then killed, nodes 2 and 3 (a
+//!    majority only with node 3) deliver every message confirmed after its restarts;
+//! 5. reads of node 3's WAL fail while it runs: a queue it leads took 10 MiB while node 1
+//!    was down, so node 1's return makes it read entries the WAL no longer caches; it stops
+//!    (status 70, naming the segment), and healed, every message of that queue is there.
 //!
 //! Needs root and `/dev/fuse` (it mounts powerfs), as CI has; without them it fails rather
 //! than passing having run nothing.
@@ -585,6 +591,76 @@ async fn run() -> anyhow::Result<()> {
         after.iter().map(|a| a.len()).sum::<usize>(),
         started.elapsed()
     );
+
+    // 5. A WAL entry node 3 cannot read back while it runs: a queue it leads takes 10 MiB
+    // while node 1 is down (past the WAL's 8 MiB read cache per group); with reads of the
+    // WAL failing, node 1's return makes node 3 read the oldest entries from disk.
+    let q4 = unique("diskerr.q4");
+    let (c4, ch4) = cluster.quorum_queue_led_by(3, &q4).await?;
+    let big = |i: u64| {
+        let mut b = vec![(i % 251) as u8; 256 << 10];
+        b[..8].copy_from_slice(&i.to_be_bytes());
+        b
+    };
+    for i in 0..40u64 {
+        publish_confirmed(
+            &ch4,
+            "",
+            &q4,
+            &big(i),
+            BasicProperties::default().with_delivery_mode(2),
+        )
+        .await?;
+    }
+    let _ = c4.close(200, "done".into()).await;
+    let log3_before = cluster.log_tail(3, u64::MAX).len();
+    fs.switch(".powerfs-eio-read=.wal")?;
+    let injected = Instant::now();
+    cluster.restart(1).await?;
+    wait_for(
+        Duration::from_secs(30),
+        "node 3 to stop when it cannot read its WAL",
+        || async { cluster.pid(3).is_none() },
+    )
+    .await?;
+    let status = cluster.exit_status(3);
+    println!(
+        "node 3 exited {:.0?} after its WAL reads started failing: {status:?}",
+        injected.elapsed()
+    );
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(70),
+        "fail-stop exit status"
+    );
+    let log3 = log_since(&cluster, 3, log3_before);
+    let fatal = log3
+        .lines()
+        .find(|l| l.contains("stopping the process (fail-stop"))
+        .with_context(|| format!("no fail-stop line in node 3's log:\n{log3}"))?;
+    println!("node 3: {fatal}");
+    assert!(
+        fatal.contains("read of") && fatal.contains(".wal") && fatal.contains("os error 5"),
+        "the fail-stop line names the segment and the error: {fatal}"
+    );
+    fs.switch(".powerfs-heal")?;
+    cluster.restart(3).await?;
+    let conn = connect(&cluster.uri(1)).await?;
+    let (_ch, mut consumer) = open_consumer(&conn, &q4, 100).await?;
+    let got = consume_n(&mut consumer, 40, Duration::from_secs(60)).await?;
+    let mut ids = BTreeSet::new();
+    for d in &got {
+        let i = u64::from_be_bytes(d.data[..8].try_into()?);
+        assert!(d.data == big(i), "body {i} of {q4} damaged");
+        ids.insert(i);
+    }
+    assert_eq!(
+        ids,
+        (0..40).collect(),
+        "every confirmed message of {q4}, once"
+    );
+    println!("{q4}: 40 confirmed, 40 delivered after node 3's read fail-stop");
+
     for id in cluster.ids() {
         cluster.kill9(id);
     }
