@@ -645,9 +645,12 @@ async fn run() -> anyhow::Result<()> {
     );
     fs.switch(".powerfs-heal")?;
     cluster.restart(3).await?;
-    let conn = connect(&cluster.uri(1)).await?;
-    let (_ch, mut consumer) = open_consumer(&conn, &q4, 100).await?;
-    let got = consume_n(&mut consumer, 40, Duration::from_secs(60)).await?;
+    let conn = connect(&cluster.uri(2)).await?;
+    let got = cluster_tests::cluster::retry(Duration::from_secs(30), "consuming q4", || async {
+        let (_ch, mut consumer) = open_consumer(&conn, &q4, 100).await?;
+        consume_n(&mut consumer, 40, Duration::from_secs(30)).await
+    })
+    .await?;
     let mut ids = BTreeSet::new();
     for d in &got {
         let i = u64::from_be_bytes(d.data[..8].try_into()?);
