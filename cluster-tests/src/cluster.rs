@@ -133,6 +133,8 @@ struct Proc {
     stopped: bool,
     /// Flags added to the node's command line ([`Cluster::restart_with`]).
     extra_args: Vec<String>,
+    /// How the last process that exited on its own ended (not set by [`Cluster::kill9`]).
+    exited: Option<std::process::ExitStatus>,
 }
 
 impl Cluster {
@@ -387,6 +389,7 @@ impl Cluster {
         p.child = Some(child);
         p.launched_at = launched_at;
         p.stopped = false;
+        p.exited = None;
         Ok(())
     }
 
@@ -404,6 +407,7 @@ impl Cluster {
             match p.child.as_mut().map(|c| c.try_wait()) {
                 Some(Ok(Some(status))) => {
                     p.child = None;
+                    p.exited = Some(status);
                     Some(status.to_string())
                 }
                 None => Some("no process".to_string()),
@@ -422,6 +426,17 @@ impl Cluster {
         let mut p = self.proc(id);
         reap(&mut p);
         p.child.as_ref().map(|c| c.id())
+    }
+
+    /// How node `id`'s process ended when it exited on its own (a crash, a fail-stop), once
+    /// it has: `None` while it runs, and after [`Cluster::kill9`] or a restart.
+    pub fn exit_status(&self, id: u64) -> Option<std::process::ExitStatus> {
+        let mut p = self.proc(id);
+        reap(&mut p);
+        if p.child.is_some() {
+            return None;
+        }
+        p.exited
     }
 
     /// True when node `id`'s process is alive and not SIGSTOPped.
@@ -443,6 +458,7 @@ impl Cluster {
             // SIGKILL also ends a SIGSTOPped process.
             let _ = child.kill();
             let _ = child.wait();
+            p.exited = None;
         }
         p.stopped = false;
     }
@@ -468,6 +484,7 @@ impl Cluster {
                     None => return Ok(()),
                     Some(Ok(Some(status))) => {
                         p.child = None;
+                        p.exited = Some(status);
                         if !status.success() {
                             bail!("node {id} exited with {status} after SIGTERM");
                         }
@@ -634,9 +651,10 @@ impl Drop for Cluster {
     }
 }
 
-/// Reaps an exited child so later checks see it gone.
+/// Reaps an exited child so later checks see it gone (keeping its exit status).
 fn reap(p: &mut Proc) {
     if let Some(Ok(Some(_)) | Err(_)) = p.child.as_mut().map(|c| c.try_wait()) {
+        p.exited = p.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
         p.child = None;
         p.stopped = false;
     }

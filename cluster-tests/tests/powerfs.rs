@@ -366,3 +366,119 @@ fn powerfs_keeps_what_was_synced_and_tears_the_rest() -> anyhow::Result<()> {
     assert!(b.join("dirB").is_dir());
     Ok(())
 }
+
+/// Looks up a powerfs control name in the mount root; powerfs answers `ENOENT` once it
+/// switched the fault.
+fn switch(m: &Path, control: &str) {
+    match fs::metadata(m.join(control)) {
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        other => panic!("control {control}: {other:?}"),
+    }
+}
+
+fn assert_fault<T: std::fmt::Debug>(what: &str, r: std::io::Result<T>) {
+    match r {
+        Ok(v) => panic!("{what} under the fault: succeeded ({v:?})"),
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EIO), "{what}: {e}"),
+    }
+}
+
+/// Injected media errors (issue 32 item 4): fsync faults drop the dirty data and fail the
+/// fsync (a later one, healed, succeeds without it: fsyncgate), write faults refuse writes
+/// and namespace changes, read faults refuse reads; each limited to paths containing a
+/// substring; `.powerfs-heal` turns them off; other files and operations are untouched.
+#[test]
+fn powerfs_injects_media_errors_on_demand() -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("this test mounts a FUSE file system (powerfs) and needs root");
+    }
+    let backing_dir = tempfile::Builder::new()
+        .prefix("powerfs-backing-")
+        .tempdir()?;
+    let mnt_dir = tempfile::Builder::new().prefix("powerfs-mnt-").tempdir()?;
+    let b = backing_dir.path().to_path_buf();
+    let m = mnt_dir.path().to_path_buf();
+    let fs_ = Mounted::start(&b, &m)?;
+    fs::create_dir(m.join("wal"))?;
+    let mut seg = File::create(m.join("wal/1.wal"))?;
+    let mut other = File::create(m.join("other.bin"))?;
+    seg.write_all(&pattern(1, 4096))?;
+    seg.sync_all()?;
+    other.write_all(&pattern(2, 4096))?;
+    other.sync_all()?;
+    fsync_dir(&m)?;
+    fsync_dir(&m.join("wal"))?;
+
+    // An unknown control name is refused.
+    match fs::metadata(m.join(".powerfs-eio-sometimes")) {
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}"),
+        Ok(_) => bail!("an unknown control name was accepted"),
+    }
+
+    // fsync fault on "wal": writes land, the fsync fails and drops them; other files sync.
+    switch(&m, ".powerfs-eio-fsync=wal");
+    seg.write_all_at(&pattern(3, 512), 0)?;
+    assert_eq!(fs::read(m.join("wal/1.wal"))?[..512], pattern(3, 512)[..]);
+    assert_fault("fsync of a WAL file", seg.sync_data());
+    assert_fault("fsync of the WAL directory", fsync_dir(&m.join("wal")));
+    assert_eq!(
+        fs::read(m.join("wal/1.wal"))?,
+        pattern(1, 4096),
+        "the failed fsync dropped the dirty data"
+    );
+    other.write_all_at(&pattern(4, 512), 0)?;
+    other.sync_data()?;
+    assert_eq!(fs::read(b.join("other.bin"))?[..512], pattern(4, 512)[..]);
+    // Healed, a retried fsync succeeds, but the dropped write is not on the platters.
+    switch(&m, ".powerfs-heal");
+    seg.sync_data()?;
+    assert_eq!(
+        fs::read(b.join("wal/1.wal"))?,
+        pattern(1, 4096),
+        "fsyncgate"
+    );
+
+    // Write fault on every path: writes and namespace changes fail and change nothing.
+    switch(&m, ".powerfs-eio-write");
+    assert_fault("write", seg.write_all_at(b"x", 0));
+    assert_fault("write elsewhere", other.write_all_at(b"x", 0));
+    assert_fault("create", File::create(m.join("new.bin")));
+    assert_fault("mkdir", fs::create_dir(m.join("new.d")));
+    assert_fault("rename", fs::rename(m.join("other.bin"), m.join("o2.bin")));
+    assert_fault("unlink", fs::remove_file(m.join("other.bin")));
+    assert_fault("truncate", other.set_len(10));
+    assert_fault("fsync", other.sync_all());
+    assert!(!b.join("new.bin").exists() && b.join("other.bin").exists());
+    assert_eq!(fs::metadata(m.join("other.bin"))?.len(), 4096);
+    // Reads still work.
+    assert_eq!(fs::read(m.join("wal/1.wal"))?, pattern(1, 4096));
+    switch(&m, ".powerfs-heal");
+
+    // Read fault on ".wal": reading a segment fails, stat and other files work.
+    switch(&m, ".powerfs-eio-read=.wal");
+    assert_fault("read of a segment", fs::read(m.join("wal/1.wal")));
+    assert_eq!(fs::metadata(m.join("wal/1.wal"))?.len(), 4096);
+    assert_eq!(fs::read(m.join("other.bin"))?[..512], pattern(4, 512)[..]);
+    seg.write_all_at(&pattern(5, 512), 512)?;
+    seg.sync_data()?;
+    switch(&m, ".powerfs-heal");
+    assert_eq!(
+        fs::read(m.join("wal/1.wal"))?[512..1024],
+        pattern(5, 512)[..]
+    );
+
+    drop((seg, other));
+    let err = fs_.unmount()?;
+    assert!(
+        err.contains("fault: fsync answers EIO on paths containing \"wal\""),
+        "{err}"
+    );
+    assert!(
+        err.contains("fault: reads answer EIO on paths containing \".wal\""),
+        "{err}"
+    );
+    // fsync ×2, write ×2, create, mkdir, rename, unlink, truncate, fsync, read.
+    assert!(err.contains(", 11 injected errors"), "{err}");
+    Ok(())
+}

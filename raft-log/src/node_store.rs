@@ -51,9 +51,12 @@ pub struct StoreOptions {
 /// may be acknowledged; on restart the WAL is replayed from disk and a torn tail is cut, and
 /// the other replicas hold every committed entry. A full disk therefore stops the node (as etcd
 /// does) instead of leaving it up with dead Raft groups that still route publishes.
+///
+/// The error names the operation and the file (`fdatasync <dir>/wal/<id>.wal: Input/output
+/// error (os error 5)`); a WAL segment that cannot be read back is fatal the same way.
 pub fn fail_stop(e: &std::io::Error) {
-    tracing::error!(error = %e, "raft-log write or sync failed: stopping the process (fail-stop)");
-    eprintln!("raft-log write or sync failed: {e}; stopping the process (fail-stop)");
+    tracing::error!(error = %e, "raft-log disk I/O failed: stopping the process (fail-stop)");
+    eprintln!("raft-log disk I/O failed: {e}; stopping the process (fail-stop, exit status 70)");
     std::process::exit(70);
 }
 
@@ -147,17 +150,24 @@ impl NodeStore {
         let db = sled::Config::new()
             .path(dir.join("sled"))
             .cache_capacity(opts.sled_cache_bytes)
-            .open()?;
+            .open()
+            .map_err(|e| match e {
+                sled::Error::Io(io) => {
+                    sled::Error::Io(crate::wal::on_file("opening", &dir.join("sled"), io))
+                }
+                e => e,
+            })?;
         // sled creates its files without syncing them or their directory: a power loss
         // before the first snapshot could leave no sled files at all.
         let snap_dir = Arc::new(dir.join("snapshots"));
-        std::fs::create_dir_all(snap_dir.as_ref()).map_err(StoreError::Flush)?;
+        std::fs::create_dir_all(snap_dir.as_ref())
+            .map_err(|e| StoreError::Flush(crate::wal::on_file("creating", &snap_dir, e)))?;
         // Their entries, and this directory's in its parent, too.
         crate::snapshot::sync_tree(&dir.join("sled")).map_err(StoreError::Flush)?;
         for d in [Some(dir), dir.parent()].into_iter().flatten() {
             std::fs::File::open(d)
                 .and_then(|f| f.sync_all())
-                .map_err(StoreError::Flush)?;
+                .map_err(|e| StoreError::Flush(crate::wal::on_file("fsync of", d, e)))?;
         }
         let wal = Arc::new(Wal::open(
             &dir.join("wal"),

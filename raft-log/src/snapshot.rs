@@ -165,17 +165,22 @@ fn decode_file<'a>(path: &Path, bytes: &'a [u8]) -> Result<(&'a [u8], &'a [u8]),
 /// Writes `bytes` as `dir/name` atomically and durably: a temporary file written and
 /// `fsync`ed, renamed over `name`, then the directory `fsync`ed (the rename's entry). After a
 /// crash at any point the file holds the old snapshot or the new one, never a mix.
+///
+/// Errors: the first failure, naming what failed on which file.
 fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use crate::wal::on_file;
     use std::io::Write;
     let path = dir.join(name);
     let tmp = dir.join(format!("{name}.tmp"));
     {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
+        let mut f = std::fs::File::create(&tmp).map_err(|e| on_file("creating", &tmp, e))?;
+        f.write_all(bytes).map_err(|e| on_file("write", &tmp, e))?;
+        f.sync_all().map_err(|e| on_file("fsync", &tmp, e))?;
     }
-    std::fs::rename(&tmp, &path)?;
-    std::fs::File::open(dir)?.sync_all()
+    std::fs::rename(&tmp, &path).map_err(|e| on_file("rename to", &path, e))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| on_file("fsync of the directory", dir, e))
 }
 
 /// The persisted current snapshot of one group: the file `<group>.snap` in the node's snapshot
@@ -237,7 +242,8 @@ impl SnapshotStore {
     }
 
     /// The stored snapshot meta and bytes, if any. Errors: [`StoreError::Corrupt`] naming the
-    /// file for a damaged snapshot file, [`StoreError::Flush`] for I/O, decode errors.
+    /// file for a damaged snapshot file or one the disk cannot read (a media error is
+    /// reported like damage), decode errors, sled errors.
     pub(crate) fn load<NID: NodeId, N: openraft::Node>(
         &self,
     ) -> Result<Option<StoredSnapshot<NID, N>>, StoreError> {
@@ -256,7 +262,10 @@ impl SnapshotStore {
                 };
                 Ok(Some((codec::decode(&meta)?, data.to_vec())))
             }
-            Err(e) => Err(StoreError::Flush(e)),
+            Err(e) => Err(StoreError::corrupt(format!(
+                "snapshot file {} cannot be read: {e}",
+                path.display()
+            ))),
         }
     }
 
@@ -334,16 +343,24 @@ impl SnapshotStore {
 }
 
 /// `fsync`s every file under `dir`, then the directories themselves (new files' entries).
+///
+/// Errors: the first failure, naming the file or directory.
 pub(crate) fn sync_tree(dir: &Path) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
+    use crate::wal::on_file;
+    let list = std::fs::read_dir(dir).map_err(|e| on_file("listing", dir, e))?;
+    for entry in list {
+        let path = entry.map_err(|e| on_file("listing", dir, e))?.path();
         if path.is_dir() {
             sync_tree(&path)?;
         } else {
-            std::fs::File::open(&path)?.sync_all()?;
+            std::fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| on_file("fsync", &path, e))?;
         }
     }
-    std::fs::File::open(dir)?.sync_all()
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| on_file("fsync of the directory", dir, e))
 }
 
 #[cfg(test)]

@@ -42,6 +42,29 @@
 //!   to stderr, and from then on answers every request with `EIO` (the
 //!   triggering lookup/open/create included) until it is unmounted.
 //!
+//! * **Media errors** (switched on and off at run time, like the crash, by
+//!   looking up, opening or creating a control name in the mount root; the
+//!   request answers `ENOENT` once the switch is made, `EINVAL` for an
+//!   unknown `.powerfs-` name). `NAME=SUBSTR` limits the fault to paths
+//!   (relative to the mount root) that contain `SUBSTR`, e.g.
+//!   `.powerfs-eio-write=wal`; without `=` it covers every path.
+//!   - [`EIO_FSYNC`] (`.powerfs-eio-fsync`): `fsync`/`fdatasync` of a matching
+//!     file and `fsync` of a matching directory answer `EIO`. The file's dirty
+//!     sectors are dropped, as the kernel drops the dirty state of pages whose
+//!     writeback failed: reads then see the platters, and a later `fsync` (after
+//!     [`HEAL`]) succeeds without them (PostgreSQL's "fsyncgate"). Writes still
+//!     land in the cache, as on a disk whose errors surface at writeback.
+//!   - [`EIO_WRITE`] (`.powerfs-eio-write`): as `.powerfs-eio-fsync`, and every
+//!     write, `fallocate`, truncate, create, mknod, mkdir, unlink, rmdir and
+//!     rename of a matching path answers `EIO` without changing anything.
+//!   - [`EIO_READ`] (`.powerfs-eio-read`): reads of a matching file answer `EIO`
+//!     (open and `stat` still work: an unreadable sector, not a missing file).
+//!   - [`HEAL`] (`.powerfs-heal`): every fault is off again (what was lost
+//!     stays lost).
+//!
+//!   Each switch prints `powerfs: fault: ...` to stderr; the unmount line counts
+//!   the requests answered `EIO` by a fault (`N injected errors`).
+//!
 //! # What it does not model
 //!
 //! * Metadata operations other than file creation are durable at once:
@@ -49,12 +72,14 @@
 //!   the backing directory when they are made (a real file system may lose or
 //!   reorder them too). Truncation drops the dirty sectors past the new size.
 //! * No ordering between files beyond the above, no partial sectors (a sector
-//!   is written whole or not at all), no read errors, no full disk (the
-//!   backing directory's `statfs` is passed through).
+//!   is written whole or not at all), no read errors but the injected ones
+//!   (whole files, not sectors), no full disk (the backing directory's `statfs`
+//!   is passed through).
 //! * An unmount without a crash persists nothing either: unsynced data is
 //!   dropped (what was synced, and every file created, is in the backing
-//!   directory) and powerfs prints `powerfs: unmounted, nothing lost: S fsyncs`
-//!   (plus a line counting the unsynced sectors it dropped, if any).
+//!   directory) and powerfs prints `powerfs: unmounted, nothing lost: S fsyncs,
+//!   N injected errors` (plus a line counting the unsynced sectors it dropped,
+//!   if any).
 //!
 //! Every open file is in `FOPEN_DIRECT_IO` mode and entry/attribute timeouts
 //! are zero, so the kernel caches neither data nor sizes; `MAP_SHARED` `mmap`
@@ -91,6 +116,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// The name, in the mount root, whose lookup, open or creation cuts the power.
 pub const CRASH_NAME: &str = ".powerfs-crash";
 
+/// Control name: from now on `fsync`s of matching paths fail with `EIO` (see the module docs).
+pub const EIO_FSYNC: &str = ".powerfs-eio-fsync";
+/// Control name: from now on writes, `fsync`s and namespace changes of matching paths fail
+/// with `EIO`.
+pub const EIO_WRITE: &str = ".powerfs-eio-write";
+/// Control name: from now on reads of matching files fail with `EIO`.
+pub const EIO_READ: &str = ".powerfs-eio-read";
+/// Control name: every injected fault is off again.
+pub const HEAL: &str = ".powerfs-heal";
+
 /// The unit of loss: a dirty sector reaches the platters whole or not at all.
 const SECTOR: u64 = 512;
 
@@ -108,6 +143,30 @@ macro_rules! note {
 
 /// Largest run of contiguous sectors written with one `pwrite`.
 const MAX_RUN: usize = 1 << 20;
+
+/// Injected media errors: for each kind, the substring a path must contain
+/// (`Some("")`: every path), or `None` when off.
+#[derive(Debug, Default)]
+struct Faults {
+    fsync: Option<Vec<u8>>,
+    write: Option<Vec<u8>>,
+    read: Option<Vec<u8>>,
+    /// Requests answered `EIO` by a fault.
+    injected: u64,
+}
+
+/// Which operation a fault check is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Fsync,
+    Write,
+    Read,
+}
+
+/// True when `hay` contains `needle` (the empty needle is everywhere).
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -263,6 +322,7 @@ struct State {
     listings: HashMap<u64, Listing>,
     next_dir_fh: u64,
     fsyncs: u64,
+    faults: Faults,
 }
 
 /// The file system: the state under a single mutex.
@@ -427,6 +487,7 @@ impl State {
             listings: HashMap::new(),
             next_dir_fh: 1,
             fsyncs: 0,
+            faults: Faults::default(),
         }
     }
 
@@ -437,6 +498,76 @@ impl State {
         } else {
             Ok(())
         }
+    }
+
+    /// `EIO` (counted) when an injected fault covers `op` on `path` (a backing
+    /// path; `None`, an unlinked file, is matched only by a fault on every path).
+    /// A write fault covers fsyncs too.
+    fn fault(&mut self, op: Op, path: Option<&Path>) -> Res<()> {
+        let f = &self.faults;
+        let patterns = match op {
+            Op::Read => [f.read.as_deref(), None],
+            Op::Write => [f.write.as_deref(), None],
+            Op::Fsync => [f.fsync.as_deref(), f.write.as_deref()],
+        };
+        let rel = path.map(|p| p.strip_prefix(&self.backing).unwrap_or(p));
+        let hit = patterns.into_iter().flatten().any(|pat| match rel {
+            Some(r) => contains(r.as_os_str().as_bytes(), pat),
+            None => pat.is_empty(),
+        });
+        if hit {
+            self.faults.injected += 1;
+            return Err(Errno::EIO);
+        }
+        Ok(())
+    }
+
+    /// [`State::fault`] for inode `ino`'s path.
+    fn fault_ino(&mut self, op: Op, ino: u64) -> Res<()> {
+        let path = self.inode(ino)?.path.clone();
+        self.fault(op, path.as_deref())
+    }
+
+    /// Switches a fault if `name` (in the mount root) is a control name:
+    /// `Some(ENOENT)` once switched, `Some(EINVAL)` for an unknown `.powerfs-`
+    /// name, `None` for any other name.
+    fn control(&mut self, name: &OsStr) -> Option<Errno> {
+        let name = name.as_bytes();
+        if !name.starts_with(b".powerfs-") || name == CRASH_NAME.as_bytes() {
+            return None;
+        }
+        let (switch, pattern) = match name.iter().position(|&b| b == b'=') {
+            Some(i) => (&name[..i], name[i + 1..].to_vec()),
+            None => (name, Vec::new()),
+        };
+        let shown = String::from_utf8_lossy(&pattern).into_owned();
+        let scope = if pattern.is_empty() {
+            "every path".to_string()
+        } else {
+            format!("paths containing {shown:?}")
+        };
+        let f = &mut self.faults;
+        if switch == EIO_FSYNC.as_bytes() {
+            f.fsync = Some(pattern);
+            note!("powerfs: fault: fsync answers EIO on {scope}");
+        } else if switch == EIO_WRITE.as_bytes() {
+            f.write = Some(pattern);
+            note!("powerfs: fault: writes and fsync answer EIO on {scope}");
+        } else if switch == EIO_READ.as_bytes() {
+            f.read = Some(pattern);
+            note!("powerfs: fault: reads answer EIO on {scope}");
+        } else if switch == HEAL.as_bytes() && pattern.is_empty() {
+            f.fsync = None;
+            f.write = None;
+            f.read = None;
+            note!(
+                "powerfs: fault: healed ({} injected errors so far)",
+                f.injected
+            );
+        } else {
+            return Some(Errno::EINVAL);
+        }
+        Some(Errno::ENOENT)
     }
 
     fn inode(&self, ino: u64) -> Res<&Inode> {
@@ -474,6 +605,11 @@ impl State {
         if parent == INodeNo::ROOT.0 && name == OsStr::new(CRASH_NAME) {
             self.crash();
             return Err(Errno::EIO);
+        }
+        if parent == INodeNo::ROOT.0 {
+            if let Some(e) = self.control(name) {
+                return Err(e);
+            }
         }
         self.child(parent, name)
     }
@@ -618,6 +754,7 @@ impl State {
     ) -> Res<FileAttr> {
         self.live()?;
         if let Some(size) = size {
+            self.fault_ino(Op::Write, ino)?;
             self.truncate(ino, size)?;
         }
         let i = self.inode(ino)?;
@@ -688,6 +825,7 @@ impl State {
         owner: (u32, u32),
     ) -> Res<FileAttr> {
         let path = self.named(parent, name)?;
+        self.fault(Op::Write, Some(&path))?;
         let perm = mode & !umask & 0o7777;
         let regular = mode & libc::S_IFMT == libc::S_IFREG || mode & libc::S_IFMT == 0;
         if regular {
@@ -730,6 +868,7 @@ impl State {
     ) -> Res<FileAttr> {
         self.live()?;
         let path = self.child(parent, name)?;
+        self.fault(Op::Write, Some(&path))?;
         fs::DirBuilder::new()
             .mode(mode & !umask & 0o7777)
             .create(&path)
@@ -743,6 +882,7 @@ impl State {
     fn unlink(&mut self, parent: u64, name: &OsStr, dir: bool) -> Res<()> {
         self.live()?;
         let path = self.child(parent, name)?;
+        self.fault(Op::Write, Some(&path))?;
         if dir {
             fs::remove_dir(&path)
         } else {
@@ -769,6 +909,8 @@ impl State {
         }
         let old = self.child(parent, name)?;
         let new = self.child(newparent, newname)?;
+        self.fault(Op::Write, Some(&old))?;
+        self.fault(Op::Write, Some(&new))?;
         if flags.is_empty() {
             fs::rename(&old, &new).map_err(errno)?;
         } else {
@@ -867,6 +1009,9 @@ impl State {
         owner: (u32, u32),
     ) -> Res<FileAttr> {
         let path = self.named(parent, name)?;
+        if flags & (libc::O_CREAT | libc::O_TRUNC) != 0 {
+            self.fault(Op::Write, Some(&path))?;
+        }
         let mut oo = OpenOptions::new();
         oo.read(true).write(true).mode(mode & !umask & 0o7777);
         let (file, created) = match oo.clone().create_new(true).open(&path) {
@@ -897,8 +1042,9 @@ impl State {
         self.entry(ino)
     }
 
-    fn read(&self, ino: u64, offset: u64, size: u32) -> Res<Vec<u8>> {
+    fn read(&mut self, ino: u64, offset: u64, size: u32) -> Res<Vec<u8>> {
         self.live()?;
+        self.fault_ino(Op::Read, ino)?;
         let i = self.inode(ino)?;
         let tmp;
         let f = match (&i.file, &i.path) {
@@ -934,6 +1080,7 @@ impl State {
     /// sectors through at once.
     fn write(&mut self, ino: u64, offset: u64, data: &[u8], flags: i32) -> Res<u32> {
         self.live()?;
+        self.fault_ino(Op::Write, ino)?;
         let i = self.inode_mut(ino)?;
         if i.kind != FileType::RegularFile {
             return Err(Errno::EBADF);
@@ -989,6 +1136,7 @@ impl State {
     /// with the next fsync, and a crash before that loses it.
     fn fallocate(&mut self, ino: u64, offset: u64, length: u64, mode: i32) -> Res<()> {
         self.live()?;
+        self.fault_ino(Op::Write, ino)?;
         if mode != 0 {
             return Err(Errno::EOPNOTSUPP);
         }
@@ -1003,9 +1151,19 @@ impl State {
     }
 
     /// fsync/fdatasync: the file's dirty sectors and size reach the platters.
+    /// Under an fsync or write fault: `EIO`, and the dirty sectors are dropped
+    /// (see the module docs).
     fn fsync(&mut self, ino: u64) -> Res<()> {
         self.live()?;
         self.fsyncs += 1;
+        if let Err(e) = self.fault_ino(Op::Fsync, ino) {
+            let i = self.inode_mut(ino)?;
+            i.overlay = None;
+            if i.open == 0 {
+                i.file = None;
+            }
+            return Err(e);
+        }
         let i = self.inode_mut(ino)?;
         let Some(ov) = &i.overlay else {
             return Ok(());
@@ -1082,6 +1240,7 @@ impl State {
         self.live()?;
         self.fsyncs += 1;
         let dir = self.path(ino)?;
+        self.fault(Op::Fsync, Some(&dir))?;
         let inodes = &self.inodes;
         self.new_files.retain(|n| {
             inodes
@@ -1212,7 +1371,11 @@ impl Filesystem for PowerFs {
             note!("powerfs: unmounted after the crash");
             return;
         }
-        note!("powerfs: unmounted, nothing lost: {} fsyncs", st.fsyncs);
+        note!(
+            "powerfs: unmounted, nothing lost: {} fsyncs, {} injected errors",
+            st.fsyncs,
+            st.faults.injected
+        );
         let (mut files, mut sectors) = (0, 0);
         for i in st.inodes.values() {
             if let Some(o) = &i.overlay {

@@ -112,6 +112,9 @@ impl Wal {
     ///
     /// Errors: I/O as [`StoreError::Flush`]; [`StoreError::Corrupt`]/[`StoreError::Decode`] if a
     /// complete (CRC-valid) record contradicts the log (e.g. an entry that leaves a hole);
+    /// [`StoreError::Corrupt`] naming the segment file and offset if the disk cannot read a
+    /// segment (a media error: what it holds may be synced records), unless
+    /// `opts.truncate_at` names the end of its readable records;
     /// [`StoreError::Corrupt`] naming the segment file and offset if a bad record is followed
     /// by a later sync round's mark (it was synced: corruption, not a torn tail), unless
     /// `opts.truncate_at` names that spot.
@@ -146,11 +149,16 @@ impl Wal {
         };
         if let Some((id, at)) = torn {
             let seg = st.segs.get_mut(&id).expect("replay holds the torn segment");
-            seg.file.set_len(at).map_err(StoreError::Flush)?;
-            seg.file.sync_all().map_err(StoreError::Flush)?;
+            seg.file
+                .set_len(at)
+                .and_then(|()| seg.file.sync_all())
+                .map_err(|e| {
+                    StoreError::Flush(on_file("cutting the torn tail of", &seg_path(dir, id), e))
+                })?;
         }
         for id in dropped {
-            fs::remove_file(seg_path(dir, id)).map_err(StoreError::Flush)?;
+            let path = seg_path(dir, id);
+            fs::remove_file(&path).map_err(|e| StoreError::Flush(on_file("deleting", &path, e)))?;
         }
         st.replaying = false;
         st.ranges.clear();
@@ -242,7 +250,8 @@ impl Wal {
     }
 
     /// The encoded entries `start..=end` of `group` that are held (a contiguous run; indexes
-    /// outside the held range are skipped). Errors: [`StoreError::Flush`] if a `pread` fails.
+    /// outside the held range are skipped). Errors: [`StoreError::Flush`] naming the segment
+    /// if a `pread` fails (after [`WalOptions::on_failure`]: the node's fail-stop).
     pub fn read(
         &self,
         group: GroupId,
@@ -251,7 +260,7 @@ impl Wal {
     ) -> Result<Vec<EntryBytes>, StoreError> {
         enum Src {
             Mem(EntryBytes),
-            Disk(Arc<File>, u64, u32),
+            Disk(Arc<File>, u64, u64, u32),
         }
         let srcs: Vec<Src> = {
             let st = self.lock();
@@ -267,7 +276,7 @@ impl Wal {
                     let s = g.get(i).expect("index within the held range");
                     match (&s.data, st.segs.get(&s.seg)) {
                         (Some(d), _) => Ok(Src::Mem(d.clone())),
-                        (None, Some(seg)) => Ok(Src::Disk(seg.file.clone(), s.at, s.len)),
+                        (None, Some(seg)) => Ok(Src::Disk(seg.file.clone(), s.seg, s.at, s.len)),
                         (None, None) => Err(StoreError::corrupt(format!(
                             "group {group} entry {i} points into missing segment {}",
                             s.seg
@@ -279,9 +288,21 @@ impl Wal {
         srcs.into_iter()
             .map(|s| match s {
                 Src::Mem(d) => Ok(d),
-                Src::Disk(f, at, len) => {
+                Src::Disk(f, seg, at, len) => {
                     let mut buf = vec![0; len as usize];
-                    f.read_exact_at(&mut buf, at).map_err(StoreError::Flush)?;
+                    if let Err(e) = f.read_exact_at(&mut buf, at) {
+                        // A segment the disk cannot read back: the entries in it are gone
+                        // for this node (openraft would stop only this group, leaving the
+                        // node up with a dead queue), so the node stops; restarting
+                        // reports the segment like corruption.
+                        let e = on_file(
+                            &format!("read of {len} bytes at offset {at} of"),
+                            &seg_path(&self.dir, seg),
+                            e,
+                        );
+                        (self.opts.on_failure)(&e);
+                        return Err(StoreError::Flush(e));
+                    }
                     Ok(Arc::new(buf))
                 }
             })
@@ -368,19 +389,24 @@ impl Wal {
                 .collect();
             (chunks, files, std::mem::take(&mut st.dir_dirty), doomed)
         };
+        // Errors name the file (the fail-stop's log line says which one failed).
         let io = || -> io::Result<()> {
             for c in &chunks {
                 let (_, f) = files
                     .iter()
                     .find(|(id, _)| *id == c.seg)
                     .expect("collected above");
-                f.write_all_at(&c.data, c.at)?;
+                f.write_all_at(&c.data, c.at)
+                    .map_err(|e| on_file("write", &seg_path(&self.dir, c.seg), e))?;
             }
-            for (_, f) in &files {
-                f.sync_data()?;
+            for (id, f) in &files {
+                f.sync_data()
+                    .map_err(|e| on_file("fdatasync", &seg_path(&self.dir, *id), e))?;
             }
             if dir_dirty {
-                File::open(&self.dir)?.sync_all()?;
+                File::open(&self.dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| on_file("fsync of the directory", &self.dir, e))?;
             }
             Ok(())
         };
@@ -434,10 +460,88 @@ struct Replayed {
     dropped: Vec<u64>,
 }
 
-/// Whether segment `id` opens with an intact checkpoint record. Errors: I/O as `Flush`.
+/// Whether segment `id` opens with an intact checkpoint record. Errors: as [`read_segment`].
 fn starts_with_checkpoint(dir: &Path, id: u64) -> Result<bool, StoreError> {
-    let bytes = fs::read(seg_path(dir, id)).map_err(StoreError::Flush)?;
+    let bytes = read_segment(dir, id)?;
     Ok(matches!(record::parse(&bytes, 0), Ok(Some(r)) if r.kind == Kind::Checkpoint))
+}
+
+/// `e` with what failed on which file put before its message (its kind kept): the
+/// fail-stop's log line and a refused open name the file.
+pub(crate) fn on_file(what: &str, path: &Path, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
+/// Segment `id`'s bytes, whole. Errors: [`StoreError::Corrupt`] naming the file if the disk
+/// cannot read it (see [`read_readable`]), `Flush` for other I/O.
+fn read_segment(dir: &Path, id: u64) -> Result<Vec<u8>, StoreError> {
+    let path = seg_path(dir, id);
+    match read_readable(&path).map_err(|e| StoreError::Flush(on_file("read", &path, e)))? {
+        (bytes, None) => Ok(bytes),
+        (_, Some((bad, e))) => Err(StoreError::corrupt(format!(
+            "WAL segment {} is corrupt at offset {bad}: the disk cannot read it ({e}); \
+             restore the data directory, or rebuild this node from the other replicas",
+            path.display()
+        ))),
+    }
+}
+
+/// Size of the pieces [`read_readable`] reads a file in, and of those it retries a failed
+/// piece in to find where the unreadable part starts.
+const READ_PIECE: usize = 1 << 20;
+const READ_SECTOR: usize = 4096;
+
+/// Where a file stopped being readable: the offset (a multiple of 4 KiB) and the read's
+/// error (`EIO`: a media error).
+type Unreadable = Option<(u64, io::Error)>;
+
+/// The bytes of the file at `path` up to the first that the disk cannot read, and where it
+/// stopped, if it did. Errors: the file cannot be opened or sized.
+fn read_readable(path: &Path) -> io::Result<(Vec<u8>, Unreadable)> {
+    let f = File::open(path)?;
+    let len = f.metadata()?.len() as usize;
+    let mut bytes = vec![0u8; len];
+    let mut at = 0;
+    while at < len {
+        let piece = (len - at).min(READ_PIECE);
+        let Err(e) = read_full(&f, &mut bytes[at..at + piece], at as u64) else {
+            at += piece;
+            continue;
+        };
+        // Find the first unreadable sector of the piece.
+        let mut err = e;
+        let mut sub = at;
+        while sub < at + piece {
+            let n = (at + piece - sub).min(READ_SECTOR);
+            match read_full(&f, &mut bytes[sub..sub + n], sub as u64) {
+                Ok(()) => sub += n,
+                Err(e) => {
+                    err = e;
+                    break;
+                }
+            }
+        }
+        bytes.truncate(sub);
+        return Ok((bytes, Some((sub as u64, err))));
+    }
+    Ok((bytes, None))
+}
+
+/// Fills `buf` from offset `at` of `f`; zeros where the file ends early (it shrank).
+fn read_full(f: &File, buf: &mut [u8], at: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], at + done as u64) {
+            Ok(0) => {
+                buf[done..].fill(0);
+                break;
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// [`replay`] of segments `ids` with a gap in their numbering (`first` and `last`: indexes
@@ -528,12 +632,13 @@ fn replay_once(
     let mut nonces: Vec<u64> = Vec::new();
     for (n, &id) in ids.iter().enumerate() {
         let path = seg_path(dir, id);
-        let bytes = fs::read(&path).map_err(StoreError::Flush)?;
+        let (bytes, unreadable) =
+            read_readable(&path).map_err(|e| StoreError::Flush(on_file("read", &path, e)))?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)
-            .map_err(StoreError::Flush)?;
+            .map_err(|e| StoreError::Flush(on_file("open", &path, e)))?;
         st.segs.insert(
             id,
             Seg {
@@ -545,7 +650,32 @@ fn replay_once(
         st.current = id;
         let mut at = 0;
         loop {
-            match record::parse(&bytes, at) {
+            let parsed = record::parse(&bytes, at);
+            if let (Some((bad, e)), Ok(None) | Err(())) = (&unreadable, &parsed) {
+                // The readable part ends here, and what the disk cannot read may hold
+                // synced records: corruption, not a torn tail (issue 32 item 4).
+                if opts.truncate_at != Some((id, at as u64)) {
+                    return Err(StoreError::corrupt(format!(
+                        "WAL segment {} is corrupt at offset {at}: the disk cannot read it \
+                         from offset {bad} on ({e}), and what it holds from there may be \
+                         acknowledged writes. Restore the data directory, or rebuild this \
+                         node from the other replicas, or cut the log there (drops every \
+                         record from that offset on) by starting once with: \
+                         --wal-truncate-at {}:{at}",
+                        path.display(),
+                        seg_file_name(id),
+                    )));
+                }
+                tracing::warn!(segment = %path.display(), offset = at, unreadable_from = bad,
+                    error = %e, "unreadable WAL segment: cutting the log here at the \
+                    operator's request (--wal-truncate-at); every record from here on is dropped");
+                st.segs.get_mut(&id).expect("inserted above").written = at as u64;
+                let ranges = st.check_ranges();
+                let torn = Some((id, at as u64));
+                let dropped = ids[n + 1..].to_vec();
+                return Ok((Replayed { st, torn, dropped }, ranges));
+            }
+            match parsed {
                 Ok(None) => break,
                 Ok(Some(r)) if at > 0 || r.kind == Kind::Checkpoint => {
                     if let Some((_, nonce)) = record::mark_of(&r) {
@@ -616,7 +746,7 @@ fn replay_once(
 /// read record by record up to their first bad one). A round's writes start only after the
 /// previous round's `fdatasync` returned, so such a mark proves the bad record was synced.
 ///
-/// Errors: I/O reading a later segment, as [`StoreError::Flush`].
+/// Errors: reading a later segment, as [`read_segment`] (an unreadable one is corruption).
 fn synced_after(
     dir: &Path,
     bytes: &[u8],
@@ -639,7 +769,7 @@ fn synced_after(
         return Ok(Some(format!("offset {off}, round {ordinal}")));
     }
     for &id in later {
-        let later_bytes = fs::read(seg_path(dir, id)).map_err(StoreError::Flush)?;
+        let later_bytes = read_segment(dir, id)?;
         let mut pos = 0;
         while let Ok(Some(r)) = record::parse(&later_bytes, pos) {
             if let Some((ordinal, _)) = record::mark_of(&r) {

@@ -369,15 +369,18 @@ impl State {
             }
         }
         if self.current_len >= opts.segment_bytes {
-            if let Err(e) = self.roll(dir, opts) {
+            if let Err(e) = self
+                .roll(dir, opts)
+                .and_then(|()| self.compact_oldest(dir, opts))
+            {
                 if let StoreError::Flush(io) = &e {
                     (opts.on_failure)(io);
                 }
                 return Err(e);
             }
-            self.compact_oldest(opts)?;
         }
         if let Err(e) = self.keep_runway(rec.payload.len() as u64, runway(opts)) {
+            let e = super::on_file("preallocating", &seg_path(dir, self.current), e);
             (opts.on_failure)(&e);
             return Err(StoreError::Flush(e));
         }
@@ -438,7 +441,7 @@ impl State {
     /// few unpurged entries cannot pin segments full of other groups' drained entries. A group
     /// is small when its entries total at most a quarter segment; larger groups are busy and
     /// their snapshots purge them. Each group is rewritten as one record (all or nothing).
-    fn compact_oldest(&mut self, opts: &WalOptions) -> Result<(), StoreError> {
+    fn compact_oldest(&mut self, dir: &Path, opts: &WalOptions) -> Result<(), StoreError> {
         if self.segs.len() < COMPACT_AFTER_SEGMENTS {
             return Ok(());
         }
@@ -475,8 +478,9 @@ impl State {
                                 .file;
                             let at = payload.len();
                             payload.resize(at + s.len as usize, 0);
-                            file.read_exact_at(&mut payload[at..], s.at)
-                                .map_err(StoreError::Flush)?;
+                            file.read_exact_at(&mut payload[at..], s.at).map_err(|e| {
+                                StoreError::Flush(super::on_file("read", &seg_path(dir, s.seg), e))
+                            })?;
                         }
                     }
                 }
@@ -515,7 +519,10 @@ impl State {
                 old.file
                     .set_len(self.current_len)
                     .and_then(|()| old.file.sync_all())
-                    .map_err(StoreError::Flush)?;
+                    .map_err(|e| {
+                        let path = seg_path(dir, self.current);
+                        StoreError::Flush(super::on_file("cutting and fsync of", &path, e))
+                    })?;
             }
         }
         let id = self
@@ -524,15 +531,16 @@ impl State {
             .next_back()
             .map_or(0, |last| last + 1)
             .max(self.current + 1);
+        let path = seg_path(dir, id);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
-            .open(seg_path(dir, id))
-            .map_err(StoreError::Flush)?;
+            .open(&path)
+            .map_err(|e| StoreError::Flush(super::on_file("creating", &path, e)))?;
         self.runway
             .start(&file, runway(opts), self.rounds)
-            .map_err(StoreError::Flush)?;
+            .map_err(|e| StoreError::Flush(super::on_file("preallocating", &path, e)))?;
         self.segs.insert(
             id,
             Seg {
