@@ -45,6 +45,16 @@ impl MetaGroup {
         self.host.lock().ok().map(|m| f(m.topology()))
     }
 
+    /// The queue records the local replica changed since the last call
+    /// ([`MetaHost::take_queue_changes`]); a full change when the lock is
+    /// poisoned.
+    pub fn take_queue_changes(&self) -> crate::meta::host::QueueChanges {
+        self.host
+            .lock()
+            .map(|mut h| h.take_queue_changes())
+            .unwrap_or_default()
+    }
+
     /// Proposes a topology change to the meta group: on this node when it
     /// leads, else forwarded to the leader; returns once the local replica
     /// applied it too (so this node's routing sees its own writes).
