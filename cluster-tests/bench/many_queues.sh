@@ -125,7 +125,7 @@ leaders_sum() {
 # Leaders per node as "1:a 2:b 3:c" (cluster_status asked of node $1).
 leaders_each() {
   ctl "$1" --formatter json cluster_status 2>/dev/null |
-    python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join(f"{n["id"]}:{n.get("leaders")}" for n in d["nodes"]))' 2>/dev/null || echo "?"
+    python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join("%s:%s" % (n["id"], n.get("leaders")) for n in d["nodes"]))' 2>/dev/null || echo "?"
 }
 # Replicas node $2 holds (cluster_status asked of node $1).
 replicas_of() {

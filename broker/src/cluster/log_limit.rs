@@ -79,15 +79,12 @@ impl RateLimit {
         let Ok(mut s) = self.state.lock() else {
             return true;
         };
-        let b = s
-            .buckets
-            .entry(meta.callsite())
-            .or_insert_with(|| Bucket {
-                meta,
-                window_start: now,
-                in_window: 0,
-                suppressed: 0,
-            });
+        let b = s.buckets.entry(meta.callsite()).or_insert_with(|| Bucket {
+            meta,
+            window_start: now,
+            in_window: 0,
+            suppressed: 0,
+        });
         if now.duration_since(b.window_start) >= WINDOW {
             b.window_start = now;
             b.in_window = 0;
@@ -138,7 +135,7 @@ fn summaries(state: &Mutex<State>, period: Duration) -> Vec<String> {
 /// A source path from its crate directory on (`openraft-0.9.25/src/...`):
 /// dependencies' paths start with the cargo registry's.
 fn short_path(file: &str) -> &str {
-    match file.find("/src/") {
+    match file.rfind("/src/") {
         Some(i) => {
             let start = file[..i].rfind('/').map_or(0, |j| j + 1);
             &file[start..]
@@ -194,7 +191,8 @@ mod tests {
     #[test]
     fn a_callsite_logs_its_burst_per_window_and_the_rest_is_summarised() {
         let limit = RateLimit::default();
-        static CS: tracing::callsite::DefaultCallsite = tracing::callsite::DefaultCallsite::new(&META);
+        static CS: tracing::callsite::DefaultCallsite =
+            tracing::callsite::DefaultCallsite::new(&META);
         static META: Metadata<'static> = tracing::metadata!(
             name: "replication error",
             target: "openraft::replication",
@@ -212,7 +210,10 @@ mod tests {
             lines[0].contains("995 more WARN lines from openraft::replication"),
             "{lines:?}"
         );
-        assert!(limit.take_summaries(SUMMARY_EVERY).is_empty(), "counts reset");
+        assert!(
+            limit.take_summaries(SUMMARY_EVERY).is_empty(),
+            "counts reset"
+        );
         // The next window admits a new burst.
         let t1 = t0 + WINDOW;
         let admitted = (0..10).filter(|_| limit.admit(&META, t1)).count();
@@ -225,7 +226,10 @@ mod tests {
             short_path("/root/.cargo/registry/src/index.crates.io-1/openraft-0.9.25/src/replication/mod.rs"),
             "openraft-0.9.25/src/replication/mod.rs"
         );
-        assert_eq!(short_path("broker/src/cluster/x.rs"), "broker/src/cluster/x.rs");
+        assert_eq!(
+            short_path("broker/src/cluster/x.rs"),
+            "broker/src/cluster/x.rs"
+        );
     }
 
     #[test]

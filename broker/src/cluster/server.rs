@@ -267,6 +267,15 @@ impl Cluster for ClusterServices {
             }
         };
         let reply = match replica.raft().client_write(cmd).await {
+            Ok(resp) if req.group_id == META_GROUP => {
+                // The forwarding node returns once it applied the entry.
+                super::meta_group::announce_commit(replica.raft()).await;
+                ProposeReply {
+                    reply: encode(&resp.data)?.into(),
+                    log_index: resp.log_id.index,
+                    ..Default::default()
+                }
+            }
             Ok(resp) => ProposeReply {
                 reply: encode(&resp.data)?.into(),
                 log_index: resp.log_id.index,

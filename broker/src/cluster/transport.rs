@@ -480,7 +480,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             // openraft backs off; the node's return is a node-level event
             // for the detector, not a per-group retry (issue 31).
             self.in_flight = None;
-            return Err(RPCError::Unreachable(Unreachable::new(&TransportError::Down(self.target))));
+            return Err(RPCError::Unreachable(Unreachable::new(
+                &TransportError::Down(self.target),
+            )));
         }
         let commit = rpc.leader_commit;
         if let Some(d) = &self.net.durable {

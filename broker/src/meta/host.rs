@@ -337,8 +337,16 @@ mod tests {
         host.apply(declare("a"));
         host.apply(declare("a")); // redeclared: no change
         host.apply(declare("b"));
-        let ga = host.topology().queue("/", "a").map(|r| r.group_id).unwrap_or(0);
-        let gb = host.topology().queue("/", "b").map(|r| r.group_id).unwrap_or(0);
+        let ga = host
+            .topology()
+            .queue("/", "a")
+            .map(|r| r.group_id)
+            .unwrap_or(0);
+        let gb = host
+            .topology()
+            .queue("/", "b")
+            .map(|r| r.group_id)
+            .unwrap_or(0);
         host.apply(MetaCommand::SetQueueMembers {
             vhost: "/".into(),
             name: "b".into(),
@@ -356,14 +364,20 @@ mod tests {
         let c = host.take_queue_changes();
         assert!(!c.full);
         let q = |n: &str, g| ("/".to_string(), n.to_string(), g);
-        assert_eq!(c.queues, vec![q("a", ga), q("b", gb), q("b", gb), q("a", ga)]);
+        assert_eq!(
+            c.queues,
+            vec![q("a", ga), q("b", gb), q("b", gb), q("a", ga)]
+        );
         assert_eq!(host.take_queue_changes().queues, vec![], "taken");
         host.apply(MetaCommand::AddVhost {
             name: "v".into(),
             default_queue_type: None,
         });
         host.apply(MetaCommand::DeleteVhost { name: "v".into() });
-        assert!(host.take_queue_changes().full, "a vhost deletion changes all");
+        assert!(
+            host.take_queue_changes().full,
+            "a vhost deletion changes all"
+        );
     }
 
     #[test]

@@ -641,11 +641,8 @@ impl Queues {
     /// every 10 s, [`Queues::reconcile_queues`] after each meta change).
     pub async fn reconcile(self: &Arc<Self>) {
         let me = self.node_id();
-        let handles: HashMap<u64, Arc<QueueHandle>> = self
-            .handles
-            .read()
-            .map(|q| q.clone())
-            .unwrap_or_default();
+        let handles: HashMap<u64, Arc<QueueHandle>> =
+            self.handles.read().map(|q| q.clone()).unwrap_or_default();
         let records: Vec<QueueRecord> = self
             .meta
             .with_topology(|t| {
