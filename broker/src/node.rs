@@ -665,17 +665,24 @@ impl Broker {
     }
 }
 
-/// Re-reconciles after every meta change (and every 10 s, retrying a
-/// replica that failed to open).
+/// Re-reconciles the queues each meta change touched after it, and every
+/// queue every 10 s (retrying a replica that failed to open).
 async fn reconciler(broker: std::sync::Weak<Broker>) {
     let Some(mut changed) = broker.upgrade().map(|b| b.meta_changed.subscribe()) else {
         return;
     };
+    let every = Duration::from_secs(10);
+    let mut last_full = tokio::time::Instant::now();
     loop {
-        let full = tokio::select! {
-            r = changed.changed() => if r.is_err() { return } else { false },
-            _ = tokio::time::sleep(Duration::from_secs(10)) => true,
+        tokio::select! {
+            r = changed.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(every) => {}
         };
+        // A full pass at least every 10 s, also while changes keep coming.
+        let full = last_full.elapsed() >= every;
+        if full {
+            last_full = tokio::time::Instant::now();
+        }
         let Some(b) = broker.upgrade() else { return };
         if b.is_stopping() {
             return;

@@ -3,10 +3,10 @@
 //! each), then SIGCONTinued. Node 3 opens its replicas late, and node 1 had
 //! replicated to groups node 3 had not opened: before issue 31 every failed
 //! append was logged (a line or three per group per retry; 23.6 million
-//! lines at 10,000 queues). Asserts that each node wrote fewer log lines
-//! during the run than there are queues (repeated lines are rate-limited
-//! and summarised, `cluster/log_limit.rs`), and that every queue ends with a
-//! leader and all three members holding a replica.
+//! lines at 10,000 queues). Asserts that no node logged more than
+//! [`MAX_PER_SECOND`] lines about one condition in any second (repeated lines
+//! are rate-limited and summarised, `cluster/log_limit.rs`), and that every
+//! queue ends with a leader and all three members holding a replica.
 
 use std::time::Duration;
 
@@ -172,11 +172,6 @@ async fn a_lagging_member_is_waited_for_quietly_and_opens_every_replica() -> any
             "node {id} logged {n} lines in second {second} about '{condition}' (at most \
              {MAX_PER_SECOND}: a repeated condition is rate-limited)\n{}",
             cluster.log_tail(id, 3000)
-        );
-        assert!(
-            lines.len() < 3 * QUEUES,
-            "node {id} wrote {} log lines for {QUEUES} queues",
-            lines.len()
         );
     }
     Ok(())
