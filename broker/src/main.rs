@@ -144,13 +144,27 @@ fn purge_freed_memory_at_once(on: bool) {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,openraft=warn,sled=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    {
+        use tracing_subscriber::filter::FilterExt;
+        use tracing_subscriber::layer::{Layer, SubscriberExt};
+        use tracing_subscriber::util::SubscriberInitExt;
+        let env = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| "info,openraft=warn,sled=warn".into());
+        // A repeating condition is logged a few times a second, then summarised
+        // (issue 31); QUORUMQ_LOG_UNLIMITED=1 logs every line.
+        let unlimited = std::env::var_os("QUORUMQ_LOG_UNLIMITED").is_some_and(|v| v == "1");
+        let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+        if unlimited {
+            tracing_subscriber::registry()
+                .with(fmt.with_filter(env))
+                .init();
+        } else {
+            let limit = quorumq::cluster::log_limit::RateLimit::with_summaries();
+            tracing_subscriber::registry()
+                .with(fmt.with_filter(env.and(limit)))
+                .init();
+        }
+    }
     let args = Args::parse();
     let mut config = match &args.config {
         Some(p) => Config::load(p)?,

@@ -489,11 +489,26 @@ impl Broker {
     }
 
     /// Brings the node in line with the topology: fixes the cluster id,
-    /// then the queues ([`Queues::reconcile`]).
+    /// then every queue ([`Queues::reconcile`]).
     async fn reconcile(&self) {
         let cluster_id = self.with_topology(|t| t.cluster_id()).unwrap_or_default();
         self.adopt_cluster_id(cluster_id).await;
+        // A full pass covers whatever changed before it.
+        let _ = self.meta.take_queue_changes();
         self.queues.reconcile().await;
+    }
+
+    /// [`Broker::reconcile`] after meta changes: only the queues they
+    /// changed ([`Queues::reconcile_queues`]), or all after a snapshot.
+    async fn reconcile_changed(&self) {
+        let cluster_id = self.with_topology(|t| t.cluster_id()).unwrap_or_default();
+        self.adopt_cluster_id(cluster_id).await;
+        let changes = self.meta.take_queue_changes();
+        if changes.full {
+            self.queues.reconcile().await;
+        } else if !changes.queues.is_empty() {
+            self.queues.reconcile_queues(&changes.queues).await;
+        }
     }
 
     /// Learns (or, as meta leader, fixes) the cluster id.
@@ -650,22 +665,33 @@ impl Broker {
     }
 }
 
-/// Re-reconciles after every meta change (and every 10 s, retrying a
-/// replica that failed to open).
+/// Re-reconciles the queues each meta change touched after it, and every
+/// queue every 10 s (retrying a replica that failed to open).
 async fn reconciler(broker: std::sync::Weak<Broker>) {
     let Some(mut changed) = broker.upgrade().map(|b| b.meta_changed.subscribe()) else {
         return;
     };
+    let every = Duration::from_secs(10);
+    let mut last_full = tokio::time::Instant::now();
     loop {
         tokio::select! {
             r = changed.changed() => if r.is_err() { return },
-            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+            _ = tokio::time::sleep(every) => {}
+        };
+        // A full pass at least every 10 s, also while changes keep coming.
+        let full = last_full.elapsed() >= every;
+        if full {
+            last_full = tokio::time::Instant::now();
         }
         let Some(b) = broker.upgrade() else { return };
         if b.is_stopping() {
             return;
         }
-        b.reconcile().await;
+        if full {
+            b.reconcile().await;
+        } else {
+            b.reconcile_changed().await;
+        }
     }
 }
 

@@ -187,6 +187,19 @@ impl Detector {
                 .unwrap_or(false)
     }
 
+    /// True when `node` was seen and is now down with its stream closed
+    /// (killed, stopped, restarting): not alive and not merely silent. A
+    /// node never heard from since this one started is not down (it may be
+    /// starting).
+    pub fn is_down(&self, node: u64) -> bool {
+        node != self.me
+            && self
+                .state
+                .lock()
+                .map(|s| s.get(&node).is_some_and(|p| !p.alive && !p.silent))
+                .unwrap_or(false)
+    }
+
     /// Milliseconds since this node last heard a beat from `node` (0 for
     /// itself; None if never heard from since this node started).
     pub fn last_seen_ms(&self, node: u64) -> Option<u64> {

@@ -74,6 +74,8 @@ struct Entry {
 #[derive(Default)]
 pub struct GroupTable {
     groups: RwLock<HashMap<u64, Arc<Entry>>>,
+    /// Woken when a replica is registered ([`GroupTable::wait_for`]).
+    registered: tokio::sync::Notify,
 }
 
 /// The origin of [`GroupTable`]'s timestamps (first use in this process).
@@ -96,6 +98,32 @@ impl GroupTable {
                     heard,
                 }),
             );
+        }
+        self.registered.notify_waiters();
+    }
+
+    /// The replica of `group` as `find` returns it, waiting up to `limit`
+    /// for it to be registered: a member opens a new queue's replica when it
+    /// applies the queue's record, a little after the leader's first vote
+    /// request or append can arrive (issue 31: refusing those at once made
+    /// the leader retry, and log, per group).
+    pub async fn wait_for(
+        &self,
+        group: u64,
+        limit: Duration,
+        find: fn(&GroupTable, u64) -> Option<Arc<dyn GroupReplica>>,
+    ) -> Option<Arc<dyn GroupReplica>> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let registered = self.registered.notified();
+            tokio::pin!(registered);
+            registered.as_mut().enable();
+            if let Some(r) = find(self, group) {
+                return Some(r);
+            }
+            if tokio::time::timeout_at(deadline, registered).await.is_err() {
+                return find(self, group);
+            }
         }
     }
 

@@ -11,6 +11,15 @@ use crate::amqp::error::ProtocolError;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::host::MetaHost;
 
+/// Has the meta leader tell its followers the commit index now, not at its
+/// next heartbeat (up to 100 ms later): a follower applies a new queue record
+/// (and opens its replica, whose vote the new group's leader waits for), and
+/// a forwarded write returns on its node, only once it knows the entry is
+/// committed (issue 31: declares waited for heartbeats).
+pub async fn announce_commit(raft: &Raft) {
+    let _ = raft.trigger().heartbeat().await;
+}
+
 /// How long a meta write waits for a leader (elections, forwarding).
 const META_WRITE_FOR: Duration = Duration::from_secs(30);
 
@@ -45,6 +54,16 @@ impl MetaGroup {
         self.host.lock().ok().map(|m| f(m.topology()))
     }
 
+    /// The queue records the local replica changed since the last call
+    /// ([`MetaHost::take_queue_changes`]); a full change when the lock is
+    /// poisoned.
+    pub fn take_queue_changes(&self) -> crate::meta::host::QueueChanges {
+        self.host
+            .lock()
+            .map(|mut h| h.take_queue_changes())
+            .unwrap_or_default()
+    }
+
     /// Proposes a topology change to the meta group: on this node when it
     /// leads, else forwarded to the leader; returns once the local replica
     /// applied it too (so this node's routing sees its own writes).
@@ -54,8 +73,11 @@ impl MetaGroup {
         let started = std::time::Instant::now();
         let me = self.me;
         let mut last = String::from("no meta leader");
+        // A leader this node's core named when it refused a write (its
+        // metrics can still show this node as leader for a moment).
+        let mut hint: Option<u64> = None;
         while started.elapsed() < META_WRITE_FOR {
-            let leader = self.raft.metrics().borrow().current_leader;
+            let leader = hint.take().or(self.raft.metrics().borrow().current_leader);
             match leader {
                 Some(l) if l == me => {
                     match self
@@ -64,10 +86,18 @@ impl MetaGroup {
                         .await
                     {
                         Ok(resp) => {
+                            announce_commit(&self.raft).await;
                             return match resp.data {
                                 GroupReply::Meta(r) => Ok(r),
                                 _ => Err(ProtocolError::internal("unexpected meta reply")),
-                            }
+                            };
+                        }
+                        Err(openraft::error::RaftError::APIError(
+                            openraft::error::ClientWriteError::ForwardToLeader(f),
+                        )) if f.leader_id.is_some_and(|l| l != me) => {
+                            hint = f.leader_id;
+                            last = format!("forward to node {:?}", f.leader_id);
+                            continue;
                         }
                         Err(e) => last = e.to_string(),
                     }

@@ -15,6 +15,7 @@ pub mod forward;
 pub mod groups;
 pub mod in_flight;
 pub mod join;
+pub mod log_limit;
 pub mod membership;
 pub mod meta_group;
 pub mod peers;

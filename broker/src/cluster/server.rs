@@ -76,14 +76,23 @@ impl ClusterServices {
         }
     }
 
-    fn replica(&self, group: u64) -> Result<Arc<dyn GroupReplica>, Status> {
-        self.find_replica(group, GroupTable::get)
+    async fn replica(&self, group: u64) -> Result<Arc<dyn GroupReplica>, Status> {
+        self.find_replica(group, GroupTable::get).await
     }
 
-    /// The replica of `group` as `find` (a [`GroupTable`] lookup) returns it.
-    fn find_replica(&self, group: u64, find: Lookup) -> Result<Arc<dyn GroupReplica>, Status> {
-        find(&self.groups, group)
-            .ok_or_else(|| Status::not_found(format!("group {group} is not open on this node")))
+    /// The replica of `group` as `find` (a [`GroupTable`] lookup) returns it;
+    /// a queue group not open here yet is waited for up to [`OPEN_WAIT`].
+    async fn find_replica(
+        &self,
+        group: u64,
+        find: Lookup,
+    ) -> Result<Arc<dyn GroupReplica>, Status> {
+        let found = match find(&self.groups, group) {
+            Some(r) => Some(r),
+            None if group != META_GROUP => self.groups.wait_for(group, OPEN_WAIT, find).await,
+            None => None,
+        };
+        found.ok_or_else(|| Status::not_found(format!("group {group} is not open on this node")))
     }
 }
 
@@ -104,13 +113,19 @@ impl ClusterServices {
     {
         let req = req.into_inner();
         self.check_cluster(req.cluster_id)?;
-        let raft = self.find_replica(req.group_id, find)?.raft().clone();
+        let raft = self.find_replica(req.group_id, find).await?.raft().clone();
         let r = call(raft, decode(&req.payload)?).await;
         Ok(Response::new(RaftReply {
             payload: encode(&r)?.into(),
         }))
     }
 }
+
+/// How long a Raft RPC for a queue group not open on this node waits for it
+/// to open: less than the leader's append timeout (openraft's
+/// `heartbeat_interval`, 100 ms), so the leader hears "not open" rather than
+/// a timeout, and backs off (`transport`).
+const OPEN_WAIT: std::time::Duration = std::time::Duration::from_millis(80);
 
 /// How an RPC finds its group's replica in the [`GroupTable`].
 type Lookup = fn(&GroupTable, u64) -> Option<Arc<dyn GroupReplica>>;
@@ -185,7 +200,7 @@ impl RaftTransport for ClusterServices {
             let chunk = chunk?;
             if replica.is_none() {
                 self.check_cluster(chunk.cluster_id)?;
-                replica = Some(self.replica(chunk.group_id)?);
+                replica = Some(self.replica(chunk.group_id).await?);
             }
             if !chunk.header.is_empty() {
                 header = Some(decode(&chunk.header)?);
@@ -252,6 +267,15 @@ impl Cluster for ClusterServices {
             }
         };
         let reply = match replica.raft().client_write(cmd).await {
+            Ok(resp) if req.group_id == META_GROUP => {
+                // The forwarding node returns once it applied the entry.
+                super::meta_group::announce_commit(replica.raft()).await;
+                ProposeReply {
+                    reply: encode(&resp.data)?.into(),
+                    log_index: resp.log_id.index,
+                    ..Default::default()
+                }
+            }
             Ok(resp) => ProposeReply {
                 reply: encode(&resp.data)?.into(),
                 log_index: resp.log_id.index,

@@ -80,6 +80,17 @@ pub struct PeerClient {
 /// The error of an append.
 type AppendError = RPCError<NodeId, BasicNode, RaftError<NodeId>>;
 
+/// Backoff of a group's replication to a node that is down (ms).
+const DOWN_BACKOFF_MS: u64 = 500;
+
+/// Backoff after the `n`th failure in a row to a live node (a member that
+/// has not opened the group yet, a refused call): 200, 400, 800, then
+/// 1,000 ms.
+fn live_backoff(n: u32) -> Duration {
+    let shift = n.clamp(1, 4) - 1;
+    Duration::from_millis((200u64 << shift).min(1000))
+}
+
 /// How long an append may run on when no retry waits for it any more (ms):
 /// long enough for a 64-entry batch on a slow link, short enough that a
 /// call into a silently dropped connection is given up.
@@ -99,6 +110,8 @@ enum TransportError {
     Refused { node: NodeId, text: String },
     #[error("local snapshot: {0}")]
     Local(String),
+    #[error("node {0} is down")]
+    Down(NodeId),
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -405,6 +418,17 @@ impl PeerClient {
 }
 
 /// A receiver as a `Stream` (tonic's client-streaming argument).
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_backoff_grows_to_a_second() {
+        let ms: Vec<u128> = (1..=6).map(|n| live_backoff(n).as_millis()).collect();
+        assert_eq!(ms, [200, 400, 800, 1000, 1000, 1000]);
+    }
+}
+
 fn tokio_stream_from<T: Send + 'static>(
     rx: tokio::sync::mpsc::Receiver<T>,
 ) -> impl futures::Stream<Item = T> + Send + 'static {
@@ -450,6 +474,15 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             // Sent once the commit index is durable here.
             self.commit_updates().push(rpc);
             return Ok(AppendEntriesResponse::Success);
+        }
+        if self.net.group != META_GROUP && self.net.detector.is_down(self.target) {
+            // The node is down (its connection closed): nothing is sent, and
+            // openraft backs off; the node's return is a node-level event
+            // for the detector, not a per-group retry (issue 31).
+            self.in_flight = None;
+            return Err(RPCError::Unreachable(Unreachable::new(
+                &TransportError::Down(self.target),
+            )));
         }
         let commit = rpc.leader_commit;
         if let Some(d) = &self.net.durable {
@@ -525,7 +558,20 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     }
 
     fn backoff(&self) -> openraft::network::Backoff {
-        // A restarted peer should be caught up soon after it is back.
-        openraft::network::Backoff::new(std::iter::repeat(Duration::from_millis(200)))
+        // A restarted peer should be caught up soon after it is back; a
+        // member that has not opened the group yet (a live node) is retried
+        // less and less often (issue 31: thousands of groups retrying every
+        // 200 ms was a storm of appends and log lines).
+        let (detector, target) = (self.net.detector.clone(), self.target);
+        let mut live_failures = 0u32;
+        openraft::network::Backoff::new(std::iter::from_fn(move || {
+            if detector.is_alive(target) {
+                live_failures = live_failures.saturating_add(1);
+                Some(live_backoff(live_failures))
+            } else {
+                live_failures = 0;
+                Some(Duration::from_millis(DOWN_BACKOFF_MS))
+            }
+        }))
     }
 }

@@ -6,10 +6,39 @@ use super::command::{MetaCommand, MetaReply};
 use super::{QueueDeclared, Topology};
 use crate::cluster::types::{GroupCommand, GroupReply, TypeConfig};
 
+/// Which queue records changed since the node's reconciler last looked
+/// ([`MetaHost::take_queue_changes`]): the reconciler then visits only those,
+/// not every queue, so one declare costs the same at 10 queues as at 10,000
+/// (issue 31).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueChanges {
+    /// Every queue may have changed (first look, a snapshot installed, a
+    /// vhost deleted): reconcile them all.
+    pub full: bool,
+    /// (vhost, name, group id) of each queue created, deleted or given new
+    /// members, in log order (a name may appear with several group ids).
+    pub queues: Vec<(String, String, u64)>,
+}
+
+impl Default for QueueChanges {
+    /// A first look: everything.
+    fn default() -> Self {
+        QueueChanges {
+            full: true,
+            queues: Vec::new(),
+        }
+    }
+}
+
+/// Most queue changes kept before the next look becomes a full one.
+const MAX_QUEUE_CHANGES: usize = 100_000;
+
 /// Topology plus the Raft adapter glue.
 #[derive(Default)]
 pub struct MetaHost {
     topology: Topology,
+    /// Queue records changed since [`MetaHost::take_queue_changes`].
+    changes: QueueChanges,
     /// Bumped after every applied command (the node reconciles its queue
     /// replicas and handles with the topology).
     changed: Option<tokio::sync::watch::Sender<u64>>,
@@ -24,6 +53,7 @@ impl MetaHost {
     pub fn new() -> Self {
         MetaHost {
             topology: Topology::new(),
+            changes: QueueChanges::default(),
             changed: None,
             revoked: None,
         }
@@ -58,8 +88,36 @@ impl MetaHost {
         &self.topology
     }
 
+    /// The queue records changed since the last call (see [`QueueChanges`]),
+    /// and starts a new list.
+    pub fn take_queue_changes(&mut self) -> QueueChanges {
+        std::mem::replace(
+            &mut self.changes,
+            QueueChanges {
+                full: false,
+                queues: Vec::new(),
+            },
+        )
+    }
+
+    fn queue_changed(&mut self, vhost: &str, name: &str, group: u64) {
+        if self.changes.full {
+            return;
+        }
+        if self.changes.queues.len() >= MAX_QUEUE_CHANGES {
+            self.changes.full = true;
+            self.changes.queues = Vec::new();
+            return;
+        }
+        self.changes
+            .queues
+            .push((vhost.to_owned(), name.to_owned(), group));
+    }
+
     /// Applies one command; errors are replies, not failures.
     pub fn apply(&mut self, cmd: MetaCommand) -> MetaReply {
+        let mut changed: Vec<(String, String, u64)> = Vec::new();
+        let mut all_changed = false;
         let t = &mut self.topology;
         let r = match cmd {
             MetaCommand::DeclareExchange {
@@ -98,6 +156,7 @@ impl MetaHost {
                     },
                     QueueDeclared::Create(record) => {
                         t.add_queue(record.clone());
+                        changed.push((record.vhost.clone(), record.name.clone(), record.group_id));
                         MetaReply::QueueDeclared {
                             record,
                             created: true,
@@ -106,7 +165,11 @@ impl MetaHost {
                 })
             }
             MetaCommand::DeleteQueue { vhost, name } => {
-                Ok(MetaReply::QueueDeleted(t.delete_queue(&vhost, &name)))
+                let deleted = t.delete_queue(&vhost, &name);
+                if let Some(r) = &deleted {
+                    changed.push((vhost.clone(), name.clone(), r.group_id));
+                }
+                Ok(MetaReply::QueueDeleted(deleted))
             }
             MetaCommand::Bind {
                 vhost,
@@ -154,9 +217,11 @@ impl MetaHost {
                 name,
                 group_id,
                 members,
-            } => t
-                .set_queue_members(&vhost, &name, group_id, members)
-                .map(|_| MetaReply::Ok),
+            } => {
+                changed.push((vhost.clone(), name.clone(), group_id));
+                t.set_queue_members(&vhost, &name, group_id, members)
+                    .map(|_| MetaReply::Ok)
+            }
             MetaCommand::SetVhostLimits { vhost, limits } => {
                 t.set_vhost_limits(&vhost, limits).map(|_| MetaReply::Ok)
             }
@@ -194,6 +259,7 @@ impl MetaHost {
             }
             MetaCommand::DeleteVhost { name } => match t.delete_vhost(&name) {
                 Some(_) => {
+                    all_changed = true;
                     self.notify_revoked();
                     Ok(MetaReply::Ok)
                 }
@@ -202,6 +268,13 @@ impl MetaHost {
                 ))),
             },
         };
+        if all_changed {
+            self.changes.full = true;
+            self.changes.queues = Vec::new();
+        }
+        for (vhost, name, group) in changed {
+            self.queue_changed(&vhost, &name, group);
+        }
         self.notify();
         r.unwrap_or_else(MetaReply::Error)
     }
@@ -221,6 +294,8 @@ impl raft_log::Machine<TypeConfig> for MetaHost {
 
     fn restore(&mut self, data: &[u8]) -> Result<(), raft_log::StoreError> {
         self.topology = Topology::decode_snapshot(data)?;
+        self.changes.full = true;
+        self.changes.queues = Vec::new();
         self.notify();
         self.notify_revoked();
         Ok(())
@@ -231,6 +306,79 @@ impl raft_log::Machine<TypeConfig> for MetaHost {
 mod tests {
     use super::*;
     use crate::meta::access::User;
+
+    fn declare(name: &str) -> MetaCommand {
+        let mut arguments = amq_protocol::types::FieldTable::default();
+        arguments.insert(
+            "x-queue-type".into(),
+            amq_protocol::types::AMQPValue::LongString("quorum".into()),
+        );
+        MetaCommand::DeclareQueue(crate::meta::QueueDeclare {
+            vhost: "/".into(),
+            name: name.into(),
+            passive: false,
+            durable: true,
+            exclusive: false,
+            auto_delete: false,
+            arguments,
+            node: 1,
+            connection: 1,
+            server_named: false,
+            members: vec![1, 2, 3],
+        })
+    }
+
+    /// The reconciler visits only the queues a command created, deleted or
+    /// re-membered (issue 31); a snapshot or a vhost deletion means all.
+    #[test]
+    fn queue_changes_list_what_changed_since_the_last_look() {
+        let mut host = MetaHost::new();
+        assert!(host.take_queue_changes().full, "the first look is full");
+        host.apply(declare("a"));
+        host.apply(declare("a")); // redeclared: no change
+        host.apply(declare("b"));
+        let ga = host
+            .topology()
+            .queue("/", "a")
+            .map(|r| r.group_id)
+            .unwrap_or(0);
+        let gb = host
+            .topology()
+            .queue("/", "b")
+            .map(|r| r.group_id)
+            .unwrap_or(0);
+        host.apply(MetaCommand::SetQueueMembers {
+            vhost: "/".into(),
+            name: "b".into(),
+            group_id: gb,
+            members: vec![1, 2],
+        });
+        host.apply(MetaCommand::DeleteQueue {
+            vhost: "/".into(),
+            name: "a".into(),
+        });
+        host.apply(MetaCommand::DeleteQueue {
+            vhost: "/".into(),
+            name: "missing".into(),
+        });
+        let c = host.take_queue_changes();
+        assert!(!c.full);
+        let q = |n: &str, g| ("/".to_string(), n.to_string(), g);
+        assert_eq!(
+            c.queues,
+            vec![q("a", ga), q("b", gb), q("b", gb), q("a", ga)]
+        );
+        assert_eq!(host.take_queue_changes().queues, vec![], "taken");
+        host.apply(MetaCommand::AddVhost {
+            name: "v".into(),
+            default_queue_type: None,
+        });
+        host.apply(MetaCommand::DeleteVhost { name: "v".into() });
+        assert!(
+            host.take_queue_changes().full,
+            "a vhost deletion changes all"
+        );
+    }
 
     #[test]
     fn only_deleting_a_vhost_or_a_user_signals_a_revocation() {

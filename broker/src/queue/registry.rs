@@ -251,6 +251,22 @@ impl Queues {
         self: &Arc<Self>,
         rec: &QueueRecord,
     ) -> Result<Arc<QueueHandle>, ProtocolError> {
+        let handle = self.open_if_missing(rec).await?;
+        if let Some(route) = handle.route() {
+            route.wait_leader(Duration::from_secs(5)).await;
+        }
+        Ok(handle)
+    }
+
+    /// The reference to a declared queue, opened as [`Queues::ensure_queue`]
+    /// does, without waiting for a leader: the reconciler opens the replicas
+    /// of a member one after another, and waiting for each group's leader
+    /// (its first append) made a member that fell behind fall further
+    /// behind (issue 31).
+    async fn open_if_missing(
+        self: &Arc<Self>,
+        rec: &QueueRecord,
+    ) -> Result<Arc<QueueHandle>, ProtocolError> {
         if let Some(h) = self.queue_by_group(rec.group_id) {
             return Ok(h);
         }
@@ -269,9 +285,6 @@ impl Queues {
             handle
         };
         self.topology_changed();
-        if let Some(route) = handle.route() {
-            route.wait_leader(Duration::from_secs(5)).await;
-        }
         Ok(handle)
     }
 
@@ -623,37 +636,27 @@ impl Queues {
     /// Brings the node's queues in line with the topology: opens replicas
     /// and references for new quorum queues (a node that was down creates
     /// its replicas now), drops those of deleted queues, updates member
-    /// lists (the node fixes the cluster id first).
+    /// lists (the node fixes the cluster id first). Visits every queue, but
+    /// clones only the records that need work (at 10,000 queues this runs
+    /// every 10 s, [`Queues::reconcile_queues`] after each meta change).
     pub async fn reconcile(self: &Arc<Self>) {
         let me = self.node_id();
+        let handles: HashMap<u64, Arc<QueueHandle>> =
+            self.handles.read().map(|q| q.clone()).unwrap_or_default();
         let records: Vec<QueueRecord> = self
             .meta
             .with_topology(|t| {
                 t.queues()
                     .filter(|q| {
-                        q.kind == QueueKind::Quorum || q.kind == QueueKind::Local { node: me }
+                        (q.kind == QueueKind::Quorum || q.kind == QueueKind::Local { node: me })
+                            && needs_work(q, handles.get(&q.group_id), me)
                     })
                     .cloned()
                     .collect()
             })
             .unwrap_or_default();
         for rec in &records {
-            match self.queue_by_group(rec.group_id) {
-                Some(h) => {
-                    if let Some(r) = h.route() {
-                        r.update_members(&rec.members);
-                    }
-                    if rec.kind == QueueKind::Quorum {
-                        self.follow_membership(rec, &h).await;
-                    }
-                }
-                None if rec.kind == QueueKind::Quorum => {
-                    if let Err(e) = self.ensure_queue(rec).await {
-                        tracing::error!(queue = %rec.name, error = ?e, "failed to open queue");
-                    }
-                }
-                None => {}
-            }
+            self.reconcile_one(rec).await;
         }
         // Handles first, then the topology: a handle exists only after its
         // record was applied, so one whose record is missing from the
@@ -670,6 +673,63 @@ impl Queues {
         let gone = handles.into_iter().filter(|g| !live.contains(g));
         for g in gone {
             self.drop_queue_group(g).await;
+        }
+    }
+
+    /// [`Queues::reconcile`] for the queues named in `changed` only ((vhost,
+    /// name, group id) of queues created, deleted or given new members since
+    /// the last pass, `crate::meta::host::QueueChanges`): a declare costs the
+    /// same whatever the number of queues (issue 31).
+    pub async fn reconcile_queues(self: &Arc<Self>, changed: &[(String, String, u64)]) {
+        let me = self.node_id();
+        let mut seen = HashSet::new();
+        for (vhost, name, group) in changed {
+            if !seen.insert(*group) {
+                continue;
+            }
+            let rec = self
+                .meta
+                .with_topology(|t| {
+                    t.queue(vhost, name)
+                        .filter(|r| r.group_id == *group)
+                        .cloned()
+                })
+                .flatten();
+            match rec {
+                Some(rec)
+                    if rec.kind == QueueKind::Quorum
+                        || rec.kind == QueueKind::Local { node: me } =>
+                {
+                    self.reconcile_one(&rec).await
+                }
+                Some(_) => {}
+                None => {
+                    if self.queue_by_group(*group).is_some() {
+                        self.drop_queue_group(*group).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Brings this node's queue of `rec` (a quorum queue, or a local queue
+    /// of this node) in line with it: opens it, or follows its members.
+    async fn reconcile_one(self: &Arc<Self>, rec: &QueueRecord) {
+        match self.queue_by_group(rec.group_id) {
+            Some(h) => {
+                if let Some(r) = h.route() {
+                    r.update_members(&rec.members);
+                }
+                if rec.kind == QueueKind::Quorum {
+                    self.follow_membership(rec, &h).await;
+                }
+            }
+            None if rec.kind == QueueKind::Quorum => {
+                if let Err(e) = self.open_if_missing(rec).await {
+                    tracing::error!(queue = %rec.name, error = ?e, "failed to open queue");
+                }
+            }
+            None => {}
         }
     }
 
@@ -733,6 +793,20 @@ impl Queues {
         }
         (leaders, replicas)
     }
+}
+
+/// True when this node's queue of `rec` (a quorum queue, or a local queue of
+/// node `me`), `handle`, is not in line with it: missing (a quorum queue), a
+/// replica where this node is no member or none where it is one, or other
+/// members.
+fn needs_work(rec: &QueueRecord, handle: Option<&Arc<QueueHandle>>, me: u64) -> bool {
+    let Some(h) = handle else {
+        return rec.kind == QueueKind::Quorum;
+    };
+    let members_differ = h.route().is_some_and(|r| r.members() != rec.members);
+    let replica_differs =
+        rec.kind == QueueKind::Quorum && rec.members.contains(&me) != h.has_replica();
+    members_differ || replica_differs
 }
 
 impl QueueServices for Queues {
