@@ -117,6 +117,15 @@ impl Drop for OpenChannel {
     }
 }
 
+/// Messages dead-lettered by the queues this node leads, every reason (count); the
+/// management API's node `message_stats.dead_lettered` (quorumq's own field).
+static DEAD_LETTERED_TOTAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// [`DEAD_LETTERED_TOTAL`] now.
+pub fn dead_lettered_total() -> u64 {
+    DEAD_LETTERED_TOTAL.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The node's counters.
 pub static COUNTERS: LazyLock<Counters> = LazyLock::new(Counters::new);
 
@@ -268,6 +277,7 @@ impl Counters {
         reason: DeadLetterReason,
         strategy: Option<DeadLetterStrategy>,
     ) {
+        DEAD_LETTERED_TOTAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.dead_lettered[reason_index(reason)]
             .get_or_create(&vec![
                 ("queue_type", QUORUM.into()),

@@ -229,8 +229,14 @@ def test_redrive_a_dead_letter_queue(page, console, amqp):
         m, _, _ = ch.basic_get(src)
         ch.basic_reject(m.delivery_tag, requeue=False)
     eventually("4 dead letters", lambda: depth(ch, dlq) == 4 and depth(ch, src) == 0)
+    # The overview counts them (quorumq's message_stats.dead_lettered) and charts their rate.
+    status, o = api("GET", "/api/overview")
+    assert status == 200 and o["message_stats"]["dead_lettered"] >= 4, o["message_stats"]
+    assert "rate" in o["message_stats"]["dead_lettered_details"]
 
     login(page)
+    goto(page, console, "#/")
+    page.wait_for_selector("text=Dead-lettered")
     goto(page, console, f"#/queues/%2F/{dlq}")
     page.wait_for_function("document.querySelector('#dl-messages')?.textContent === '4'")
     dead = page.inner_text("#dead-letters")

@@ -29,6 +29,8 @@ pub enum RateKey {
     Queue(u64),
     /// An exchange by a hash of (vhost, name); counts in the first two places.
     Exchange(u64),
+    /// Messages dead-lettered by the queues this node leads; the count in the first place.
+    DeadLettered,
 }
 
 /// The [`RateKey`] of exchange `name` in `vhost`.
@@ -64,7 +66,13 @@ impl Rates {
     /// forgotten.
     pub fn sample(&self, tracking: &Tracking, queues: &[(u64, [u64; 5])]) {
         let at = Instant::now();
-        let mut now: Vec<(RateKey, [u64; 5])> = vec![(RateKey::Node, tracking.counts())];
+        let mut now: Vec<(RateKey, [u64; 5])> = vec![
+            (RateKey::Node, tracking.counts()),
+            (
+                RateKey::DeadLettered,
+                [crate::metrics::dead_lettered_total(), 0, 0, 0, 0],
+            ),
+        ];
         now.extend(queues.iter().map(|(g, c)| (RateKey::Queue(*g), *c)));
         now.extend(
             tracking
@@ -93,6 +101,20 @@ impl Rates {
     /// before two samples).
     pub fn message_stats(&self, key: RateKey, counts: [u64; 5]) -> Value {
         stats_json(counts, self.rates(key))
+    }
+
+    /// The node's `message_stats` (overview) with quorumq's `dead_lettered` count and
+    /// its `dead_lettered_details.rate` (messages dead-lettered by the queues this node
+    /// leads, per second) added to RabbitMQ's fields.
+    pub fn node_message_stats(&self, counts: [u64; 5]) -> Value {
+        let mut v = self.message_stats(RateKey::Node, counts);
+        let dl = crate::metrics::dead_lettered_total();
+        let rate = (self.rates(RateKey::DeadLettered)[0] * 10.0).round() / 10.0;
+        if let Value::Object(m) = &mut v {
+            m.insert("dead_lettered".into(), json!(dl));
+            m.insert("dead_lettered_details".into(), json!({ "rate": rate }));
+        }
+        v
     }
 
     /// The sum of several objects' `message_stats` (a vhost: its connections'), given

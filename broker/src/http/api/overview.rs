@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::queues::{queue_records, statuses};
 use super::vhosts::readable_vhosts;
 use super::{ok, ApiResult};
-use crate::http::rates::{RateKey, RATES};
+use crate::http::rates::RATES;
 use crate::http::{node_name, Api, Started};
 
 /// The overview routes.
@@ -70,7 +70,7 @@ pub(super) async fn overview(api: Api) -> ApiResult {
             "messages_unacknowledged": unacked,
         },
         "listeners": listeners,
-        "message_stats": RATES.message_stats(RateKey::Node, b.tracking().counts()),
+        "message_stats": RATES.node_message_stats(b.tracking().counts()),
     }))
 }
 

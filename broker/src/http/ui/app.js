@@ -232,9 +232,10 @@
   const fmtCount = (v) => (Number.isInteger(v) ? num(v) : v.toFixed(1));
   const fmtRate = (v) => `${v >= 10 ? Math.round(v) : v.toFixed(1)}/s`;
   const RATE_SERIES = [["publish", "Publish"], ["deliver_get", "Deliver / get"], ["ack", "Ack"], ["redeliver", "Redeliver"]];
-  function rateValues(ms) {
+  const OVERVIEW_RATE_SERIES = RATE_SERIES.concat([["dead_lettered", "Dead-lettered"]]);
+  function rateValues(ms, series) {
     const v = {};
-    for (const [k] of RATE_SERIES) v[k] = statRate(ms, k) || 0;
+    for (const [k] of series || RATE_SERIES) v[k] = statRate(ms, k) || 0;
     return v;
   }
 
@@ -271,10 +272,10 @@
         ["Queues", t.queues], ["Consumers", t.consumers], ["Ready", q.messages_ready],
         ["Unacked", q.messages_unacknowledged], ["Total messages", q.messages]].map(([k, v]) =>
         h("div", { "data-total": k }, h("span", { class: "muted" }, k), h("b", {}, num(v)))));
-      overviewRates.add(rateValues(o.message_stats));
+      overviewRates.add(rateValues(o.message_stats, OVERVIEW_RATE_SERIES));
       overviewQueued.add({ ready: q.messages_ready, unacked: q.messages_unacknowledged, total: q.messages });
-      fill(rates, chart(overviewRates, RATE_SERIES, fmtRate),
-        h("p", { class: "muted" }, "Rates through this node, sampled every 5 s."));
+      fill(rates, chart(overviewRates, OVERVIEW_RATE_SERIES, fmtRate),
+        h("p", { class: "muted" }, "Rates through this node (dead-lettered: by the queues it leads), sampled every 5 s."));
       fill(queued, chart(overviewQueued, [["ready", "Ready"], ["unacked", "Unacked"], ["total", "Total"]], fmtCount));
       fill(nodes, nodesTable(ns, qs));
       fill(listeners, table([["Protocol", (l) => l.protocol], ["Node", (l) => l.node],
