@@ -418,17 +418,6 @@ impl PeerClient {
 }
 
 /// A receiver as a `Stream` (tonic's client-streaming argument).
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn live_backoff_grows_to_a_second() {
-        let ms: Vec<u128> = (1..=6).map(|n| live_backoff(n).as_millis()).collect();
-        assert_eq!(ms, [200, 400, 800, 1000, 1000, 1000]);
-    }
-}
-
 fn tokio_stream_from<T: Send + 'static>(
     rx: tokio::sync::mpsc::Receiver<T>,
 ) -> impl futures::Stream<Item = T> + Send + 'static {
@@ -573,5 +562,16 @@ impl RaftNetwork<TypeConfig> for PeerClient {
                 Some(Duration::from_millis(DOWN_BACKOFF_MS))
             }
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_backoff_grows_to_a_second() {
+        let ms: Vec<u128> = (1..=6).map(|n| live_backoff(n).as_millis()).collect();
+        assert_eq!(ms, [200, 400, 800, 1000, 1000, 1000]);
     }
 }
