@@ -21,6 +21,7 @@ pub mod node_counters;
 pub mod queue;
 pub mod tls;
 pub mod tracking;
+pub mod utc;
 
 /// Milliseconds since the Unix epoch: the timestamp the proposer stamps
 /// into commands (the state machine never reads a clock).

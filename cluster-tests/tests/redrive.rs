@@ -492,18 +492,24 @@ async fn reject_all(conn: &lapin::Connection, q: &str, n: usize) -> anyhow::Resu
     Ok(())
 }
 
-/// Three nodes: 3,000 dead letters of a source led by node 2 sit in a DLQ led
-/// by node 1; a paced redrive (through node 3, forwarded to the DLQ's
-/// leader) runs while node 2 — the destination's leader — is killed
-/// mid-way. Every message ends in the source at least once, none is lost,
-/// the DLQ is empty, and there are no duplicates (printed).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redrive_survives_the_destination_leader_being_killed() -> anyhow::Result<()> {
-    const N: usize = 3000;
-    bounded(T3, async {
+/// Three nodes: `N` dead letters of a source led by node 2 sit in a DLQ led
+/// by node 1 (the setup of the 3-node redrive tests).
+struct ThreeNodeDlq {
+    cluster: Cluster,
+    dlq: String,
+    src: String,
+    /// The bodies, one per message.
+    all: Vec<String>,
+}
+
+/// Messages in the 3-node redrive tests.
+const N3: usize = 3000;
+
+impl ThreeNodeDlq {
+    async fn start(prefix: &str) -> anyhow::Result<ThreeNodeDlq> {
         let cluster = Cluster::start(3).await?;
-        let dlq = unique("rd3_dlq");
-        let src = unique("rd3_src");
+        let dlq = unique(&format!("{prefix}_dlq"));
+        let src = unique(&format!("{prefix}_src"));
         let (conn1, _ch1) = cluster.quorum_queue_led_by(1, &dlq).await?;
         let conn2 = connect(&cluster.uri(2)).await?;
         let ch2 = confirm_channel(&conn2).await?;
@@ -512,7 +518,7 @@ async fn redrive_survives_the_destination_leader_being_killed() -> anyhow::Resul
             cluster.wait_queue_leader(2, &src, Duration::from_secs(30)).await?,
             2
         );
-        let all = names("m", N);
+        let all = names("m", N3);
         for chunk in all.chunks(200) {
             let mut pending = Vec::new();
             for p in chunk {
@@ -531,149 +537,135 @@ async fn redrive_survives_the_destination_leader_being_killed() -> anyhow::Resul
                 assert!(c.await?.is_ack());
             }
         }
-        reject_all(&conn2, &src, N).await?;
+        reject_all(&conn2, &src, N3).await?;
         cluster_tests::cluster::wait_for(Duration::from_secs(60), "all dead letters in the DLQ", || async {
             cluster
-                .queue_view(1, &dlq)
+                .queue_view(2, &dlq)
                 .await
-                .is_ok_and(|v| v.messages_ready == N as u64)
+                .is_ok_and(|v| v.messages_ready == N3 as u64)
         })
         .await?;
-        drop(ch2);
-        drop(conn2);
+        let _ = close_connection(&conn2).await;
+        let _ = close_connection(&conn1).await;
+        Ok(ThreeNodeDlq {
+            cluster,
+            dlq,
+            src,
+            all,
+        })
+    }
 
-        // 3,000 at 1,000/s: about 3 s; node 2 dies once a quarter has moved.
-        let admin = format!("http://{}", cluster.cluster_addr(3));
-        let cmd = quorumqctl(&admin, &["redrive", &dlq, "--rate", "1000", "--formatter", "json"]);
+    /// A redrive of the DLQ asked of node 3 at 1,000 msg/s (about 3 s),
+    /// with node `victim` `kill -9`ed once a quarter has moved; its summary.
+    async fn redrive_killing(&self, victim: u64) -> anyhow::Result<Value> {
+        let via = self.survivor(victim);
+        let admin = format!("http://{}", self.cluster.cluster_addr(3));
+        let cmd = quorumqctl(
+            &admin,
+            &["redrive", &self.dlq, "--rate", "1000", "--formatter", "json"],
+        );
         let redrive = tokio::spawn(run(cmd, REDRIVE_TIMEOUT));
         cluster_tests::cluster::wait_for(Duration::from_secs(30), "the redrive under way", || async {
-            cluster
-                .queue_view(1, &dlq)
+            self.cluster
+                .queue_view(via, &self.dlq)
                 .await
-                .is_ok_and(|v| v.messages_ready <= (N as u64) * 3 / 4)
+                .is_ok_and(|v| v.messages_ready <= (N3 as u64) * 3 / 4)
         })
         .await?;
-        cluster.kill9(2);
-        assert!(!redrive.is_finished(), "node 2 was killed mid-way");
+        self.cluster.kill9(victim);
+        assert!(!redrive.is_finished(), "node {victim} was killed mid-way");
         let out = redrive.await??;
-        let v: Value = serde_json::from_str(&out)?;
-        println!("redrive with the destination's leader killed: {v}");
-        assert_eq!(v["moved"], N as u64, "{v}");
-        assert_eq!(v["skipped"], json!({}), "{v}");
+        Ok(serde_json::from_str(&out)?)
+    }
 
-        let leader = cluster.wait_queue_leader(1, &src, Duration::from_secs(60)).await?;
-        assert_ne!(leader, 2);
+    /// A running node other than `victim` and node 3.
+    fn survivor(&self, victim: u64) -> u64 {
+        if victim == 1 {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Waits for the DLQ to be empty, drains the source and returns every
+    /// body lost and every body seen more than once (with its count).
+    async fn back_in_source(
+        &self,
+        victim: u64,
+    ) -> anyhow::Result<(Vec<String>, Vec<(String, usize)>)> {
+        let via = self.survivor(victim);
+        let leader = self
+            .cluster
+            .wait_queue_leader(via, &self.src, Duration::from_secs(60))
+            .await?;
+        assert_ne!(leader, victim);
         cluster_tests::cluster::wait_for(Duration::from_secs(30), "the DLQ empty", || async {
-            cluster
-                .queue_view(1, &dlq)
+            self.cluster
+                .queue_view(via, &self.dlq)
                 .await
                 .is_ok_and(|v| v.messages_ready == 0 && v.messages_unacknowledged == 0)
         })
         .await?;
-        let conn = connect(&cluster.uri(leader)).await?;
+        let conn = connect(&self.cluster.uri(leader)).await?;
         let ch = conn.create_channel().await?;
-        let got = drain(&ch, &src).await?;
+        let got = drain(&ch, &self.src).await?;
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        for b in &got {
-            *counts.entry(b.clone()).or_insert(0) += 1;
+        for b in got {
+            *counts.entry(b).or_insert(0) += 1;
         }
-        let lost: Vec<&String> = all.iter().filter(|m| !counts.contains_key(*m)).collect();
-        let dups: Vec<(&String, usize)> = counts
-            .iter()
-            .filter(|(_, n)| **n > 1)
-            .map(|(m, n)| (m, *n))
-            .collect();
-        let extra: usize = dups.iter().map(|(_, n)| n - 1).sum();
-        println!(
-            "redrive of {N} with the destination's leader killed: {} received, lost {}, duplicates {extra} (of {} messages)",
-            got.len(),
-            lost.len(),
-            dups.len()
-        );
-        assert_none("messages lost", &lost);
-        assert_eq!(
-            extra, 0,
-            "the de-duplicated enqueue leaves no second copy (at-least-once alone would allow one batch, {BATCH})"
-        );
         assert!(
             counts.keys().all(|k| k.starts_with("m-")),
             "nothing foreign arrived"
         );
-        drop(conn1);
+        let lost = self
+            .all
+            .iter()
+            .filter(|m| !counts.contains_key(*m))
+            .cloned()
+            .collect();
+        let dups = counts.into_iter().filter(|(_, n)| *n > 1).collect();
+        Ok((lost, dups))
+    }
+}
+
+/// Three nodes (`ThreeNodeDlq`): a paced redrive through node 3 (forwarded to
+/// the DLQ's leader, node 1) runs while node 2, the destination's leader, is
+/// killed mid-way. Every message ends in the source once, none is lost, the
+/// DLQ is empty (the de-duplicated enqueue: at-least-once alone would allow
+/// one batch twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrive_survives_the_destination_leader_being_killed() -> anyhow::Result<()> {
+    bounded(T3, async {
+        let t = ThreeNodeDlq::start("rd3").await?;
+        let v = t.redrive_killing(2).await?;
+        println!("redrive with the destination's leader killed: {v}");
+        assert_eq!(v["moved"], N3 as u64, "{v}");
+        assert_eq!(v["skipped"], json!({}), "{v}");
+        let (lost, dups) = t.back_in_source(2).await?;
+        println!(
+            "redrive of {N3} with the destination's leader killed: lost {}, duplicated {} (batch {BATCH})",
+            lost.len(),
+            dups.len()
+        );
+        assert_none("messages lost", &lost);
+        assert_none("messages in the source twice", &dups);
         Ok(())
     })
     .await
 }
 
-/// Three nodes: 3,000 dead letters of a source led by node 2 sit in a DLQ led
-/// by node 1; a paced redrive asked of node 3 (forwarded to node 1) runs
-/// while node 1 — the redriven queue's own leader — is killed mid-way. Node
-/// 3 follows the DLQ's new leader and finishes: exit 0, every message back
-/// in the source exactly once, the DLQ empty.
+/// Three nodes (`ThreeNodeDlq`): a paced redrive asked of node 3 (forwarded to
+/// node 1) runs while node 1, the redriven queue's own leader, is killed
+/// mid-way. Node 3 follows the DLQ's new leader and finishes: exit 0, every
+/// message back in the source exactly once, the DLQ empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redrive_follows_the_redriven_queues_new_leader() -> anyhow::Result<()> {
-    const N: usize = 3000;
     bounded(T3, async {
-        let cluster = Cluster::start(3).await?;
-        let dlq = unique("rd4_dlq");
-        let src = unique("rd4_src");
-        let (conn1, _ch1) = cluster.quorum_queue_led_by(1, &dlq).await?;
-        let conn2 = connect(&cluster.uri(2)).await?;
-        let ch2 = confirm_channel(&conn2).await?;
-        declare_durable(&ch2, &src, to_dlq(&dlq)).await?;
-        assert_eq!(
-            cluster.wait_queue_leader(2, &src, Duration::from_secs(30)).await?,
-            2
-        );
-        let all = names("m", N);
-        for chunk in all.chunks(200) {
-            let mut pending = Vec::new();
-            for p in chunk {
-                pending.push(
-                    ch2.basic_publish(
-                        "".into(),
-                        src.as_str().into(),
-                        Default::default(),
-                        p.as_bytes(),
-                        BasicProperties::default(),
-                    )
-                    .await?,
-                );
-            }
-            for c in pending {
-                assert!(c.await?.is_ack());
-            }
-        }
-        reject_all(&conn2, &src, N).await?;
-        cluster_tests::cluster::wait_for(Duration::from_secs(60), "all dead letters in the DLQ", || async {
-            cluster
-                .queue_view(2, &dlq)
-                .await
-                .is_ok_and(|v| v.messages_ready == N as u64)
-        })
-        .await?;
-        drop(ch2);
-        drop(conn2);
-        drop(conn1);
-
-        // 3,000 at 1,000/s: about 3 s; node 1 dies once a quarter has moved.
-        let admin = format!("http://{}", cluster.cluster_addr(3));
-        let cmd = quorumqctl(&admin, &["redrive", &dlq, "--rate", "1000", "--formatter", "json"]);
-        let redrive = tokio::spawn(run(cmd, REDRIVE_TIMEOUT));
-        cluster_tests::cluster::wait_for(Duration::from_secs(30), "the redrive under way", || async {
-            cluster
-                .queue_view(2, &dlq)
-                .await
-                .is_ok_and(|v| v.messages_ready <= (N as u64) * 3 / 4)
-        })
-        .await?;
-        cluster.kill9(1);
-        assert!(!redrive.is_finished(), "node 1 was killed mid-way");
-        let out = redrive.await??;
-        let v: Value = serde_json::from_str(&out)?;
+        let t = ThreeNodeDlq::start("rd4").await?;
+        let v = t.redrive_killing(1).await?;
         println!("redrive with its own queue's leader killed: {v}");
         assert!(
-            cluster
+            t.cluster
                 .log_tail(3, 1 << 20)
                 .contains("redrive interrupted; continuing on the queue's leader"),
             "node 3 followed the DLQ's new leader"
@@ -682,36 +674,13 @@ async fn redrive_follows_the_redriven_queues_new_leader() -> anyhow::Result<()> 
         // The batches whose progress node 1 never reported are moved but may
         // go uncounted (module docs of admin/redrive.rs).
         assert!(
-            moved <= N as u64 && moved + 4 * BATCH as u64 >= N as u64,
+            moved <= N3 as u64 && moved + 4 * BATCH as u64 >= N3 as u64,
             "{v}"
         );
         assert_eq!(v["skipped"], json!({}), "{v}");
-
-        let leader = cluster.wait_queue_leader(2, &dlq, Duration::from_secs(60)).await?;
-        assert_ne!(leader, 1);
-        cluster_tests::cluster::wait_for(Duration::from_secs(30), "the DLQ empty", || async {
-            cluster
-                .queue_view(2, &dlq)
-                .await
-                .is_ok_and(|v| v.messages_ready == 0 && v.messages_unacknowledged == 0)
-        })
-        .await?;
-        let conn = connect(&cluster.uri(2)).await?;
-        let ch = conn.create_channel().await?;
-        let got = drain(&ch, &src).await?;
-        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        for b in &got {
-            *counts.entry(b.clone()).or_insert(0) += 1;
-        }
-        let lost: Vec<&String> = all.iter().filter(|m| !counts.contains_key(*m)).collect();
-        let dups: Vec<(&String, usize)> = counts
-            .iter()
-            .filter(|(_, n)| **n > 1)
-            .map(|(m, n)| (m, *n))
-            .collect();
+        let (lost, dups) = t.back_in_source(1).await?;
         println!(
-            "redrive of {N} with its own queue's leader killed: {} received, lost {}, duplicated {}",
-            got.len(),
+            "redrive of {N3} with its own queue's leader killed: lost {}, duplicated {}",
             lost.len(),
             dups.len()
         );

@@ -138,27 +138,7 @@ impl DeadLetterSummary {
     }
 }
 
-/// `secs` since the Unix epoch as ISO 8601 UTC, `YYYY-MM-DDTHH:MM:SSZ`
-/// (proleptic Gregorian calendar; H. Hinnant's `civil_from_days`).
-pub fn iso8601(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
+pub use crate::utc::iso8601;
 
 #[cfg(test)]
 mod tests {
@@ -245,12 +225,5 @@ mod tests {
                 time_secs: Some(7)
             }
         );
-    }
-
-    #[test]
-    fn iso8601_is_utc_calendar_time() {
-        assert_eq!(iso8601(0), "1970-01-01T00:00:00Z");
-        assert_eq!(iso8601(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(iso8601(1_795_691_727), "2026-11-26T11:15:27Z");
     }
 }
