@@ -121,6 +121,9 @@ fn summary(r: &Report, results: &std::path::Path) -> (u64, u64, u64, u64, u64) {
         for p in v.problems() {
             println!("    problem: {p}");
         }
+        for w in v.warnings() {
+            println!("    warning: {w}");
+        }
         let kinds: Vec<String> = v
             .faults_by_kind
             .iter()
