@@ -515,7 +515,9 @@ impl ThreeNodeDlq {
         let ch2 = confirm_channel(&conn2).await?;
         declare_durable(&ch2, &src, to_dlq(&dlq)).await?;
         assert_eq!(
-            cluster.wait_queue_leader(2, &src, Duration::from_secs(30)).await?,
+            cluster
+                .wait_queue_leader(2, &src, Duration::from_secs(30))
+                .await?,
             2
         );
         let all = names("m", N3);
@@ -538,12 +540,16 @@ impl ThreeNodeDlq {
             }
         }
         reject_all(&conn2, &src, N3).await?;
-        cluster_tests::cluster::wait_for(Duration::from_secs(60), "all dead letters in the DLQ", || async {
-            cluster
-                .queue_view(2, &dlq)
-                .await
-                .is_ok_and(|v| v.messages_ready == N3 as u64)
-        })
+        cluster_tests::cluster::wait_for(
+            Duration::from_secs(60),
+            "all dead letters in the DLQ",
+            || async {
+                cluster
+                    .queue_view(2, &dlq)
+                    .await
+                    .is_ok_and(|v| v.messages_ready == N3 as u64)
+            },
+        )
         .await?;
         let _ = close_connection(&conn2).await;
         let _ = close_connection(&conn1).await;
@@ -562,15 +568,26 @@ impl ThreeNodeDlq {
         let admin = format!("http://{}", self.cluster.cluster_addr(3));
         let cmd = quorumqctl(
             &admin,
-            &["redrive", &self.dlq, "--rate", "1000", "--formatter", "json"],
+            &[
+                "redrive",
+                &self.dlq,
+                "--rate",
+                "1000",
+                "--formatter",
+                "json",
+            ],
         );
         let redrive = tokio::spawn(run(cmd, REDRIVE_TIMEOUT));
-        cluster_tests::cluster::wait_for(Duration::from_secs(30), "the redrive under way", || async {
-            self.cluster
-                .queue_view(via, &self.dlq)
-                .await
-                .is_ok_and(|v| v.messages_ready <= (N3 as u64) * 3 / 4)
-        })
+        cluster_tests::cluster::wait_for(
+            Duration::from_secs(30),
+            "the redrive under way",
+            || async {
+                self.cluster
+                    .queue_view(via, &self.dlq)
+                    .await
+                    .is_ok_and(|v| v.messages_ready <= (N3 as u64) * 3 / 4)
+            },
+        )
         .await?;
         self.cluster.kill9(victim);
         assert!(!redrive.is_finished(), "node {victim} was killed mid-way");

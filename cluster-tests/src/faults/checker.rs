@@ -400,7 +400,10 @@ mod tests {
             "{:?}",
             v.warnings()
         );
-        assert!(v.passed(), "at-least-once allows it: a warning, not a failure");
+        assert!(
+            v.passed(),
+            "at-least-once allows it: a warning, not a failure"
+        );
     }
 
     #[test]
