@@ -44,6 +44,7 @@ pub mod dlx;
 pub mod faults;
 pub mod http;
 pub mod lean;
+pub mod powerfs;
 pub mod raw;
 
 /// Env var: when set, every test runs against this AMQP URI instead of a spawned quorumq.

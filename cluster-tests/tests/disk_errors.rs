@@ -30,14 +30,14 @@
 //! than passing having run nothing.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use cluster_tests::cluster::{distinct_free_ports, wait_for, Cluster, Placement};
+use cluster_tests::powerfs::PowerFs;
 use cluster_tests::*;
 use lapin::options::{BasicAckOptions, BasicPublishOptions};
 use lapin::BasicProperties;
@@ -48,91 +48,6 @@ const EXIT_BOUND: Duration = Duration::from_secs(15);
 const RESUME_BOUND: Duration = Duration::from_secs(20);
 /// Confirms each surviving publisher must get after node 3's exit ("confirms resume").
 const RESUMED: usize = 20;
-
-/// A powerfs mount of `backing` at `mnt` (stderr to `log`); unmounted (lazily) on drop.
-struct PowerFs {
-    mnt: PathBuf,
-    log: PathBuf,
-    child: Option<Child>,
-}
-
-impl PowerFs {
-    fn mount(backing: &Path, mnt: &Path, log: &Path) -> anyhow::Result<PowerFs> {
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)?;
-        let child = Command::new(env!("CARGO_BIN_EXE_powerfs"))
-            .arg(backing)
-            .arg(mnt)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .spawn()
-            .context("spawning powerfs")?;
-        let mut fs = PowerFs {
-            mnt: mnt.canonicalize()?,
-            log: log.to_owned(),
-            child: Some(child),
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !fs.mounted() {
-            if let Some(status) = fs.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                bail!("powerfs exited with {status}: {}", fs.log_text());
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "powerfs did not mount {} within 10 s",
-                mnt.display()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(fs)
-    }
-
-    fn mounted(&self) -> bool {
-        let want = self.mnt.to_string_lossy().into_owned();
-        std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| {
-            m.lines()
-                .any(|l| l.split(' ').nth(4) == Some(want.as_str()) && l.contains("powerfs"))
-        })
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Switches a fault (`.powerfs-eio-fsync`, `.powerfs-heal`, ...): powerfs answers the
-    /// control name's lookup with `ENOENT` once it is switched.
-    fn switch(&self, control: &str) -> anyhow::Result<()> {
-        match std::fs::metadata(self.mnt.join(control)) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            other => bail!("powerfs control {control}: {other:?}"),
-        }
-    }
-
-    fn unmount(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(&self.mnt)
-            .stderr(Stdio::null())
-            .status();
-        if let Some(mut c) = self.child.take() {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for PowerFs {
-    fn drop(&mut self) {
-        self.unmount();
-    }
-}
 
 /// What one publisher saw: ids confirmed (basic.ack) and when.
 #[derive(Default)]
@@ -318,7 +233,13 @@ async fn run() -> anyhow::Result<()> {
         .tempdir()?;
     let mnt = root.path().join("data").join("node-3");
     std::fs::create_dir_all(&mnt)?;
-    let fs = PowerFs::mount(&backing, &mnt, &disk.path().join("powerfs.log"))?;
+    let fs = PowerFs::mount(
+        env!("CARGO_BIN_EXE_powerfs"),
+        &backing,
+        &mnt,
+        &[],
+        &disk.path().join("powerfs.log"),
+    )?;
     let places = distinct_free_ports(6)?
         .chunks(2)
         .map(|p| Placement::loopback(p[0], p[1]))

@@ -20,13 +20,14 @@
 //! crash moments and powerfs's sector choices. Needs root (FUSE mount), as CI runs.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use cluster_tests::faults::rng::Rng;
+use cluster_tests::powerfs::PowerFs;
 use cluster_tests::*;
 use futures::StreamExt;
 use lapin::options::{
@@ -34,81 +35,6 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
-
-/// A powerfs mount of `backing` at `mnt`; unmounted (lazily) on drop.
-struct PowerFs {
-    mnt: PathBuf,
-    child: Option<Child>,
-}
-
-impl PowerFs {
-    fn mount(backing: &Path, mnt: &Path, seed: u64, log: &Path) -> anyhow::Result<PowerFs> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)?;
-        let child = Command::new(env!("CARGO_BIN_EXE_powerfs"))
-            .arg(backing)
-            .arg(mnt)
-            .arg("--seed")
-            .arg(seed.to_string())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("spawning powerfs")?;
-        let fs = PowerFs {
-            mnt: mnt.to_owned(),
-            child: Some(child),
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !fs.mounted() {
-            if Instant::now() > deadline {
-                bail!("powerfs did not mount {} within 10 s", mnt.display());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(fs)
-    }
-
-    fn mounted(&self) -> bool {
-        let want = self.mnt.to_string_lossy().into_owned();
-        std::fs::read_to_string("/proc/self/mountinfo")
-            .map(|m| {
-                m.lines()
-                    .any(|l| l.split(' ').nth(4) == Some(want.as_str()) && l.contains("powerfs"))
-            })
-            .unwrap_or(false)
-    }
-
-    /// Power loss: unsynced data is lost or torn, every later operation fails.
-    fn crash(&self) {
-        // The create itself answers EIO.
-        let _ = std::fs::File::create(self.mnt.join(".powerfs-crash"));
-    }
-
-    fn unmount(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(&self.mnt)
-            .stderr(Stdio::null())
-            .status();
-        if let Some(mut c) = self.child.take() {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for PowerFs {
-    fn drop(&mut self) {
-        self.unmount();
-    }
-}
 
 /// What one crash cycle's clients saw.
 #[derive(Default)]
@@ -318,7 +244,13 @@ async fn confirmed_and_dead_lettered_messages_survive_power_loss() -> anyhow::Re
     let mut pending: Option<(String, String, Seen)> = None;
     let started = Instant::now();
     for cycle in 0..=crashes {
-        let mut fs = PowerFs::mount(&backing, &data, seed.wrapping_add(cycle), &fs_log)?;
+        let mut fs = PowerFs::mount(
+            env!("CARGO_BIN_EXE_powerfs"),
+            &backing,
+            &data,
+            &["--seed".into(), seed.wrapping_add(cycle).to_string()],
+            &fs_log,
+        )?;
         if let Err(e) = broker.restart_with(&args).await {
             keep_logs(&broker, &fs_log, seed);
             bail!(

@@ -125,18 +125,19 @@ impl Skip {
         }
     }
 
+    /// Every reason.
+    pub const ALL: [Skip; 6] = [
+        Skip::SourceQueueNotFound,
+        Skip::NoDeathHistory,
+        Skip::DestinationIsThisQueue,
+        Skip::DestinationFull,
+        Skip::Unreadable,
+        Skip::DeliveredToConsumer,
+    ];
+
     /// The reason named `name` ([`Skip::as_str`]).
     pub fn from_name(name: &str) -> Option<Skip> {
-        [
-            Skip::SourceQueueNotFound,
-            Skip::NoDeathHistory,
-            Skip::DestinationIsThisQueue,
-            Skip::DestinationFull,
-            Skip::Unreadable,
-            Skip::DeliveredToConsumer,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == name)
+        Skip::ALL.into_iter().find(|s| s.as_str() == name)
     }
 }
 
@@ -802,14 +803,7 @@ mod tests {
             total.skipped.into_iter().collect::<Vec<_>>(),
             vec![(Skip::NoDeathHistory, 1)]
         );
-        for skip in [
-            Skip::SourceQueueNotFound,
-            Skip::NoDeathHistory,
-            Skip::DestinationIsThisQueue,
-            Skip::DestinationFull,
-            Skip::Unreadable,
-            Skip::DeliveredToConsumer,
-        ] {
+        for skip in Skip::ALL {
             assert_eq!(Skip::from_name(skip.as_str()), Some(skip));
         }
         assert_eq!(Skip::from_name("nonsense"), None);
