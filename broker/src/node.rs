@@ -191,6 +191,7 @@ impl Broker {
             detector: detector.clone(),
             consumers: consumers.clone(),
             origin,
+            seen_calls: Default::default(),
         };
         let meta = Arc::new(MetaGroup::new(me, meta_raft, meta_host, forwarder.clone()));
         let queues = Queues::new(QueuesParts {

@@ -4,6 +4,13 @@
 //! deliveries are checked out to those consumers and would otherwise be
 //! stuck) until it succeeds or the peer restarted (its consumers are gone;
 //! the queue returns their messages on `NodeRestarted`).
+//!
+//! Calls are idempotent: each carries its outbox (random per sender task)
+//! and a number growing by one per call, and the receiver ([`SeenCalls`])
+//! drops a call at or below the last number it took from that outbox. A
+//! call that arrived but whose reply was lost, sent again, therefore
+//! delivers nothing twice (the fault suite's seed 233802 saw one message
+//! twice in one millisecond on one consumer from exactly that).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -96,7 +103,11 @@ impl RemoteDeliveries {
 
 async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
     let mut batch: Vec<Outgoing> = Vec::with_capacity(BATCH);
+    // Never 0 (0 is "no de-duplication" for the receiver).
+    let outbox = rand::random::<u64>() | 1;
+    let mut call = 0u64;
     while let Some(first) = rx.recv().await {
+        call += 1;
         batch.push(first);
         // A timeout ends a batch: the receiver handles deliveries first.
         while batch.len() < BATCH && !matches!(batch.last(), Some(Outgoing::TimedOut { .. })) {
@@ -150,6 +161,8 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
                 } else {
                     timed_out_bytes.clone().into()
                 },
+                outbox,
+                batch: call,
             };
             drop(me);
             match tokio::time::timeout(Duration::from_secs(5), client.deliver(req)).await {
@@ -166,5 +179,77 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
                 }
             }
         }
+    }
+}
+
+/// Which `Deliver` calls a node has taken: per sender outbox, the highest
+/// call number. Bounded: past [`SeenCalls::MAX_OUTBOXES`] outboxes the
+/// oldest-numbered entries go (an outbox only lives as long as its sender
+/// task, and a forgotten outbox only loses de-duplication, never a delivery).
+#[derive(Debug, Default)]
+pub struct SeenCalls {
+    last: Mutex<HashMap<(u64, u64), (u64, u64)>>,
+}
+
+impl SeenCalls {
+    /// Outboxes remembered at most.
+    pub const MAX_OUTBOXES: usize = 256;
+
+    /// True when call `batch` of `outbox` on node `from` is new (and
+    /// records it); false for a call at or below one taken before, which
+    /// must not be delivered again. `outbox == 0` (older senders): always new.
+    pub fn take(&self, from: u64, outbox: u64, batch: u64) -> bool {
+        if outbox == 0 {
+            return true;
+        }
+        let Ok(mut last) = self.last.lock() else {
+            return true;
+        };
+        let tick = last.values().map(|&(_, t)| t).max().unwrap_or(0) + 1;
+        match last.get_mut(&(from, outbox)) {
+            Some((seen, _)) if *seen >= batch => false,
+            Some(entry) => {
+                *entry = (batch, tick);
+                true
+            }
+            None => {
+                if last.len() >= Self::MAX_OUTBOXES {
+                    if let Some(oldest) = last.iter().min_by_key(|(_, &(_, t))| t).map(|(k, _)| *k) {
+                        last.remove(&oldest);
+                    }
+                }
+                last.insert((from, outbox), (batch, tick));
+                true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SeenCalls;
+
+    #[test]
+    fn a_call_taken_once_is_refused_again_and_older_calls_too() {
+        let seen = SeenCalls::default();
+        assert!(seen.take(3, 77, 1));
+        assert!(!seen.take(3, 77, 1), "the same call sent again");
+        assert!(seen.take(3, 77, 2));
+        assert!(!seen.take(3, 77, 1), "a delayed first attempt of an older call");
+        assert!(seen.take(3, 78, 1), "another outbox of that node");
+        assert!(seen.take(2, 77, 1), "another node");
+        assert!(seen.take(3, 0, 5) && seen.take(3, 0, 5), "older senders: no de-duplication");
+    }
+
+    #[test]
+    fn outboxes_past_the_bound_forget_the_least_recently_used() {
+        let seen = SeenCalls::default();
+        for outbox in 1..=SeenCalls::MAX_OUTBOXES as u64 {
+            assert!(seen.take(1, outbox, 1));
+        }
+        assert!(seen.take(1, 1, 2), "outbox 1 used again: now the newest");
+        assert!(seen.take(1, 9999, 1), "one more outbox pushes out the least recently used (2)");
+        assert!(!seen.take(1, 1, 2), "outbox 1 is still remembered");
+        assert!(seen.take(1, 2, 1), "outbox 2 was forgotten: its call counts as new");
     }
 }

@@ -40,6 +40,8 @@ pub struct ClusterServices {
     pub consumers: Arc<ConsumerRegistry>,
     /// This node in this boot: proposals made here carry it.
     pub origin: Origin,
+    /// `Deliver` calls taken, so a retried one is not delivered twice.
+    pub seen_calls: Arc<super::deliveries::SeenCalls>,
 }
 
 impl ClusterServices {
@@ -306,6 +308,10 @@ impl Cluster for ClusterServices {
         } else {
             decode(&req.timed_out)?
         };
+        if !self.seen_calls.take(req.from_node, req.outbox, req.batch) {
+            tracing::debug!(target: "deliveries", from = req.from_node, batch = req.batch, "a Deliver call taken before, sent again: dropped");
+            return Ok(Response::new(DeliverReply::default()));
+        }
         let mut gone = Vec::new();
         for (group, consumer, delivery) in wire {
             if !self.consumers.deliver(QueueDelivery {

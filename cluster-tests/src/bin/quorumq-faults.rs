@@ -29,7 +29,7 @@ struct Args {
     time: u64,
     /// Nemesis kinds, comma-separated, or `all`: kill, kill-leader, pause,
     /// partition-one, partition-halves, bridge, partition-leader, loss, delay,
-    /// rolling-restart, disk-full.
+    /// rolling-restart, disk-full, slow-link.
     #[arg(long, default_value = "all")]
     nemesis: String,
     /// Nemesis kinds to leave out on purpose, comma-separated (a kind asked

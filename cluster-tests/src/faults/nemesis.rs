@@ -14,6 +14,7 @@
 //! | `delay` | netem delay + reorder on one node (tbf + loss without netem) | qdisc removed |
 //! | `rolling-restart` | SIGTERM + restart of every node in turn | — |
 //! | `disk-full` | the disk node's tmpfs filled to the last byte | filler removed, node restarted if it exited |
+//! | `slow-link` | one node at 256 kbit/s both ways with 20 % loss (tbf + iptables) | qdiscs and rules removed |
 //!
 //! Partitions cut node-to-node traffic only; clients reach every node.
 
@@ -58,11 +59,14 @@ pub enum Kind {
     RollingRestart,
     /// A node's disk full.
     DiskFull,
+    /// One node behind a slow, lossy link both ways (256 kbit/s, 20 % loss;
+    /// issue 32's slow follower).
+    SlowLink,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Kill,
         Kind::KillLeader,
         Kind::Pause,
@@ -74,6 +78,7 @@ impl Kind {
         Kind::Delay,
         Kind::RollingRestart,
         Kind::DiskFull,
+        Kind::SlowLink,
     ];
 
     /// Its command-line name.
@@ -90,6 +95,7 @@ impl Kind {
             Kind::Delay => "delay",
             Kind::RollingRestart => "rolling-restart",
             Kind::DiskFull => "disk-full",
+            Kind::SlowLink => "slow-link",
         }
     }
 
@@ -108,6 +114,7 @@ impl Kind {
                 | Kind::PartitionLeader
                 | Kind::Loss
                 | Kind::Delay
+                | Kind::SlowLink
         )
     }
 }
@@ -146,6 +153,24 @@ impl Links {
         match self {
             Links::Namespaces(n) => n.delay(id, ms),
             Links::Proxies(p) => Ok(p.delay(id, ms)),
+        }
+    }
+
+    /// Node `id` behind a link of `kbit` kbit/s both ways with `loss` (0..1)
+    /// packet loss; with proxies (no rate limit there), a 400 ms delay plus
+    /// that loss. Returns what was applied.
+    ///
+    /// Errors: tc or iptables failed.
+    fn slow_link(&self, id: u64, kbit: u32, loss: f64) -> anyhow::Result<String> {
+        match self {
+            Links::Namespaces(n) => {
+                n.slow_link(id, kbit, loss)?;
+                Ok(format!("tbf {kbit} kbit/s both ways + {:.0}% loss", loss * 100.0))
+            }
+            Links::Proxies(p) => {
+                p.lossy(id, loss);
+                Ok(format!("{} + {:.0}% loss (proxies: no rate limit)", p.delay(id, 400), loss * 100.0))
+            }
         }
     }
 
@@ -340,6 +365,10 @@ impl Injector {
             Kind::Delay => {
                 let ms = self.rng.range(20, 80);
                 let how = self.net()?.delay(random, ms)?;
+                (vec![random], how, Heal::Network)
+            }
+            Kind::SlowLink => {
+                let how = self.net()?.slow_link(random, 256, 0.20)?;
                 (vec![random], how, Heal::Network)
             }
             Kind::RollingRestart => {
