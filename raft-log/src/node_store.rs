@@ -94,6 +94,10 @@ pub struct NodeStore {
     holders: Holders,
     /// Called when a snapshot cannot be written ([`StoreOptions::on_sync_failure`]).
     on_failure: fn(&std::io::Error),
+    /// Groups whose snapshot tree (`snap/<gid>`) an earlier version left in sled, listed
+    /// once at open: only these get their tree opened (new groups get none, see
+    /// [`NodeStore::state_machine`]) and dropped.
+    legacy_trees: Arc<std::sync::Mutex<BTreeSet<GroupId>>>,
 }
 
 /// Counts the live holders of a node's stores: every `NodeStore` clone, `LogStore` and
@@ -185,6 +189,11 @@ impl NodeStore {
             Flusher::start_paced("raft-log-flusher", opts.min_sync_interval, move || {
                 sync_wal.sync()
             })?;
+        let legacy_trees: BTreeSet<GroupId> = db
+            .tree_names()
+            .iter()
+            .filter_map(|n| keys::group_of_tree(n))
+            .collect();
         tracing::info!(dir = %dir.display(), segments = wal.segments(), "opened raft-log store");
         Ok(NodeStore {
             db,
@@ -194,6 +203,7 @@ impl NodeStore {
             flusher,
             holders: Holders::default(),
             on_failure: opts.on_sync_failure,
+            legacy_trees: Arc::new(std::sync::Mutex::new(legacy_trees)),
         })
     }
 
@@ -224,7 +234,10 @@ impl NodeStore {
         )
     }
 
-    /// The state machine of `group` wrapping `machine` (tree `snap/<gid>`, created if missing).
+    /// The state machine of `group` wrapping `machine` (its snapshot file; the sled tree
+    /// `snap/<gid>` only if an earlier version left one: creating a sled tree costs time and
+    /// bytes in proportion to the trees sled holds, so a tree per new group made every queue
+    /// declare dearer than the last, issue 31).
     ///
     /// If a snapshot is persisted, `machine` is first restored from it (`Machine::restore`), so
     /// `Raft::new` replays only the log after the snapshot. Pass a fresh/empty machine.
@@ -239,7 +252,11 @@ impl NodeStore {
         C: GroupTypeConfig,
         M: Machine<C>,
     {
-        let tree = self.db.open_tree(keys::snap_tree(group))?;
+        let tree = if self.is_legacy(group) {
+            Some(self.db.open_tree(keys::snap_tree(group))?)
+        } else {
+            None
+        };
         GroupStateMachine::open(
             SnapshotStore::new(
                 group,
@@ -259,7 +276,12 @@ impl NodeStore {
     /// Errors: [`StoreError::Sled`]; WAL errors.
     pub fn drop_group(&self, group: GroupId) -> Result<(), StoreError> {
         self.wal.drop_group(group)?;
-        self.db.drop_tree(keys::snap_tree(group))?;
+        if self.is_legacy(group) {
+            self.db.drop_tree(keys::snap_tree(group))?;
+            if let Ok(mut l) = self.legacy_trees.lock() {
+                l.remove(&group);
+            }
+        }
         match std::fs::remove_file(self.snap_dir.join(crate::snapshot::file_name(group))) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StoreError::Flush(e)),
             _ => Ok(()),
@@ -272,11 +294,10 @@ impl NodeStore {
     /// Errors: [`StoreError::Flush`] if the snapshot directory cannot be listed.
     pub fn groups(&self) -> Result<Vec<GroupId>, StoreError> {
         let mut set: BTreeSet<GroupId> = self
-            .db
-            .tree_names()
-            .iter()
-            .filter_map(|n| keys::group_of_tree(n))
-            .collect();
+            .legacy_trees
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default();
         set.extend(self.wal.groups());
         let files = std::fs::read_dir(self.snap_dir.as_ref()).map_err(StoreError::Flush)?;
         for f in files {
@@ -290,6 +311,14 @@ impl NodeStore {
             }
         }
         Ok(set.into_iter().collect())
+    }
+
+    /// True when an earlier version left `group` a sled snapshot tree (a poisoned lock
+    /// answers yes: opening an existing tree is harmless).
+    fn is_legacy(&self, group: GroupId) -> bool {
+        self.legacy_trees
+            .lock()
+            .map_or(true, |l| l.contains(&group))
     }
 
     /// Flush, then wait until every `LogStore`, `GroupStateMachine` and snapshot builder obtained

@@ -188,8 +188,11 @@ fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()>
 /// when the group has no file yet, and dropped after its first file save.
 pub(crate) struct SnapshotStore {
     group: GroupId,
-    /// Earlier versions' sled tree of this group (read only when no file exists).
-    tree: sled::Tree,
+    /// Earlier versions' sled tree of this group, if the node's sled holds one (read only
+    /// when no file exists). None for every group created since: creating a sled tree
+    /// rewrites sled's whole tree directory (a clone and a write of every tree's name), so a
+    /// tree per new group made each queue declare cost more than the last (issue 31).
+    tree: Option<sled::Tree>,
     /// The node's snapshot directory.
     dir: Arc<PathBuf>,
     /// Serializes compare-and-save so a slow build cannot overwrite a newer install.
@@ -218,7 +221,7 @@ impl Clone for SnapshotStore {
 impl SnapshotStore {
     pub(crate) fn new(
         group: GroupId,
-        tree: sled::Tree,
+        tree: Option<sled::Tree>,
         dir: Arc<PathBuf>,
         holders: Holders,
         on_failure: fn(&std::io::Error),
@@ -254,10 +257,12 @@ impl SnapshotStore {
                 Ok(Some((codec::decode(meta)?, data.to_vec())))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let (Some(meta), Some(data)) = (
-                    self.tree.get(keys::SNAP_META)?,
-                    self.tree.get(keys::SNAP_DATA)?,
-                ) else {
+                let Some(tree) = &self.tree else {
+                    return Ok(None);
+                };
+                let (Some(meta), Some(data)) =
+                    (tree.get(keys::SNAP_META)?, tree.get(keys::SNAP_DATA)?)
+                else {
                     return Ok(None);
                 };
                 Ok(Some((codec::decode(&meta)?, data.to_vec())))
@@ -282,7 +287,10 @@ impl SnapshotStore {
         let mut f = match std::fs::File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return match self.tree.get(keys::SNAP_META)? {
+                let Some(tree) = &self.tree else {
+                    return Ok(None);
+                };
+                return match tree.get(keys::SNAP_META)? {
                     Some(m) => Ok(Some(codec::decode(&m)?)),
                     None => Ok(None),
                 };
@@ -335,8 +343,8 @@ impl SnapshotStore {
             return Err(StoreError::Flush(e));
         }
         // The file wins from now on; an earlier version's sled copy only takes space.
-        if !self.tree.is_empty() {
-            self.tree.clear()?;
+        if let Some(tree) = self.tree.as_ref().filter(|t| !t.is_empty()) {
+            tree.clear()?;
         }
         Ok(true)
     }
@@ -388,7 +396,7 @@ mod tests {
         std::fs::create_dir_all(&snaps).unwrap();
         SnapshotStore::new(
             7,
-            db.open_tree(keys::snap_tree(7)).unwrap(),
+            Some(db.open_tree(keys::snap_tree(7)).unwrap()),
             Arc::new(snaps),
             Holders::default(),
             on_failure,

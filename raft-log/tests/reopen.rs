@@ -222,3 +222,54 @@ async fn close_waits_for_a_state_machine_still_held_elsewhere() {
     })
     .await
 }
+
+/// Opening a group creates no sled tree: sled rewrites its whole tree directory for each new
+/// tree, so a tree per group made every new queue dearer than the last (issue 31). A snapshot
+/// an earlier version kept in a group's sled tree still restores after a reopen, and dropping
+/// that group drops its tree.
+#[tokio::test]
+async fn new_groups_create_no_sled_trees_and_earlier_trees_still_restore() {
+    bounded(async {
+        let dir = TempDir::new().unwrap();
+        let ns = open(dir.path());
+        let trees = ns.db().tree_names().len();
+        for g in 10..20 {
+            let (_log, _sm) = stores(&ns, g);
+        }
+        assert_eq!(ns.db().tree_names().len(), trees, "no tree per group");
+
+        // Group 5's snapshot as an earlier version stored it (tree `snap/5`).
+        let payload = SnapshotPayload::<u64, openraft::BasicNode> {
+            last_applied: Some(log_id(1, 3)),
+            last_membership: openraft::StoredMembership::default(),
+            machine: raft_log::codec::encode(&vec![10u64, 20, 30]).unwrap(),
+        };
+        let meta = openraft::SnapshotMeta::<u64, openraft::BasicNode> {
+            last_log_id: Some(log_id(1, 3)),
+            last_membership: openraft::StoredMembership::default(),
+            snapshot_id: "old".into(),
+        };
+        let tree = ns.db().open_tree("snap/5").unwrap();
+        tree.insert("meta", raft_log::codec::encode(&meta).unwrap())
+            .unwrap();
+        tree.insert("data", payload.encode().unwrap()).unwrap();
+        drop(tree);
+        ns.sync_sled().unwrap();
+        ns.close(Duration::from_secs(5)).await.unwrap();
+
+        let ns = open(dir.path());
+        assert_eq!(ns.groups().unwrap(), vec![5]);
+        let (_log, sm) = stores(&ns, 5);
+        assert_eq!(sm.machine().lock().unwrap().items, vec![10, 20, 30]);
+        drop((_log, sm));
+        ns.drop_group(5).unwrap();
+        assert_eq!(ns.groups().unwrap(), Vec::<u64>::new());
+        assert!(!ns
+            .db()
+            .tree_names()
+            .iter()
+            .any(|n| n.as_ref() == b"snap/5"));
+        ns.close(Duration::from_secs(5)).await.unwrap();
+    })
+    .await
+}

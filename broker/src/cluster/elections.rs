@@ -17,7 +17,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::detector::Detector;
-use super::groups::GroupTable;
+use super::groups::{GroupReplica, GroupTable};
 use super::peers::Peers;
 use super::pre_vote::{self, PreVoteRequest};
 use super::types::META_GROUP;
@@ -25,7 +25,9 @@ use super::LEADER_LEASE_MS;
 
 /// Sweep interval while some group is leaderless (ms).
 const SWEEP_MS: u64 = 100;
-/// Sweep interval when the last sweep found every group led (ms).
+/// Sweep interval when the last sweep found every group led (ms); also the
+/// longest time between two sweeps of every group (the sweeps in between visit
+/// only the groups found leaderless).
 const IDLE_SWEEP_MS: u64 = 1000;
 /// Delay between two members' turns (ms).
 const RANK_DELAY_MS: u64 = 150;
@@ -59,6 +61,8 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>, peers: 
         let idle_sweep = Duration::from_millis(IDLE_SWEEP_MS);
         // The earliest lease end the last sweep waited for.
         let mut due: Option<Instant> = None;
+        // When every group was last visited.
+        let mut last_full: Option<Instant> = None;
         loop {
             // Nothing leaderless at the last sweep: a leader's node going down
             // wakes the sweep (`changes`); other losses (a leader removing
@@ -66,10 +70,10 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>, peers: 
             // every 100 ms was a steady cost of an idle node (issue 31).
             let every = if state.is_empty() { idle_sweep } else { sweep };
             let wait = due.map_or(every, |d| d.saturating_duration_since(Instant::now()));
-            tokio::select! {
-                _ = changes.changed() => {}
-                _ = tokio::time::sleep(wait.min(every)) => {}
-            }
+            let detector_changed = tokio::select! {
+                _ = changes.changed() => true,
+                _ = tokio::time::sleep(wait.min(every)) => false,
+            };
             due = None;
             let Some(groups) = groups.upgrade() else {
                 return;
@@ -79,8 +83,24 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>, peers: 
                 continue;
             }
             let now = Instant::now();
+            // Every group on a detector change and at least every IDLE_SWEEP_MS;
+            // in between only the leaderless ones: while queues are being
+            // declared some new group is nearly always leaderless, and a
+            // sweep of every group each 100 ms made each declare dearer than
+            // the last (issue 31).
+            let full = detector_changed
+                || last_full.is_none_or(|t| now.duration_since(t) >= idle_sweep);
+            let visit: Vec<(u64, Arc<dyn GroupReplica>)> = if full {
+                last_full = Some(now);
+                groups.all()
+            } else {
+                state
+                    .keys()
+                    .filter_map(|g| groups.get(*g).map(|r| (*g, r)))
+                    .collect()
+            };
             let mut seen = HashSet::new();
-            for (group, replica) in groups.all() {
+            for (group, replica) in visit {
                 if group == META_GROUP {
                     continue;
                 }

@@ -1,8 +1,6 @@
 //! Where a new quorum queue's replicas go (RabbitMQ's `client-local`
 //! leader locator and its balanced member placement).
 
-use std::collections::HashMap;
-
 use amq_protocol::types::FieldTable;
 
 use super::detector::Detector;
@@ -38,22 +36,14 @@ pub fn place(
         nodes.push(me);
     }
     let size = (size.max(1) as usize).min(nodes.len());
-    let mut load: HashMap<u64, usize> = HashMap::new();
-    meta.with_topology(|t| {
-        for q in t.queues() {
-            for m in &q.members {
-                *load.entry(*m).or_default() += 1;
-            }
-        }
-    });
     let mut others: Vec<u64> = nodes.into_iter().filter(|n| *n != me).collect();
-    others.sort_by_key(|n| {
-        (
-            !detector.is_alive(*n),
-            load.get(n).copied().unwrap_or(0),
-            *n,
-        )
-    });
+    // The topology keeps the replicas per node as records change: no walk over
+    // every queue per declare (issue 31).
+    let load: Vec<(u64, usize)> = meta
+        .with_topology(|t| others.iter().map(|n| (*n, t.replicas_on(*n))).collect())
+        .unwrap_or_default();
+    let load_of = |n: u64| load.iter().find(|(m, _)| *m == n).map_or(0, |(_, l)| *l);
+    others.sort_by_key(|n| (!detector.is_alive(*n), load_of(*n), *n));
     let mut members = vec![me];
     members.extend(others.into_iter().take(size - 1));
     members

@@ -15,6 +15,7 @@ pub mod policy;
 pub mod publish;
 pub mod queue;
 pub mod queue_args;
+pub mod replica_counts;
 pub mod routing;
 pub mod topology;
 pub mod value;

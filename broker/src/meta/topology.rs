@@ -14,6 +14,7 @@ use super::exchange::{predeclared, ExchangeKind, ExchangeRecord};
 use super::limits::VhostLimits;
 use super::policy::{self, Policy, StoredPolicy, Target};
 use super::queue::{Binding, QueueDeclare, QueueDeclared, QueueKind, QueueRecord};
+use super::replica_counts::ReplicaCounts;
 use super::queue_args::{
     assert_args_equivalence, augment_declare_args, check_declare_arguments,
     check_exchange_name_arg, check_quorum_properties, QueueType,
@@ -93,6 +94,10 @@ pub struct Topology {
     /// Users and permissions. Snapshots written before it existed (and before
     /// `settings`) decode with the default `guest` (all permissions on `/`).
     access: Access,
+    /// Replicas per node over every queue record (derived: not in snapshots,
+    /// rebuilt by [`Topology::decode_snapshot`]).
+    #[serde(skip)]
+    replicas: ReplicaCounts,
 }
 
 /// A vhost's settings (RabbitMQ's vhost metadata and `vhost-limits` parameter).
@@ -181,9 +186,11 @@ impl Topology {
     pub fn delete_vhost(&mut self, name: &str) -> Option<Vec<QueueRecord>> {
         self.settings.remove(name);
         self.access.forget_vhost(name);
-        self.vhosts
-            .remove(name)
-            .map(|v| v.queues.into_values().collect())
+        let queues: Vec<QueueRecord> = self.vhosts.remove(name)?.queues.into_values().collect();
+        for q in &queues {
+            self.replicas.remove(&q.members);
+        }
+        Some(queues)
     }
 
     /// Decodes a meta snapshot ([`raft_log::codec`] bincode), including one written before
@@ -191,7 +198,7 @@ impl Topology {
     ///
     /// Errors: bytes that are neither layout.
     pub fn decode_snapshot(data: &[u8]) -> Result<Topology, raft_log::StoreError> {
-        raft_log::codec::decode::<Topology>(data).or_else(|e| {
+        let mut t = raft_log::codec::decode::<Topology>(data).or_else(|e| {
             raft_log::codec::decode::<TopologyBeforeLimits>(data)
                 .map(|t| Topology {
                     vhosts: t.vhosts,
@@ -199,9 +206,18 @@ impl Topology {
                     cluster_id: t.cluster_id,
                     settings: BTreeMap::new(),
                     access: Access::with_guest(),
+                    replicas: ReplicaCounts::default(),
                 })
                 .map_err(|_| e)
-        })
+        })?;
+        t.replicas = ReplicaCounts::of(t.queues());
+        Ok(t)
+    }
+
+    /// Queue replicas node `node` holds by the topology: the queue records
+    /// naming it a member (placement's load; kept as records change, not counted).
+    pub fn replicas_on(&self, node: u64) -> usize {
+        self.replicas.get(node)
     }
 
     /// `rabbitmqctl set_vhost_limits`: replaces the vhost's limits (an empty definition
@@ -584,11 +600,16 @@ impl Topology {
     /// Creates the vhost if it is missing (the caller checked it).
     pub fn add_queue(&mut self, rec: QueueRecord) {
         self.last_group_id = self.last_group_id.max(rec.group_id);
-        self.vhosts
+        self.replicas.add(&rec.members);
+        let replaced = self
+            .vhosts
             .entry(rec.vhost.clone())
             .or_insert_with(VHost::with_defaults)
             .queues
             .insert(rec.name.clone(), rec);
+        if let Some(old) = replaced {
+            self.replicas.remove(&old.members);
+        }
     }
 
     /// The cluster id (0 until the first meta leader fixed it).
@@ -653,6 +674,7 @@ impl Topology {
     pub fn delete_queue(&mut self, vhost: &str, name: &str) -> Option<QueueRecord> {
         let v = self.vhosts.get_mut(vhost)?;
         let rec = v.queues.remove(name)?;
+        self.replicas.remove(&rec.members);
         let mut touched = Vec::new();
         for (x, bs) in v.bindings.iter_mut() {
             let before = bs.len();
@@ -685,6 +707,8 @@ impl Topology {
             .and_then(|v| v.queues.get_mut(name))
         {
             Some(q) if q.group_id == group_id => {
+                self.replicas.remove(&q.members);
+                self.replicas.add(&members);
                 q.members = members;
                 Ok(())
             }
