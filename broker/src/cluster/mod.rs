@@ -21,6 +21,7 @@ pub mod meta_group;
 pub mod peers;
 pub mod placement;
 pub mod pre_vote;
+pub mod quiet_runtime;
 pub mod route;
 pub mod secret;
 pub mod server;
@@ -44,9 +45,10 @@ pub const DEFAULT_SNAPSHOT_INTERVAL: u64 = 4096;
 /// Raft settings of a queue group (`cluster_name` = group id, so openraft's
 /// spans name the group). Queue groups are quiescent: no heartbeats and no
 /// election timer (a node-level failure detector starts elections, see
-/// [`elections`]); openraft's tick task still wakes every 1.5 ×
-/// `heartbeat_interval` but sends the group nothing (`enable_tick: false`:
-/// ticks only drive elections and heartbeats, both off), and
+/// [`elections`]); openraft's tick task, which would still wake every 1.5 ×
+/// `heartbeat_interval` to send the group nothing (`enable_tick: false`:
+/// ticks only drive elections and heartbeats, both off), sleeps an hour at a
+/// time when the group is created through [`quiet_runtime::quiescent`]; and
 /// `election_timeout_max` is the leader lease ([`LEADER_LEASE_MS`]).
 // openraft's own error type; called once per group start, so its size does not matter.
 #[allow(clippy::result_large_err)]

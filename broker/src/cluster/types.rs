@@ -68,6 +68,7 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = crate::cluster::quiet_runtime::QuietRuntime,
 );
 
 /// A Raft group handle.

@@ -354,7 +354,8 @@ impl Queues {
             raft_config(group, self.snapshot_interval)
                 .map_err(|e| NodeError::Raft(e.to_string()))?,
         );
-        let raft = Raft::new(
+        // Ticks stay off in queue groups: their tick task sleeps (issue 31).
+        let raft = crate::cluster::quiet_runtime::quiescent(Raft::new(
             me,
             cfg,
             Network {
@@ -366,7 +367,7 @@ impl Queues {
             },
             log,
             sm,
-        )
+        ))
         .await
         .map_err(|e| NodeError::Raft(e.to_string()))?;
         self.groups.insert(
