@@ -129,6 +129,16 @@ impl ClusterServices {
 /// a timeout, and backs off (`transport`).
 const OPEN_WAIT: std::time::Duration = std::time::Duration::from_millis(80);
 
+/// Streams a peer may reset before the cluster server accepted them, on one
+/// connection, before the server closes it (hyper's `max_pending_accept_reset_streams`,
+/// 20 by default: its guard against HTTP/2 rapid reset, CVE-2023-44487). A
+/// peer cancels every Raft RPC that outlives its timeout (100 ms appends,
+/// 101 ms votes), and on a loaded node thousands of groups time out at once:
+/// past 20 the connection every group shares was closed ("Some resource has
+/// been exhausted"), every group's RPCs failed, and declares stalled for
+/// seconds (issue 31). The cluster port takes only nodes of the cluster.
+pub const MAX_PENDING_ACCEPT_RESETS: usize = 100_000;
+
 /// How an RPC finds its group's replica in the [`GroupTable`].
 type Lookup = fn(&GroupTable, u64) -> Option<Arc<dyn GroupReplica>>;
 
