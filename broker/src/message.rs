@@ -41,7 +41,9 @@ pub struct StoredMessage {
     pub bcc: Vec<String>,
     /// Raw content-header property bytes.
     pub properties: Bytes,
-    /// Message body.
+    /// Message body; decoded with [`StoredMessage::decode_bytes`] a slice of
+    /// the stored payload, not a copy (from 64 KiB up).
+    #[serde(with = "raft_log::codec::shared_bytes")]
     pub body: Bytes,
 }
 
@@ -61,6 +63,14 @@ impl StoredMessage {
     /// bytes or an unknown envelope version.
     pub fn decode(bytes: &[u8]) -> Result<StoredMessage, raft_log::StoreError> {
         TrackedMessage::decode(bytes).map(|t| t.message)
+    }
+
+    /// [`StoredMessage::decode`] of a shared payload: a big body is a slice
+    /// of `bytes` rather than a copy.
+    ///
+    /// Errors: as [`StoredMessage::decode`].
+    pub fn decode_bytes(bytes: &Bytes) -> Result<StoredMessage, raft_log::StoreError> {
+        TrackedMessage::decode_bytes(bytes).map(|t| t.message)
     }
 }
 
@@ -119,16 +129,24 @@ impl TrackedMessage {
     /// Errors: [`raft_log::StoreError::Decode`] / `Corrupt` on malformed
     /// bytes, trailing bytes, or an envelope version this build does not know.
     pub fn decode(bytes: &[u8]) -> Result<TrackedMessage, raft_log::StoreError> {
-        match bytes {
-            [ENVELOPE_MARKER, ENVELOPE_V1, rest @ ..] => {
+        Self::decode_bytes(&Bytes::copy_from_slice(bytes))
+    }
+
+    /// [`TrackedMessage::decode`] of a shared payload: a big body is a slice
+    /// of `bytes` rather than a copy.
+    ///
+    /// Errors: as [`TrackedMessage::decode`].
+    pub fn decode_bytes(bytes: &Bytes) -> Result<TrackedMessage, raft_log::StoreError> {
+        match &bytes[..] {
+            [ENVELOPE_MARKER, ENVELOPE_V1, ..] => {
                 let (message, deaths): (StoredMessage, DeathHistory) =
-                    raft_log::codec::decode(rest)?;
+                    raft_log::codec::decode_shared(&bytes.slice(2..))?;
                 Ok(TrackedMessage { message, deaths })
             }
             [ENVELOPE_MARKER, version, ..] => Err(raft_log::StoreError::corrupt(format!(
                 "stored message envelope version {version} is unknown to this build"
             ))),
-            _ => raft_log::codec::decode::<StoredMessage>(bytes).map(TrackedMessage::from),
+            _ => raft_log::codec::decode_shared::<StoredMessage>(bytes).map(TrackedMessage::from),
         }
     }
 }

@@ -116,7 +116,7 @@ impl ClusterServices {
         let req = req.into_inner();
         self.check_cluster(req.cluster_id)?;
         let raft = self.find_replica(req.group_id, find).await?.raft().clone();
-        let r = call(raft, decode(&req.payload)?).await;
+        let r = call(raft, decode_shared(&req.payload)?).await;
         Ok(Response::new(RaftReply {
             payload: encode(&r)?.into(),
         }))
@@ -144,6 +144,12 @@ type Lookup = fn(&GroupTable, u64) -> Option<Arc<dyn GroupReplica>>;
 
 fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, Status> {
     raft_log::codec::decode(b)
+        .map_err(|e| Status::invalid_argument(format!("undecodable request: {e}")))
+}
+
+/// [`decode`], with big byte fields as slices of `b` (`raft_log::codec::decode_shared`).
+fn decode_shared<T: serde::de::DeserializeOwned>(b: &bytes::Bytes) -> Result<T, Status> {
+    raft_log::codec::decode_shared(b)
         .map_err(|e| Status::invalid_argument(format!("undecodable request: {e}")))
 }
 
@@ -312,7 +318,7 @@ impl Cluster for ClusterServices {
         req: Request<DeliverRequest>,
     ) -> Result<Response<DeliverReply>, Status> {
         let req = req.into_inner();
-        let wire: Vec<(u64, ConsumerId, Delivery)> = decode(&req.deliveries)?;
+        let wire: Vec<(u64, ConsumerId, Delivery)> = decode_shared(&req.deliveries)?;
         let timed_out: Vec<(u64, ConsumerId, u64)> = if req.timed_out.is_empty() {
             Vec::new()
         } else {

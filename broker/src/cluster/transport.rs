@@ -96,6 +96,13 @@ fn live_backoff(n: u32) -> Duration {
 /// call into a silently dropped connection is given up.
 const APPEND_LIMIT_MS: u64 = 10_000;
 
+/// The slowest transfer an append is allowed before it is given up, beyond
+/// [`APPEND_LIMIT_MS`] (bytes/s): 256 kbit/s. A 100 MiB message is given
+/// 10 s + ~55 min, not 10 s: before, a big entry on a slow or busy link was
+/// abandoned and sent again from the start, for ever (re-encoding it each
+/// time), while the leader's terms climbed past 300.
+const APPEND_MIN_BYTES_PER_S: u64 = 32 * 1024;
+
 #[derive(Debug, thiserror::Error)]
 enum TransportError {
     #[error("no address known for node {0}")]
@@ -142,6 +149,9 @@ impl PeerClient {
             .request(rpc)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let n = rpc.entries.len();
+        // A big body takes its time on the wire: the call is given up only
+        // after the base limit plus its bytes at APPEND_MIN_BYTES_PER_S.
+        let ttl = ttl + Duration::from_millis(req.payload.len() as u64 * 1000 / APPEND_MIN_BYTES_PER_S);
         if req.payload.len() > MAX_APPEND_BYTES && n > 1 {
             // openraft retries with at most this many entries.
             return Err(RPCError::PayloadTooLarge(

@@ -38,7 +38,7 @@ pub fn prepare(
     target: &DeadLetterTarget,
     payload: &Bytes,
 ) -> Option<(DeadLettered, Vec<Arc<QueueHandle>>, usize)> {
-    let msg = TrackedMessage::decode(payload).ok()?;
+    let msg = TrackedMessage::decode_bytes(payload).ok()?;
     let dl = rewrite(&msg, &source.name, reason, target, crate::now_ms() / 1000);
     let routed = services
         .route(

@@ -25,6 +25,9 @@ pub struct ConsumerId {
 pub struct EnqueueMsg {
     /// Opaque encoded message (exchange, routing keys, properties, body); the
     /// machine never looks inside, it hands it back in `Effect::StoreBody`.
+    /// Decoded from the WAL or an append as a slice of that buffer (no copy
+    /// of a big body; `raft_log::codec::shared_bytes`).
+    #[serde(with = "raft_log::codec::shared_bytes")]
     pub payload: Bytes,
     /// Body size in bytes, counted toward `max_length_bytes` (RabbitMQ 3.x: body bytes).
     pub body_size: u32,
@@ -450,6 +453,7 @@ pub struct Delivery {
     /// Returns so far (RabbitMQ 3.10 `delivery_count`); redelivered = count > 0.
     pub delivery_count: u32,
     /// Filled by the host (not the machine) with the stored payload.
+    #[serde(with = "raft_log::codec::shared_bytes_opt")]
     pub payload: Option<Bytes>,
     /// A new leader re-issues this delivery (`QueueMachine::leader_effects`):
     /// the consumer's channel may already hold it.

@@ -6,11 +6,11 @@
 //! so the WAL can count live entries per segment file and delete files nobody needs.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
-/// One entry's encoded bytes, shared between the read cache and readers (an `Arc<Vec>` so the
-/// encoder's buffer is kept as it is, without a copy).
-pub(crate) type EntryBytes = Arc<Vec<u8>>;
+/// One entry's encoded bytes, shared between the read cache and readers (`Bytes` over the
+/// encoder's buffer, without a copy; decoded entries may hold slices of it, see
+/// [`crate::codec::decode_shared`]).
+pub(crate) type EntryBytes = bytes::Bytes;
 
 /// Where one log entry's encoded bytes live, plus the bytes themselves while cached.
 #[derive(Debug, Clone)]
@@ -201,7 +201,7 @@ mod tests {
             seg,
             at: 0,
             len: n as u32,
-            data: Some(Arc::new(vec![0u8; n])),
+            data: Some(bytes::Bytes::from(vec![0u8; n])),
         }
     }
 

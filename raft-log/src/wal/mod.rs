@@ -187,7 +187,7 @@ impl Wal {
         let mut st = self.lock();
         st.check()?;
         for (index, data) in entries {
-            let data = Arc::new(data);
+            let data = bytes::Bytes::from(data);
             let rec = Rec {
                 kind: Kind::Entry,
                 group,
@@ -303,7 +303,7 @@ impl Wal {
                         (self.opts.on_failure)(&e);
                         return Err(StoreError::Flush(e));
                     }
-                    Ok(Arc::new(buf))
+                    Ok(bytes::Bytes::from(buf))
                 }
             })
             .collect()

@@ -227,7 +227,7 @@ impl State {
                         len: len as u32,
                         data: data
                             .as_ref()
-                            .map(|d| Arc::new(d[start..start + len].to_vec())),
+                            .map(|d| d.slice(start..start + len)),
                     };
                     g.put(index, slot, &mut on_remove)
                         .map_err(|e| StoreError::corrupt(format!("group {group}: {e}")))?;
@@ -493,7 +493,7 @@ impl State {
                 "WAL: rewriting a small group out of the oldest segment"
             );
             // Kept cached: the new location is unwritten until the next sync.
-            let payload = Arc::new(payload);
+            let payload = bytes::Bytes::from(payload);
             let rec = Rec {
                 kind: Kind::Rewrite,
                 group,

@@ -289,8 +289,8 @@ impl Channel {
         };
         let Some(msg) = delivery
             .payload
-            .as_deref()
-            .and_then(|p| StoredMessage::decode(p).ok())
+            .as_ref()
+            .and_then(|p| StoredMessage::decode_bytes(p).ok())
         else {
             return Err(ProtocolError::internal("stored message is missing"));
         };
@@ -398,8 +398,8 @@ impl Channel {
         let Some(msg) = d
             .delivery
             .payload
-            .as_deref()
-            .and_then(|p| StoredMessage::decode(p).ok())
+            .as_ref()
+            .and_then(|p| StoredMessage::decode_bytes(p).ok())
         else {
             tracing::error!(queue = %queue.name, id = d.delivery.id, "delivered message has no stored payload");
             return;

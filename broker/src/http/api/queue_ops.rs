@@ -174,8 +174,8 @@ pub(super) async fn get_messages(
             }
             let Some(msg) = delivery
                 .payload
-                .as_deref()
-                .and_then(|p| StoredMessage::decode(p).ok())
+                .as_ref()
+                .and_then(|p| StoredMessage::decode_bytes(p).ok())
             else {
                 failure = Some("stored message is missing".to_owned());
                 break;
