@@ -341,9 +341,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .context("starting node")?;
     let admin = quorumq::admin::AdminService::server(broker.clone());
     let (raft, cluster_svc) = services.servers();
-    let mut grpc_server = tonic::transport::Server::builder().http2_max_pending_accept_reset_streams(
-        Some(quorumq::cluster::server::MAX_PENDING_ACCEPT_RESETS),
-    );
+    let mut grpc_server = tonic::transport::Server::builder()
+        .http2_max_pending_accept_reset_streams(Some(
+            quorumq::cluster::server::MAX_PENDING_ACCEPT_RESETS,
+        ));
     if let Some(tls) = cluster_tls {
         grpc_server = grpc_server.tls_config(tls).context("cluster TLS")?;
     }

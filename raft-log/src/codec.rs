@@ -284,7 +284,10 @@ mod tests {
         assert_eq!(shared, m);
         assert!(within(&wire, &shared.body), "a big shared field is a slice");
         assert!(within(&wire, shared.extra.as_ref().unwrap()));
-        assert!(!within(&wire, &shared.plain), "a plain Bytes field is a copy");
+        assert!(
+            !within(&wire, &shared.plain),
+            "a plain Bytes field is a copy"
+        );
         // The plain decoder reads the same value.
         assert_eq!(decode::<Msg>(&wire).unwrap(), m);
         // Small ones are copied, so they do not keep the whole buffer alive.
@@ -325,13 +328,19 @@ mod tests {
         let w = want.clone();
         multi.block_on(async move {
             // On a worker, and on a blocking thread.
-            let on_worker = tokio::spawn(async move { encode(&b).unwrap() }).await.unwrap();
+            let on_worker = tokio::spawn(async move { encode(&b).unwrap() })
+                .await
+                .unwrap();
             assert_eq!(on_worker, w);
             let b = big.clone();
-            let blocking = tokio::task::spawn_blocking(move || encode(&b).unwrap()).await.unwrap();
+            let blocking = tokio::task::spawn_blocking(move || encode(&b).unwrap())
+                .await
+                .unwrap();
             assert_eq!(blocking, w);
         });
-        let current = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let current = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let b = (5u32, Bytes::from(vec![9u8; HEAVY_BYTES + 3]));
         assert_eq!(current.block_on(async move { encode(&b).unwrap() }), want);
     }

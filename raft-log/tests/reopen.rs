@@ -264,11 +264,7 @@ async fn new_groups_create_no_sled_trees_and_earlier_trees_still_restore() {
         drop((_log, sm));
         ns.drop_group(5).unwrap();
         assert_eq!(ns.groups().unwrap(), Vec::<u64>::new());
-        assert!(!ns
-            .db()
-            .tree_names()
-            .iter()
-            .any(|n| n.as_ref() == b"snap/5"));
+        assert!(!ns.db().tree_names().iter().any(|n| n.as_ref() == b"snap/5"));
         ns.close(Duration::from_secs(5)).await.unwrap();
     })
     .await

@@ -214,7 +214,8 @@ impl SeenCalls {
             }
             None => {
                 if last.len() >= Self::MAX_OUTBOXES {
-                    if let Some(oldest) = last.iter().min_by_key(|(_, &(_, t))| t).map(|(k, _)| *k) {
+                    if let Some(oldest) = last.iter().min_by_key(|(_, &(_, t))| t).map(|(k, _)| *k)
+                    {
                         last.remove(&oldest);
                     }
                 }
@@ -235,10 +236,16 @@ mod tests {
         assert!(seen.take(3, 77, 1));
         assert!(!seen.take(3, 77, 1), "the same call sent again");
         assert!(seen.take(3, 77, 2));
-        assert!(!seen.take(3, 77, 1), "a delayed first attempt of an older call");
+        assert!(
+            !seen.take(3, 77, 1),
+            "a delayed first attempt of an older call"
+        );
         assert!(seen.take(3, 78, 1), "another outbox of that node");
         assert!(seen.take(2, 77, 1), "another node");
-        assert!(seen.take(3, 0, 5) && seen.take(3, 0, 5), "older senders: no de-duplication");
+        assert!(
+            seen.take(3, 0, 5) && seen.take(3, 0, 5),
+            "older senders: no de-duplication"
+        );
     }
 
     #[test]
@@ -248,8 +255,14 @@ mod tests {
             assert!(seen.take(1, outbox, 1));
         }
         assert!(seen.take(1, 1, 2), "outbox 1 used again: now the newest");
-        assert!(seen.take(1, 9999, 1), "one more outbox pushes out the least recently used (2)");
+        assert!(
+            seen.take(1, 9999, 1),
+            "one more outbox pushes out the least recently used (2)"
+        );
         assert!(!seen.take(1, 1, 2), "outbox 1 is still remembered");
-        assert!(seen.take(1, 2, 1), "outbox 2 was forgotten: its call counts as new");
+        assert!(
+            seen.take(1, 2, 1),
+            "outbox 2 was forgotten: its call counts as new"
+        );
     }
 }

@@ -88,8 +88,8 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>, peers: 
             // declared some new group is nearly always leaderless, and a
             // sweep of every group each 100 ms made each declare dearer than
             // the last (issue 31).
-            let full = detector_changed
-                || last_full.is_none_or(|t| now.duration_since(t) >= idle_sweep);
+            let full =
+                detector_changed || last_full.is_none_or(|t| now.duration_since(t) >= idle_sweep);
             let visit: Vec<(u64, Arc<dyn GroupReplica>)> = if full {
                 last_full = Some(now);
                 groups.all()

@@ -51,8 +51,7 @@ impl AsyncRuntime for QuietRuntime {
     type Sleep = <Tokio as AsyncRuntime>::Sleep;
     type Instant = <Tokio as AsyncRuntime>::Instant;
     type TimeoutError = <Tokio as AsyncRuntime>::TimeoutError;
-    type Timeout<R, T: Future<Output = R> + OptionalSend> =
-        <Tokio as AsyncRuntime>::Timeout<R, T>;
+    type Timeout<R, T: Future<Output = R> + OptionalSend> = <Tokio as AsyncRuntime>::Timeout<R, T>;
     type ThreadLocalRng = <Tokio as AsyncRuntime>::ThreadLocalRng;
     type OneshotSender<T: OptionalSend> = <Tokio as AsyncRuntime>::OneshotSender<T>;
     type OneshotReceiverError = <Tokio as AsyncRuntime>::OneshotReceiverError;

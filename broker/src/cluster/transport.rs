@@ -151,7 +151,8 @@ impl PeerClient {
         let n = rpc.entries.len();
         // A big body takes its time on the wire: the call is given up only
         // after the base limit plus its bytes at APPEND_MIN_BYTES_PER_S.
-        let ttl = ttl + Duration::from_millis(req.payload.len() as u64 * 1000 / APPEND_MIN_BYTES_PER_S);
+        let ttl =
+            ttl + Duration::from_millis(req.payload.len() as u64 * 1000 / APPEND_MIN_BYTES_PER_S);
         if req.payload.len() > MAX_APPEND_BYTES && n > 1 {
             // openraft retries with at most this many entries.
             return Err(RPCError::PayloadTooLarge(

@@ -14,11 +14,11 @@ use super::exchange::{predeclared, ExchangeKind, ExchangeRecord};
 use super::limits::VhostLimits;
 use super::policy::{self, Policy, StoredPolicy, Target};
 use super::queue::{Binding, QueueDeclare, QueueDeclared, QueueKind, QueueRecord};
-use super::replica_counts::ReplicaCounts;
 use super::queue_args::{
     assert_args_equivalence, augment_declare_args, check_declare_arguments,
     check_exchange_name_arg, check_quorum_properties, QueueType,
 };
+use super::replica_counts::ReplicaCounts;
 use super::routing::{headers_match, topic_matches, validate_headers_binding};
 use super::value::{as_longstr, lookup};
 use crate::queue::types::QueueConfig;

@@ -851,14 +851,25 @@ fn replica_counts_follow_the_queue_records() {
     };
     let a = create(&mut topo, &with("a", vec![1, 2, 3]));
     create(&mut topo, &with("b", vec![2, 3, 4]));
-    create(&mut topo, &QueueDeclare { vhost: "v".into(), ..with("c", vec![1, 4]) });
+    create(
+        &mut topo,
+        &QueueDeclare {
+            vhost: "v".into(),
+            ..with("c", vec![1, 4])
+        },
+    );
     assert_eq!(counts(&topo), vec![2, 2, 2, 2]);
-    topo.set_queue_members("/", "a", a.group_id, vec![1, 2]).unwrap();
+    topo.set_queue_members("/", "a", a.group_id, vec![1, 2])
+        .unwrap();
     assert_eq!(counts(&topo), vec![2, 2, 1, 2]);
     topo.delete_queue("/", "b");
     assert_eq!(counts(&topo), vec![2, 1, 0, 1]);
     // A record replacing one of the same name (add_queue's contract).
-    topo.add_queue(QueueRecord { members: vec![3], group_id: 99, ..a });
+    topo.add_queue(QueueRecord {
+        members: vec![3],
+        group_id: 99,
+        ..a
+    });
     assert_eq!(counts(&topo), vec![1, 0, 1, 1]);
     let bytes = raft_log::codec::encode(&topo).unwrap();
     let back = Topology::decode_snapshot(&bytes).unwrap();

@@ -165,11 +165,18 @@ impl Links {
         match self {
             Links::Namespaces(n) => {
                 n.slow_link(id, kbit, loss)?;
-                Ok(format!("tbf {kbit} kbit/s both ways + {:.0}% loss", loss * 100.0))
+                Ok(format!(
+                    "tbf {kbit} kbit/s both ways + {:.0}% loss",
+                    loss * 100.0
+                ))
             }
             Links::Proxies(p) => {
                 p.lossy(id, loss);
-                Ok(format!("{} + {:.0}% loss (proxies: no rate limit)", p.delay(id, 400), loss * 100.0))
+                Ok(format!(
+                    "{} + {:.0}% loss (proxies: no rate limit)",
+                    p.delay(id, 400),
+                    loss * 100.0
+                ))
             }
         }
     }

@@ -225,9 +225,7 @@ impl State {
                         seg,
                         at: at + start as u64,
                         len: len as u32,
-                        data: data
-                            .as_ref()
-                            .map(|d| d.slice(start..start + len)),
+                        data: data.as_ref().map(|d| d.slice(start..start + len)),
                     };
                     g.put(index, slot, &mut on_remove)
                         .map_err(|e| StoreError::corrupt(format!("group {group}: {e}")))?;
