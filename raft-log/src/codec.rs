@@ -346,6 +346,31 @@ mod tests {
     }
 
     #[test]
+    fn off_worker_lets_the_workers_other_tasks_run_meanwhile() {
+        // One worker thread: run inline, `f` would wait for a task that
+        // cannot be polled until `f` returns.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let other_ran = rt.block_on(async {
+            tokio::spawn(async {
+                let (tx, rx) = std::sync::mpsc::channel();
+                tokio::spawn(async move {
+                    let _ = tx.send(());
+                });
+                off_worker(|| rx.recv_timeout(std::time::Duration::from_secs(5)).is_ok())
+            })
+            .await
+            .unwrap()
+        });
+        assert!(
+            other_ran,
+            "the worker's other task ran while off_worker blocked"
+        );
+    }
+
+    #[test]
     fn round_trip_and_trailing_bytes() {
         let v: (u64, String) = (7, "q".into());
         let mut b = encode(&v).unwrap();

@@ -188,7 +188,14 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
 /// task, and a forgotten outbox only loses de-duplication, never a delivery).
 #[derive(Debug, Default)]
 pub struct SeenCalls {
-    last: Mutex<HashMap<(u64, u64), (u64, u64)>>,
+    last: Mutex<Seen>,
+}
+
+/// Per (node, outbox): (highest call taken, use stamp); `stamp` counts calls taken.
+#[derive(Debug, Default)]
+struct Seen {
+    calls: HashMap<(u64, u64), (u64, u64)>,
+    stamp: u64,
 }
 
 impl SeenCalls {
@@ -202,10 +209,12 @@ impl SeenCalls {
         if outbox == 0 {
             return true;
         }
-        let Ok(mut last) = self.last.lock() else {
+        let Ok(mut seen) = self.last.lock() else {
             return true;
         };
-        let tick = last.values().map(|&(_, t)| t).max().unwrap_or(0) + 1;
+        seen.stamp += 1;
+        let Seen { calls: last, stamp } = &mut *seen;
+        let tick = *stamp;
         match last.get_mut(&(from, outbox)) {
             Some((seen, _)) if *seen >= batch => false,
             Some(entry) => {
