@@ -121,12 +121,25 @@ pub struct Config {
     /// (default): `TOKIO_WORKER_THREADS` if set, else one less than the CPUs the node may
     /// use, at least one (see [`default_worker_threads`]). Minimum 1.
     pub worker_threads: Option<usize>,
+    /// Size at which the Raft write-ahead log starts a new segment file, in bytes (default
+    /// 64 MiB; at least 1 MiB). The WAL keeps up to about four segments before it rewrites
+    /// idle queues' few entries out of the oldest one, so a node's log needs about
+    /// 4 × this on disk; a smaller value suits a small data volume, at the cost of more
+    /// segment rolls (each writes a checkpoint of every queue). The counterpart of Ra's
+    /// `wal_max_size_bytes` (RabbitMQ `raft.wal_max_size_bytes`, default 512 MiB).
+    pub wal_segment_bytes: u64,
     /// `--wal-truncate-at` (command line only, never read from the file: a one-off repair):
     /// `(segment id, byte offset)` of a corrupt WAL record where recovery may cut the log
     /// (raft-log `StoreOptions::wal_truncate_at`).
     #[serde(skip)]
     pub wal_truncate_at: Option<(u64, u64)>,
 }
+
+/// Default of [`Config::wal_segment_bytes`]: 64 MiB.
+pub const DEFAULT_WAL_SEGMENT_BYTES: u64 = 64 << 20;
+
+/// Smallest [`Config::wal_segment_bytes`] accepted: 1 MiB.
+pub const MIN_WAL_SEGMENT_BYTES: u64 = 1 << 20;
 
 /// Default of [`Config::sync_interval_us`]: 300 µs. Measured with `quorumq-perf` (1 KiB,
 /// confirm 256, prefetch 256) on the 2-core dev VM. Before the WAL was preallocated: 0 µs →
@@ -185,6 +198,7 @@ impl Default for Config {
             replaces: None,
             sync_interval_us: DEFAULT_SYNC_INTERVAL_US,
             wal_truncate_at: None,
+            wal_segment_bytes: DEFAULT_WAL_SEGMENT_BYTES,
             snapshot_interval: crate::cluster::DEFAULT_SNAPSHOT_INTERVAL,
             worker_threads: None,
             default_queue_type: "quorum".into(),
@@ -396,6 +410,9 @@ mod tests {
         let c: Config = toml::from_str("sync_interval_us = 0").expect("partial config");
         assert_eq!((c.sync_interval_us, c.node_id), (0, 1));
         assert_eq!(c.data_dir, PathBuf::from("./data"));
+        assert_eq!(c.wal_segment_bytes, DEFAULT_WAL_SEGMENT_BYTES);
+        let c: Config = toml::from_str("wal_segment_bytes = 16777216").expect("segment size");
+        assert_eq!(c.wal_segment_bytes, 16 << 20);
     }
 
     #[test]

@@ -83,6 +83,10 @@ struct Args {
     /// Channels per connection offered to clients (default 2047; 0 = 65535).
     #[arg(long, value_name = "N")]
     channel_max: Option<u16>,
+    /// Raft write-ahead-log segment size in bytes (default 67108864 = 64 MiB, at least
+    /// 1 MiB; the log needs about four segments of disk).
+    #[arg(long, value_name = "BYTES")]
+    wal_segment_bytes: Option<u64>,
     /// Snapshot a queue every N Raft log entries (default 4096).
     #[arg(long, value_name = "N")]
     snapshot_interval: Option<u64>,
@@ -220,6 +224,9 @@ fn main() -> anyhow::Result<()> {
     }
     if let Some(v) = args.channel_max {
         config.channel_max = v;
+    }
+    if let Some(v) = args.wal_segment_bytes {
+        config.wal_segment_bytes = v;
     }
     if let Some(v) = args.snapshot_interval {
         config.snapshot_interval = v.max(1);

@@ -76,6 +76,13 @@ impl Broker {
                 "--peers does not list this node's id {me}"
             )));
         }
+        if config.wal_segment_bytes < crate::config::MIN_WAL_SEGMENT_BYTES {
+            return Err(NodeError::Config(format!(
+                "wal_segment_bytes {} is below the minimum of {} bytes",
+                config.wal_segment_bytes,
+                crate::config::MIN_WAL_SEGMENT_BYTES
+            )));
+        }
         let dir: PathBuf = config.data_dir.join(format!("node-{me}"));
         std::fs::create_dir_all(&dir)?;
         let raft_dir = dir.join("raft");
@@ -85,6 +92,7 @@ impl Broker {
                 sled_cache_bytes: CACHE_BYTES,
                 min_sync_interval: std::time::Duration::from_micros(config.sync_interval_us),
                 wal_truncate_at: config.wal_truncate_at,
+                segment_bytes: config.wal_segment_bytes,
                 on_wal_sync: |d| crate::metrics::COUNTERS.wal_synced(d),
                 ..StoreOptions::default()
             },

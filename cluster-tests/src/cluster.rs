@@ -190,12 +190,25 @@ impl Cluster {
         root: tempfile::TempDir,
         places: Vec<Placement>,
     ) -> anyhow::Result<Cluster> {
+        Cluster::start_placed_with_args(root, places, &[]).await
+    }
+
+    /// As [`Cluster::start_placed`], with `args` added to every node's command line (at this
+    /// start and every restart).
+    pub async fn start_placed_with_args(
+        root: tempfile::TempDir,
+        places: Vec<Placement>,
+        args: &[&str],
+    ) -> anyhow::Result<Cluster> {
         let bin = quorumq_bin();
         if !bin.exists() {
             bail!("quorumq binary not found at {}", bin.display());
         }
         std::fs::create_dir_all(root.path().join("data"))?;
         let cluster = Cluster::new(bin, root, places);
+        for id in cluster.ids() {
+            cluster.proc(id).extra_args = args.iter().map(|a| a.to_string()).collect();
+        }
         cluster.launch_all().await?;
         Ok(cluster)
     }

@@ -33,6 +33,9 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// Size of the disk node's tmpfs (bytes).
 const DISK_BYTES: u64 = 256 << 20;
+/// WAL segment size of every node (bytes): the log keeps about four segments before it
+/// rewrites idle groups out of the oldest, so the default 64 MiB would need the whole tmpfs.
+const WAL_SEGMENT_BYTES: u64 = 16 << 20;
 /// The node whose data directory is the tmpfs.
 const DISK_NODE: u64 = 3;
 /// Nodes in the cluster.
@@ -202,9 +205,13 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
         }
     };
     let cluster = Arc::new(
-        Cluster::start_placed(root, places)
-            .await
-            .context("starting the cluster")?,
+        Cluster::start_placed_with_args(
+            root,
+            places,
+            &["--wal-segment-bytes", &WAL_SEGMENT_BYTES.to_string()],
+        )
+        .await
+        .context("starting the cluster")?,
     );
     let mut injector = Injector {
         cluster: cluster.clone(),

@@ -450,15 +450,39 @@ impl State {
             return Ok(());
         }
         let small = opts.segment_bytes / 4;
-        let pinning: Vec<GroupId> = self
-            .groups
-            .iter()
-            .filter(|(_, g)| {
-                g.slots().any(|(_, s)| s.seg == oldest)
-                    && g.slots().map(|(_, s)| u64::from(s.len)).sum::<u64>() <= small
-            })
-            .map(|(&id, _)| id)
-            .collect();
+        let mut pinning: Vec<GroupId> = Vec::new();
+        let mut busy: Vec<(u64, GroupId, usize, u64, u64)> = Vec::new();
+        for (&id, g) in &self.groups {
+            if !g.slots().any(|(_, s)| s.seg == oldest) {
+                continue;
+            }
+            let bytes = g.slots().map(|(_, s)| u64::from(s.len)).sum::<u64>();
+            if bytes <= small {
+                pinning.push(id);
+            } else {
+                busy.push((bytes, id, g.len(), g.first(), g.next()));
+            }
+        }
+        if !busy.is_empty() {
+            // Busy groups are left to their snapshots' purges; one still here after
+            // COMPACT_AFTER_SEGMENTS rolls is not being purged, and holds the disk.
+            busy.sort_unstable_by(|a, b| b.cmp(a));
+            let top: Vec<String> = busy
+                .iter()
+                .take(5)
+                .map(|(bytes, id, n, first, next)| {
+                    format!("group {id}: {n} entries [{first}, {next}), {bytes} bytes")
+                })
+                .collect();
+            tracing::warn!(
+                segments = self.segs.len(),
+                oldest,
+                groups = busy.len(),
+                "WAL: the oldest segment is held by groups too large to rewrite, whose \
+                 snapshots have not purged them: {}",
+                top.join("; ")
+            );
+        }
         for group in pinning {
             let (first, payload) = {
                 let g = &self.groups[&group];
