@@ -241,6 +241,51 @@ async fn an_idle_group_does_not_pin_old_segments() {
     .await
 }
 
+/// A node restarted before it fills a segment (the fault suite kills one every few minutes)
+/// starts a new segment at each open; with an idle group's entries in the first one, no
+/// segment was ever deleted and the log grew by a segment per restart until the disk was
+/// full. Opening compacts too: the segment count stays bounded, and nothing is lost.
+#[tokio::test]
+async fn restarts_that_never_fill_a_segment_do_not_pile_up_segments() {
+    bounded(async {
+        let dir = TempDir::new().unwrap();
+        let mut busy_next = 1;
+        let mut most = 0;
+        for restart in 0..20u64 {
+            let ns = open_small(dir.path());
+            let (mut idle, _) = stores(&ns, 1);
+            let (mut busy, _) = stores(&ns, 2);
+            if restart == 0 {
+                append_one(&mut idle, 1, 1001).await;
+                append_one(&mut idle, 2, 1002).await;
+            }
+            // Far less than a 4 KiB segment per life.
+            for _ in 0..5 {
+                append_one(&mut busy, busy_next, busy_next).await;
+                if busy_next > 3 {
+                    busy.purge(log_id(1, busy_next - 3)).await.unwrap();
+                }
+                busy_next += 1;
+            }
+            most = most.max(wal_files(dir.path()).len());
+            assert_eq!(entries(&mut idle).await, vec![1001, 1002]);
+            drop((idle, busy));
+            ns.close(Duration::from_secs(5)).await.unwrap();
+        }
+        assert!(most <= 6, "up to {most} segments after 20 restarts");
+        let ns = open_small(dir.path());
+        let (mut idle, _) = stores(&ns, 1);
+        let (mut busy, _) = stores(&ns, 2);
+        assert_eq!(entries(&mut idle).await, vec![1001, 1002]);
+        let last = busy_next - 1;
+        assert_eq!(
+            entries(&mut busy).await,
+            (last - 2..=last).collect::<Vec<_>>()
+        );
+    })
+    .await
+}
+
 /// An entry larger than the WAL accepts is refused with an error, not a panic (a 32-bit record
 /// length used to `expect`), and nothing of it is written: the log goes on after it.
 #[tokio::test]

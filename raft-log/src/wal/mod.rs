@@ -169,7 +169,11 @@ impl Wal {
             #[cfg(test)]
             deleted: Mutex::new(Vec::new()),
         };
-        wal.lock().roll(dir, &wal.opts)?;
+        {
+            let mut st = wal.lock();
+            st.roll(dir, &wal.opts)?;
+            st.compact_old_segments(dir, &wal.opts)?;
+        }
         wal.sync().map_err(StoreError::Flush)?;
         Ok(wal)
     }

@@ -18,7 +18,8 @@ use super::runway::{Runway, RUNWAY_BYTES};
 use super::WalOptions;
 use crate::{codec, GroupId, StoreError};
 
-/// Segment count from which a roll also rewrites the small groups pinning the oldest segment.
+/// Segment count from which a roll also rewrites the small groups pinning the oldest segments
+/// ([`State::compact_old_segments`]).
 const COMPACT_AFTER_SEGMENTS: usize = 4;
 
 /// What one record says, without where it is.
@@ -369,7 +370,7 @@ impl State {
         if self.current_len >= opts.segment_bytes {
             if let Err(e) = self
                 .roll(dir, opts)
-                .and_then(|()| self.compact_oldest(dir, opts))
+                .and_then(|()| self.compact_old_segments(dir, opts))
             {
                 if let StoreError::Flush(io) = &e {
                     (opts.on_failure)(io);
@@ -434,98 +435,121 @@ impl State {
         at + (payload_in_chunk - before) as u64
     }
 
-    /// Rewrite into the current segment every small group that still has entries in the oldest
-    /// segment, once there are at least [`COMPACT_AFTER_SEGMENTS`] segments, so an idle queue's
-    /// few unpurged entries cannot pin segments full of other groups' drained entries. A group
-    /// is small when its entries total at most a quarter segment; larger groups are busy and
-    /// their snapshots purge them. Each group is rewritten as one record (all or nothing).
-    fn compact_oldest(&mut self, dir: &Path, opts: &WalOptions) -> Result<(), StoreError> {
-        if self.segs.len() < COMPACT_AFTER_SEGMENTS {
-            return Ok(());
-        }
-        let Some(&oldest) = self.segs.keys().next() else {
-            return Ok(());
-        };
-        if oldest >= self.current {
-            return Ok(());
-        }
+    /// Free the oldest segments for deletion, once there are at least
+    /// [`COMPACT_AFTER_SEGMENTS`]: going from the oldest segment up, every small group that
+    /// still has entries in it is rewritten into the current segment, so an idle queue's few
+    /// unpurged entries cannot pin segments full of other groups' drained entries. It stops at
+    /// the first segment a busy group holds (only a prefix of segments is ever deleted; busy
+    /// groups are purged by their snapshots, and one that is not is reported), once fewer than
+    /// [`COMPACT_AFTER_SEGMENTS`] segments would be left, or after rewriting a segment's worth
+    /// of bytes. A group is small when its entries total at most a quarter segment. Each group
+    /// is rewritten as one record (all or nothing).
+    ///
+    /// Runs at every roll, including the one that opens the log: a node restarted often (the
+    /// fault suite kills one every few minutes) starts a new segment each time and may never
+    /// fill one, and its log grew a segment per restart, none ever deleted, until the disk was
+    /// full.
+    pub(super) fn compact_old_segments(
+        &mut self,
+        dir: &Path,
+        opts: &WalOptions,
+    ) -> Result<(), StoreError> {
         let small = opts.segment_bytes / 4;
-        let mut pinning: Vec<GroupId> = Vec::new();
-        let mut busy: Vec<(u64, GroupId, usize, u64, u64)> = Vec::new();
-        for (&id, g) in &self.groups {
-            if !g.slots().any(|(_, s)| s.seg == oldest) {
-                continue;
+        let old: Vec<u64> = self.segs.range(..self.current).map(|(&id, _)| id).collect();
+        let mut left = self.segs.len();
+        let mut rewritten = 0u64;
+        for seg in old {
+            if left < COMPACT_AFTER_SEGMENTS || rewritten >= opts.segment_bytes {
+                break;
             }
-            let bytes = g.slots().map(|(_, s)| u64::from(s.len)).sum::<u64>();
-            if bytes <= small {
-                pinning.push(id);
-            } else {
-                busy.push((bytes, id, g.len(), g.first(), g.next()));
-            }
-        }
-        if !busy.is_empty() {
-            // Busy groups are left to their snapshots' purges; one still here after
-            // COMPACT_AFTER_SEGMENTS rolls is not being purged, and holds the disk.
-            busy.sort_unstable_by(|a, b| b.cmp(a));
-            let top: Vec<String> = busy
-                .iter()
-                .take(5)
-                .map(|(bytes, id, n, first, next)| {
-                    format!("group {id}: {n} entries [{first}, {next}), {bytes} bytes")
-                })
-                .collect();
-            tracing::warn!(
-                segments = self.segs.len(),
-                oldest,
-                groups = busy.len(),
-                "WAL: the oldest segment is held by groups too large to rewrite, whose \
-                 snapshots have not purged them: {}",
-                top.join("; ")
-            );
-        }
-        for group in pinning {
-            let (first, payload) = {
-                let g = &self.groups[&group];
-                let mut payload = Vec::new();
-                for (_, s) in g.slots() {
-                    payload.extend_from_slice(&s.len.to_le_bytes());
-                    match &s.data {
-                        Some(d) => payload.extend_from_slice(d),
-                        None => {
-                            // Uncached bytes are always written (eviction waits for that).
-                            let file = &self
-                                .segs
-                                .get(&s.seg)
-                                .ok_or_else(|| StoreError::corrupt("entry in a missing segment"))?
-                                .file;
-                            let at = payload.len();
-                            payload.resize(at + s.len as usize, 0);
-                            file.read_exact_at(&mut payload[at..], s.at).map_err(|e| {
-                                StoreError::Flush(super::on_file("read", &seg_path(dir, s.seg), e))
-                            })?;
-                        }
-                    }
+            let mut pinning: Vec<GroupId> = Vec::new();
+            let mut busy: Vec<(u64, GroupId, usize, u64, u64)> = Vec::new();
+            for (&id, g) in &self.groups {
+                if !g.slots().any(|(_, s)| s.seg == seg) {
+                    continue;
                 }
-                (g.first(), payload)
-            };
-            tracing::debug!(
-                group,
-                segment = oldest,
-                bytes = payload.len(),
-                "WAL: rewriting a small group out of the oldest segment"
-            );
-            // Kept cached: the new location is unwritten until the next sync.
-            let payload = bytes::Bytes::from(payload);
-            let rec = Rec {
-                kind: Kind::Rewrite,
-                group,
-                index: first,
-                payload: &payload,
-            };
-            let at = self.frame(&rec);
-            self.apply(rec, self.current, at, Some(payload.clone()))?;
+                let bytes = g.slots().map(|(_, s)| u64::from(s.len)).sum::<u64>();
+                if bytes <= small {
+                    pinning.push(id);
+                } else {
+                    busy.push((bytes, id, g.len(), g.first(), g.next()));
+                }
+            }
+            if !busy.is_empty() {
+                // Busy groups are left to their snapshots' purges; one still here after
+                // COMPACT_AFTER_SEGMENTS rolls is not being purged, and holds the disk.
+                busy.sort_unstable_by(|a, b| b.cmp(a));
+                let top: Vec<String> = busy
+                    .iter()
+                    .take(5)
+                    .map(|(bytes, id, n, first, next)| {
+                        format!("group {id}: {n} entries [{first}, {next}), {bytes} bytes")
+                    })
+                    .collect();
+                tracing::warn!(
+                    segments = self.segs.len(),
+                    oldest = seg,
+                    groups = busy.len(),
+                    "WAL: an old segment is held by groups too large to rewrite, whose \
+                     snapshots have not purged them: {}",
+                    top.join("; ")
+                );
+                break;
+            }
+            for group in pinning {
+                rewritten += self.rewrite_group(dir, group, seg)?;
+            }
+            left -= 1;
         }
         Ok(())
+    }
+
+    /// Rewrite every entry of `group` into the current segment as one [`Kind::Rewrite`]
+    /// record (to free `seg`); returns the bytes rewritten. Errors: a read of an uncached
+    /// entry failed, or a segment it points into is missing.
+    fn rewrite_group(&mut self, dir: &Path, group: GroupId, seg: u64) -> Result<u64, StoreError> {
+        let (first, payload) = {
+            let g = &self.groups[&group];
+            let mut payload = Vec::new();
+            for (_, s) in g.slots() {
+                payload.extend_from_slice(&s.len.to_le_bytes());
+                match &s.data {
+                    Some(d) => payload.extend_from_slice(d),
+                    None => {
+                        // Uncached bytes are always written (eviction waits for that).
+                        let file = &self
+                            .segs
+                            .get(&s.seg)
+                            .ok_or_else(|| StoreError::corrupt("entry in a missing segment"))?
+                            .file;
+                        let at = payload.len();
+                        payload.resize(at + s.len as usize, 0);
+                        file.read_exact_at(&mut payload[at..], s.at).map_err(|e| {
+                            StoreError::Flush(super::on_file("read", &seg_path(dir, s.seg), e))
+                        })?;
+                    }
+                }
+            }
+            (g.first(), payload)
+        };
+        tracing::debug!(
+            group,
+            segment = seg,
+            bytes = payload.len(),
+            "WAL: rewriting a small group out of an old segment"
+        );
+        let n = payload.len() as u64;
+        // Kept cached: the new location is unwritten until the next sync.
+        let payload = bytes::Bytes::from(payload);
+        let rec = Rec {
+            kind: Kind::Rewrite,
+            group,
+            index: first,
+            payload: &payload,
+        };
+        let at = self.frame(&rec);
+        self.apply(rec, self.current, at, Some(payload.clone()))?;
+        Ok(n)
     }
 
     /// Start a new segment (file created now, made durable by the next sync) that opens with a
