@@ -23,6 +23,14 @@ thread_local! {
     static SOURCE: RefCell<Option<Bytes>> = const { RefCell::new(None) };
 }
 
+thread_local! {
+    /// While [`encode_rope`] runs on this thread: the big [`shared_bytes`] field being
+    /// serialized, whose bytes the rope takes by reference instead of copying.
+    static ROPE_FIELD: RefCell<Option<Bytes>> = const { RefCell::new(None) };
+    /// [`encode_rope`] is running on this thread.
+    static ROPE_ACTIVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Restores the previous [`SOURCE`] when a decode ends, also on panic.
 struct SourceGuard(Option<Bytes>);
 
@@ -66,6 +74,7 @@ pub mod shared_bytes {
     ///
     /// Errors: the serializer's.
     pub fn serialize<S: Serializer>(b: &Bytes, s: S) -> Result<S::Ok, S::Error> {
+        super::offer_to_rope(b);
         s.serialize_bytes(b)
     }
 
@@ -137,7 +146,10 @@ pub mod shared_bytes_opt {
     pub fn serialize<S: Serializer>(b: &Option<Bytes>, s: S) -> Result<S::Ok, S::Error> {
         match b {
             // `Bytes` serializes as serde bytes.
-            Some(b) => s.serialize_some(b),
+            Some(b) => {
+                super::offer_to_rope(b);
+                s.serialize_some(b)
+            }
             None => s.serialize_none(),
         }
     }
@@ -222,6 +234,81 @@ pub fn encode<T: Serialize + ?Sized>(v: &T) -> Result<Vec<u8>, StoreError> {
     }
 }
 
+/// While [`encode_rope`] runs on this thread, marks `b` (a big [`shared_bytes`] field about to
+/// be serialized) as the next bytes the rope takes by reference.
+fn offer_to_rope(b: &Bytes) {
+    if b.len() >= SHARE_MIN_BYTES && ROPE_ACTIVE.with(|a| a.get()) {
+        ROPE_FIELD.with(|f| *f.borrow_mut() = Some(b.clone()));
+    }
+}
+
+/// Ends [`encode_rope`]'s mode on this thread, also on panic.
+struct RopeGuard;
+
+impl Drop for RopeGuard {
+    fn drop(&mut self) {
+        ROPE_ACTIVE.with(|a| a.set(false));
+        ROPE_FIELD.with(|f| *f.borrow_mut() = None);
+    }
+}
+
+/// Collects an encoding as pieces: runs of small writes copied into owned buffers, and the
+/// bytes of each big [`shared_bytes`] field as a clone of its `Bytes` (no copy).
+struct RopeWriter {
+    pieces: Vec<Bytes>,
+    small: Vec<u8>,
+    len: usize,
+}
+
+impl bincode::enc::write::Writer for RopeWriter {
+    fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
+        self.len += bytes.len();
+        let field = ROPE_FIELD.with(|f| {
+            let mut f = f.borrow_mut();
+            match f.as_ref() {
+                // bincode writes a byte field's bytes in one call, right after its length.
+                Some(b) if b.as_ptr() == bytes.as_ptr() && b.len() == bytes.len() => f.take(),
+                _ => None,
+            }
+        });
+        match field {
+            Some(b) => {
+                if !self.small.is_empty() {
+                    self.pieces
+                        .push(Bytes::from(std::mem::take(&mut self.small)));
+                }
+                self.pieces.push(b);
+            }
+            None => self.small.extend_from_slice(bytes),
+        }
+        Ok(())
+    }
+}
+
+/// Encode `v` exactly as [`encode`] does, but as a list of pieces whose concatenation is the
+/// encoding: the bytes of every [`shared_bytes`] / [`shared_bytes_opt`] field of at least
+/// [`SHARE_MIN_BYTES`] are the field's own `Bytes` (shared, not copied), the rest is copied
+/// into a few small buffers. Returns the pieces and their total length in bytes.
+///
+/// For sending a big value in chunks without copying it whole (a 100 MiB body replicated to
+/// two followers was encoded twice, and copied twice more into the HTTP/2 buffers).
+///
+/// Errors: [`StoreError::Encode`] if serde/bincode rejects the value.
+pub fn encode_rope<T: Serialize + ?Sized>(v: &T) -> Result<(Vec<Bytes>, usize), StoreError> {
+    let _end = RopeGuard;
+    ROPE_ACTIVE.with(|a| a.set(true));
+    let mut out = RopeWriter {
+        pieces: Vec::new(),
+        small: Vec::new(),
+        len: 0,
+    };
+    bincode::serde::encode_into_writer(v, &mut out, bincode::config::standard())?;
+    if !out.small.is_empty() {
+        out.pieces.push(Bytes::from(out.small));
+    }
+    Ok((out.pieces, out.len))
+}
+
 /// Decode a value that must occupy all of `b`.
 ///
 /// Errors: [`StoreError::Decode`] on malformed bytes, [`StoreError::Corrupt`] if bytes remain
@@ -264,6 +351,54 @@ mod tests {
     fn within(outer: &Bytes, inner: &Bytes) -> bool {
         let (lo, p) = (outer.as_ptr() as usize, inner.as_ptr() as usize);
         p >= lo && p + inner.len() <= lo + outer.len()
+    }
+
+    #[test]
+    fn a_rope_is_the_encoding_in_pieces_with_big_shared_fields_by_reference() {
+        let big = Bytes::from(vec![7u8; SHARE_MIN_BYTES + 1]);
+        let other = Bytes::from(vec![9u8; SHARE_MIN_BYTES * 2]);
+        let m = Msg {
+            n: 3,
+            body: big.clone(),
+            extra: Some(other.clone()),
+            plain: big.clone(),
+        };
+        let (pieces, len) = encode_rope(&m).unwrap();
+        let flat: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(flat, encode(&m).unwrap(), "the same bytes as encode");
+        assert_eq!(len, flat.len());
+        let by_ref = |b: &Bytes| pieces.iter().any(|p| p.as_ptr() == b.as_ptr());
+        assert!(by_ref(&big), "the shared field's bytes are not copied");
+        assert!(by_ref(&other), "nor the optional one's");
+        assert_eq!(
+            pieces.iter().filter(|p| p.as_ptr() == big.as_ptr()).count(),
+            1,
+            "the plain Bytes field with the same bytes is copied"
+        );
+        // Small shared fields are copied; the mode ends with the encode.
+        let m = Msg {
+            n: 1,
+            body: Bytes::from_static(b"small"),
+            extra: None,
+            plain: Bytes::new(),
+        };
+        let (pieces, len) = encode_rope(&m).unwrap();
+        assert_eq!(pieces.len(), 1);
+        assert_eq!(&pieces[0][..], &encode(&m).unwrap()[..]);
+        assert_eq!(len, pieces[0].len());
+        assert!(!ROPE_ACTIVE.with(|a| a.get()));
+        let after = Msg {
+            n: 2,
+            body: big.clone(),
+            extra: None,
+            plain: Bytes::new(),
+        };
+        let wire = encode(&after).unwrap();
+        assert!(
+            ROPE_FIELD.with(|f| f.borrow().is_none()),
+            "encode leaves no field offered"
+        );
+        assert_eq!(decode::<Msg>(&wire).unwrap(), after);
     }
 
     #[test]

@@ -14,8 +14,8 @@ use openraft::{Snapshot, SnapshotMeta, Vote};
 use quorumq_proto::v1::cluster_server::{Cluster, ClusterServer};
 use quorumq_proto::v1::raft_transport_server::{RaftTransport, RaftTransportServer};
 use quorumq_proto::v1::{
-    Beat, DeliverReply, DeliverRequest, JoinReply, JoinRequest, ProposeReply, ProposeRequest,
-    QueryReply, QueryRequest, RaftReply, RaftRequest, SnapshotChunk,
+    AppendChunk, Beat, DeliverReply, DeliverRequest, JoinReply, JoinRequest, ProposeReply,
+    ProposeRequest, QueryReply, QueryRequest, RaftReply, RaftRequest, SnapshotChunk,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -178,6 +178,53 @@ impl RaftTransport for ClusterServices {
             },
         )
         .await
+    }
+
+    async fn append_entries_stream(
+        &self,
+        req: Request<Streaming<AppendChunk>>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let mut stream = req.into_inner();
+        let first = stream
+            .next()
+            .await
+            .ok_or_else(|| Status::invalid_argument("empty append stream"))??;
+        self.check_cluster(first.cluster_id)?;
+        let total = usize::try_from(first.total_bytes)
+            .ok()
+            .filter(|t| *t <= super::peers::MAX_MESSAGE_BYTES)
+            .ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "streamed append of {} bytes: at most {} accepted",
+                    first.total_bytes,
+                    super::peers::MAX_MESSAGE_BYTES
+                ))
+            })?;
+        // The one copy of the append this node makes: its entries are decoded
+        // as slices of this buffer.
+        let mut payload = bytes::BytesMut::with_capacity(total);
+        payload.extend_from_slice(&first.data);
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            if payload.len() + chunk.data.len() > total {
+                return Err(Status::invalid_argument(format!(
+                    "streamed append longer than the {total} bytes announced"
+                )));
+            }
+            payload.extend_from_slice(&chunk.data);
+        }
+        if payload.len() != total {
+            return Err(Status::invalid_argument(format!(
+                "streamed append ended after {} of {total} bytes",
+                payload.len()
+            )));
+        }
+        let req = RaftRequest {
+            group_id: first.group_id,
+            payload: payload.freeze(),
+            cluster_id: first.cluster_id,
+        };
+        self.append_entries(Request::new(req)).await
     }
 
     async fn vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {

@@ -24,7 +24,7 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, LogId, Snapshot, Vote};
 use quorumq_proto::v1::raft_transport_client::RaftTransportClient;
-use quorumq_proto::v1::{RaftRequest, SnapshotChunk};
+use quorumq_proto::v1::{AppendChunk, RaftRequest, SnapshotChunk};
 
 use super::commit_updates::CommitUpdates;
 use super::detector::Detector;
@@ -37,6 +37,13 @@ use raft_log::DurableIndex;
 /// Largest encoded AppendEntries sent (bytes): below the gRPC message limit,
 /// leaving room for framing. A larger one is split (openraft's entries hint).
 const MAX_APPEND_BYTES: usize = MAX_MESSAGE_BYTES - (1 << 20);
+
+/// An append whose encoding reaches this many bytes is streamed in chunks
+/// (`AppendEntriesStream`) instead of sent as one message.
+const STREAM_APPEND_BYTES: usize = 1 << 20;
+
+/// Bytes per chunk of a streamed append.
+const APPEND_CHUNK_BYTES: usize = 1 << 20;
 
 /// Time limit of one background commit-index update (ms).
 const COMMIT_UPDATE_TIMEOUT_MS: u64 = 1000;
@@ -145,25 +152,59 @@ impl PeerClient {
         rpc: &AppendEntriesRequest<TypeConfig>,
         ttl: Duration,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        let req = self
-            .request(rpc)
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        // The entries' big bodies are slices of the log's cached bytes, and
+        // stay so in the rope: nothing big is copied per follower here.
+        let (pieces, len) = raft_log::codec::encode_rope(rpc).map_err(|e| {
+            RPCError::Network(NetworkError::new(&TransportError::Local(e.to_string())))
+        })?;
         let n = rpc.entries.len();
         // A big body takes its time on the wire: the call is given up only
         // after the base limit plus its bytes at APPEND_MIN_BYTES_PER_S.
-        let ttl =
-            ttl + Duration::from_millis(req.payload.len() as u64 * 1000 / APPEND_MIN_BYTES_PER_S);
-        if req.payload.len() > MAX_APPEND_BYTES && n > 1 {
+        let ttl = ttl + Duration::from_millis(len as u64 * 1000 / APPEND_MIN_BYTES_PER_S);
+        if len > MAX_APPEND_BYTES && n > 1 {
             // openraft retries with at most this many entries.
             return Err(RPCError::PayloadTooLarge(
                 PayloadTooLarge::new_entries_hint((n / 2) as u64),
             ));
         }
-        self.send_encoded(
-            req,
-            ttl,
-            |mut c, r| async move { c.append_entries(r).await },
-        )
+        let (group_id, cluster_id) = (self.net.group, self.net.peers.cluster_id());
+        if len < STREAM_APPEND_BYTES {
+            let mut payload = bytes::BytesMut::with_capacity(len);
+            for p in &pieces {
+                payload.extend_from_slice(p);
+            }
+            let req = RaftRequest {
+                group_id,
+                payload: payload.freeze(),
+                cluster_id,
+            };
+            return self
+                .send_encoded(
+                    req,
+                    ttl,
+                    |mut c, r| async move { c.append_entries(r).await },
+                )
+                .await;
+        }
+        // Streamed: tonic copies one chunk at a time into the connection's
+        // buffer as HTTP/2 flow control lets it, instead of the whole append.
+        let head = AppendChunk {
+            group_id,
+            cluster_id,
+            total_bytes: len as u64,
+            data: Bytes::new(),
+        };
+        let chunks =
+            std::iter::once(head).chain(rechunk(pieces, APPEND_CHUNK_BYTES).into_iter().map(
+                |data| AppendChunk {
+                    data,
+                    ..Default::default()
+                },
+            ));
+        let stream = futures::stream::iter(chunks);
+        self.send_encoded(stream, ttl, |mut c, r| async move {
+            c.append_entries_stream(r).await
+        })
         .await
     }
 
@@ -299,17 +340,18 @@ impl PeerClient {
         self.send_encoded(req, ttl, call).await
     }
 
-    /// Sends an encoded request with `ttl` and decodes `Result<Resp, RaftError<E>>`.
-    async fn send_encoded<Resp, E, F, Fut>(
+    /// Sends an encoded request (a [`RaftRequest`], or a stream of chunks) with `ttl` and
+    /// decodes `Result<Resp, RaftError<E>>`.
+    async fn send_encoded<Req, Resp, E, F, Fut>(
         &self,
-        req: RaftRequest,
+        req: Req,
         ttl: Duration,
         call: F,
     ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
     where
         Resp: serde::de::DeserializeOwned,
         E: std::error::Error + serde::de::DeserializeOwned,
-        F: FnOnce(RaftTransportClient<PeerChannel>, RaftRequest) -> Fut,
+        F: FnOnce(RaftTransportClient<PeerChannel>, Req) -> Fut,
         Fut: Future<Output = Result<tonic::Response<quorumq_proto::v1::RaftReply>, tonic::Status>>,
     {
         let client = self
@@ -426,6 +468,36 @@ impl PeerClient {
             text,
         })
     }
+}
+
+/// `pieces` regrouped into chunks of at most `max` bytes (their concatenation unchanged):
+/// runs of small pieces are copied together, big pieces are sliced (no copy).
+fn rechunk(pieces: Vec<Bytes>, max: usize) -> Vec<Bytes> {
+    let max = max.max(1);
+    let mut out = Vec::new();
+    let mut small = bytes::BytesMut::new();
+    for p in pieces {
+        if p.len() < max / 4 {
+            if small.len() + p.len() > max {
+                out.push(small.split().freeze());
+            }
+            small.extend_from_slice(&p);
+            continue;
+        }
+        if !small.is_empty() {
+            out.push(small.split().freeze());
+        }
+        let mut at = 0;
+        while at < p.len() {
+            let end = (at + max).min(p.len());
+            out.push(p.slice(at..end));
+            at = end;
+        }
+    }
+    if !small.is_empty() {
+        out.push(small.freeze());
+    }
+    out
 }
 
 /// A receiver as a `Stream` (tonic's client-streaming argument).
@@ -584,5 +656,33 @@ mod tests {
     fn live_backoff_grows_to_a_second() {
         let ms: Vec<u128> = (1..=6).map(|n| live_backoff(n).as_millis()).collect();
         assert_eq!(ms, [200, 400, 800, 1000, 1000, 1000]);
+    }
+
+    #[test]
+    fn rechunk_keeps_the_bytes_bounds_chunks_and_slices_big_pieces() {
+        let big = Bytes::from((0..2500u32).map(|i| i as u8).collect::<Vec<_>>());
+        let pieces = vec![
+            Bytes::from_static(b"head"),
+            Bytes::from_static(b"len"),
+            big.clone(),
+            Bytes::from(vec![1u8; 200]),
+            Bytes::from(vec![2u8; 200]),
+            Bytes::from(vec![3u8; 200]),
+            Bytes::from(vec![4u8; 200]),
+            Bytes::from(vec![5u8; 200]),
+            Bytes::from(vec![6u8; 200]),
+        ];
+        let whole: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
+        let chunks = rechunk(pieces, 1000);
+        let again: Vec<u8> = chunks.iter().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(again, whole);
+        assert!(chunks.iter().all(|c| !c.is_empty() && c.len() <= 1000));
+        let (lo, hi) = (big.as_ptr() as usize, big.as_ptr() as usize + big.len());
+        let sliced = chunks
+            .iter()
+            .filter(|c| (lo..hi).contains(&(c.as_ptr() as usize)))
+            .count();
+        assert_eq!(sliced, 3, "the big piece is three slices of itself");
+        assert_eq!(chunks.len(), 1 + 3 + 2, "small runs are merged: {chunks:?}");
     }
 }
