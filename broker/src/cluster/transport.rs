@@ -34,9 +34,13 @@ use super::peers::{Peers, MAX_MESSAGE_BYTES};
 use super::types::{NodeId, TypeConfig, META_GROUP};
 use raft_log::DurableIndex;
 
-/// Largest encoded AppendEntries sent (bytes): below the gRPC message limit,
-/// leaving room for framing. A larger one is split (openraft's entries hint).
-const MAX_APPEND_BYTES: usize = MAX_MESSAGE_BYTES - (1 << 20);
+/// Largest encoded AppendEntries of more than one entry sent (bytes). A larger
+/// one is split (openraft's entries hint): a follower holds a received append
+/// whole while it writes its entries to its log, so a batch of big bodies
+/// (a restarted node catching up on 15, 20 and 100 MiB bodies at once) would
+/// be held whole, then again as log records. One entry alone may be larger,
+/// up to the message limit.
+const MAX_APPEND_BYTES: usize = 16 << 20;
 
 /// An append whose encoding reaches this many bytes is streamed in chunks
 /// (`AppendEntriesStream`) instead of sent as one message.

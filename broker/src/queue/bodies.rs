@@ -94,6 +94,16 @@ fn encode_index(spilled: &BTreeMap<MsgId, Loc>) -> std::io::Result<Vec<u8>> {
     raft_log::codec::encode(&(INDEX_MAGIC, index)).map_err(std::io::Error::other)
 }
 
+/// Bodies smaller than this are written to a body segment together, in batches of about
+/// this many bytes (bytes); larger ones alone, from their own buffers.
+const SPILL_BATCH_BYTES: usize = 256 * 1024;
+
+/// `e` with the operation and the file it failed on ("write <dir>/0000000003.seg: ..."), so
+/// the fail-stop's log line names the file.
+fn on_file(what: &str, path: &Path, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
 /// Decodes a body index of either form. Errors: the bytes are neither.
 fn decode_index(bytes: &[u8]) -> Result<Vec<(MsgId, Loc)>, String> {
     if let Ok((INDEX_MAGIC, index)) = raft_log::codec::decode::<(u64, Vec<(MsgId, Loc)>)>(bytes) {
@@ -274,28 +284,50 @@ impl SegmentBodies {
             return Ok(());
         }
         self.check()?;
-        let mut buf = Vec::new();
         let mut moved = Vec::new();
         let mut left = self.mem_bytes;
+        let mut at = 0u64;
         for (&id, payload) in &self.mem {
             if left <= keep {
                 break;
             }
             left -= payload.len();
             let crc = crc32fast::hash(payload);
-            moved.push((id, buf.len() as u64, payload.len() as u32, crc));
-            buf.extend_from_slice(payload);
+            moved.push((id, at, payload.len() as u32, crc));
+            at += payload.len() as u64;
         }
-        let written = self.active_segment().and_then(|active| {
-            active.file.write_all(&buf)?;
-            Ok(active)
-        });
-        let active = match written {
-            Ok(a) => a,
-            Err(e) => return Err(self.fail(e)),
-        };
+        if let Err(e) = self.active_segment() {
+            let path = self.seg_path(self.active);
+            return Err(self.fail(on_file("creating", &path, e)));
+        }
+        let path = self.seg_path(self.active);
+        // Small bodies go out together; a big one is written from its own buffer (not copied
+        // into the batch: a 100 MiB body was held twice while it spilled).
+        let written = (|| -> std::io::Result<()> {
+            let file = &mut self.segs.get_mut(&self.active).expect("just made").file;
+            let mut small = Vec::new();
+            for (id, _, _, _) in &moved {
+                let payload = &self.mem[id];
+                if payload.len() >= SPILL_BATCH_BYTES {
+                    file.write_all(&small)?;
+                    small.clear();
+                    file.write_all(payload)?;
+                } else {
+                    small.extend_from_slice(payload);
+                    if small.len() >= SPILL_BATCH_BYTES {
+                        file.write_all(&small)?;
+                        small.clear();
+                    }
+                }
+            }
+            file.write_all(&small)
+        })();
+        if let Err(e) = written {
+            return Err(self.fail(on_file("write", &path, e)));
+        }
+        let active = self.segs.get_mut(&self.active).expect("just written");
         let base = active.len;
-        active.len += buf.len() as u64;
+        active.len += at;
         active.live += moved.len() as u64;
         let seg = self.active;
         for (id, off, len, crc) in moved {
@@ -319,7 +351,11 @@ impl SegmentBodies {
     /// segment file was created.
     fn sync(&mut self) -> std::io::Result<()> {
         if self.dirty {
-            let res = self.segs.values().try_for_each(|s| s.file.sync_data());
+            let res = self.segs.iter().try_for_each(|(&id, s)| {
+                s.file
+                    .sync_data()
+                    .map_err(|e| on_file("fdatasync", &self.seg_path(id), e))
+            });
             if let Err(e) = res {
                 return Err(self.fail(e));
             }
@@ -327,7 +363,8 @@ impl SegmentBodies {
         }
         if self.dir_dirty {
             if let Err(e) = File::open(&self.dir).and_then(|d| d.sync_all()) {
-                return Err(self.fail(e));
+                let dir = self.dir.clone();
+                return Err(self.fail(on_file("fsync of the directory", &dir, e)));
             }
             self.dir_dirty = false;
         }
@@ -668,9 +705,14 @@ mod tests {
                 "body {id} lost by a failed spill"
             );
         }
+        let err = b
+            .persist_all()
+            .expect_err("no snapshot over unwritten bodies")
+            .to_string();
+        let seg = dir.join("0000000000.seg");
         assert!(
-            b.persist_all().is_err(),
-            "no snapshot over unwritten bodies"
+            err.contains(&format!("creating {}", seg.display())),
+            "the error names the file: {err}"
         );
         assert_eq!(
             FAILURES.load(std::sync::atomic::Ordering::SeqCst),

@@ -78,17 +78,35 @@ pub(crate) fn frame(
     index: u64,
     payload: &[u8],
 ) -> usize {
+    buf.reserve(HEADER_BYTES + payload.len());
+    let at = frame_header(buf, kind, group, index, payload);
+    buf.extend_from_slice(payload);
+    at
+}
+
+/// Append only the header of the record [`frame`] would append (its CRC covers `payload`),
+/// for a payload written from where it already is; returns the offset `payload` must follow
+/// at in `buf`'s stream.
+///
+/// Panics only if `payload` is larger than [`MAX_PAYLOAD_BYTES`].
+pub(crate) fn frame_header(
+    buf: &mut Vec<u8>,
+    kind: Kind,
+    group: GroupId,
+    index: u64,
+    payload: &[u8],
+) -> usize {
     let len = u32::try_from(payload.len()).expect("WAL record payload of 4 GiB or more");
     let start = buf.len();
-    buf.reserve(HEADER_BYTES + payload.len());
     buf.extend_from_slice(&len.to_le_bytes());
     buf.extend_from_slice(&[0; 4]);
     buf.push(kind as u8);
     buf.extend_from_slice(&group.to_le_bytes());
     buf.extend_from_slice(&index.to_le_bytes());
-    buf.extend_from_slice(payload);
-    let crc = crc32fast::hash(&buf[start + 8..]);
-    buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&buf[start + 8..]);
+    crc.update(payload);
+    buf[start + 4..start + 8].copy_from_slice(&crc.finalize().to_le_bytes());
     start + HEADER_BYTES
 }
 

@@ -55,7 +55,21 @@ pub(super) struct Chunk {
     pub seg: u64,
     pub at: u64,
     pub data: Vec<u8>,
+    /// A big record's payload, written from the entry's own (cached) bytes after `data`
+    /// instead of copied into it: a 100 MiB body is not held a second time until the sync.
+    pub shared: Option<EntryBytes>,
 }
+
+impl Chunk {
+    /// Bytes the chunk covers in its segment.
+    pub fn len(&self) -> u64 {
+        (self.data.len() + self.shared.as_ref().map_or(0, |b| b.len())) as u64
+    }
+}
+
+/// Record payloads of at least this many bytes are written from their own buffer
+/// ([`Chunk::shared`]) rather than copied into the pending bytes.
+pub(super) const SHARED_PAYLOAD_BYTES: usize = 256 * 1024;
 
 pub(super) struct State {
     pub groups: HashMap<GroupId, GroupLog>,
@@ -383,7 +397,7 @@ impl State {
             (opts.on_failure)(&e);
             return Err(StoreError::Flush(e));
         }
-        let at = self.frame(&rec);
+        let at = self.frame_with(&rec, data.as_ref());
         self.apply(rec, self.current, at, data)
     }
 
@@ -405,6 +419,13 @@ impl State {
     /// payload's offset in the segment. The first record of a sync round other than a
     /// segment's checkpoint is preceded by the round's [`Kind::Mark`].
     pub(super) fn frame(&mut self, rec: &Rec<'_>) -> u64 {
+        self.frame_with(rec, None)
+    }
+
+    /// [`State::frame`]; when `shared` holds `rec`'s payload and it is big
+    /// ([`SHARED_PAYLOAD_BYTES`]), only the header is copied and the payload is written from
+    /// `shared` itself.
+    fn frame_with(&mut self, rec: &Rec<'_>, shared: Option<&EntryBytes>) -> u64 {
         if !self.marked && rec.kind != Kind::Checkpoint {
             self.marked = true;
             self.rounds += 1;
@@ -418,20 +439,35 @@ impl State {
         }
         let (seg, at) = (self.current, self.current_len);
         let chunk = match self.pending.last_mut() {
-            Some(c) if c.seg == seg => c,
+            Some(c) if c.seg == seg && c.shared.is_none() => c,
             _ => {
                 self.pending.push(Chunk {
                     seg,
                     at,
                     data: Vec::new(),
+                    shared: None,
                 });
                 self.pending.last_mut().expect("just pushed")
             }
         };
         let before = chunk.data.len();
-        let payload_in_chunk =
-            record::frame(&mut chunk.data, rec.kind, rec.group, rec.index, rec.payload);
-        self.current_len += (chunk.data.len() - before) as u64;
+        let shared = shared
+            .filter(|b| b.len() >= SHARED_PAYLOAD_BYTES && b.as_ptr() == rec.payload.as_ptr());
+        let payload_in_chunk = match shared {
+            Some(b) => {
+                let p = record::frame_header(
+                    &mut chunk.data,
+                    rec.kind,
+                    rec.group,
+                    rec.index,
+                    rec.payload,
+                );
+                chunk.shared = Some(b.clone());
+                p
+            }
+            None => record::frame(&mut chunk.data, rec.kind, rec.group, rec.index, rec.payload),
+        };
+        self.current_len += chunk.len() - before as u64;
         at + (payload_in_chunk - before) as u64
     }
 
