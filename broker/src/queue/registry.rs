@@ -8,7 +8,6 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::Duration;
 
 use amq_protocol::types::FieldTable;
 use futures::future::BoxFuture;
@@ -246,24 +245,12 @@ impl Queues {
 
     /// The reference to a declared queue, opening this node's replica of it
     /// (a member) or a forwarding reference (not a member) if there is none
-    /// yet. The declaring node waits (≤ 5 s) for the new group's leader.
+    /// yet. Waits for neither the group's initialization nor its leader
+    /// ([`bootstrap::start_member`]): commands sent to the queue wait for
+    /// the leader in its proposer. The reconciler opens the replicas of a
+    /// member the same way, one after another (waiting for each group's
+    /// leader made a member that fell behind fall further behind, issue 31).
     pub async fn ensure_queue(
-        self: &Arc<Self>,
-        rec: &QueueRecord,
-    ) -> Result<Arc<QueueHandle>, ProtocolError> {
-        let handle = self.open_if_missing(rec).await?;
-        if let Some(route) = handle.route() {
-            route.wait_leader(Duration::from_secs(5)).await;
-        }
-        Ok(handle)
-    }
-
-    /// The reference to a declared queue, opened as [`Queues::ensure_queue`]
-    /// does, without waiting for a leader: the reconciler opens the replicas
-    /// of a member one after another, and waiting for each group's leader
-    /// (its first append) made a member that fell behind fall further
-    /// behind (issue 31).
-    async fn open_if_missing(
         self: &Arc<Self>,
         rec: &QueueRecord,
     ) -> Result<Arc<QueueHandle>, ProtocolError> {
@@ -425,9 +412,11 @@ impl Queues {
                     .open_replica(rec.group_id, &ctx, config.clone())
                     .await?;
                 ctx.live.store(true, Ordering::Release);
-                // The preferred leader and a sole member initialize now, the
-                // others after a grace (see `bootstrap`).
-                bootstrap::initialize_member(&raft, &rec.members, me).await?;
+                // The preferred leader and a sole member initialize at once, the
+                // others after a grace; the preferred leader of a new group then
+                // campaigns until a leader is known (see `bootstrap`). Nothing
+                // here waits for either.
+                bootstrap::start_member(&raft, &rec.members, me);
                 if restored_leader {
                     tokio::spawn(bootstrap::mark_restored_leadership(
                         raft.clone(),
@@ -435,9 +424,6 @@ impl Queues {
                         rec.name.clone(),
                     ));
                 }
-                // A new group's preferred leader campaigns until a leader is
-                // known (see `bootstrap`).
-                bootstrap::campaign_if_preferred(&raft, &rec.members, me);
                 let route = Route::new(
                     rec.group_id,
                     Some(raft),
@@ -588,8 +574,12 @@ impl Queues {
         if let Err(e) = self.store.drop_group(group) {
             tracing::warn!(group, error = %e, "failed to drop group storage");
         }
-        if let Err(e) = std::fs::remove_dir_all(self.bodies_dir(group)) {
-            tracing::warn!(group, error = %e, "failed to remove body segments");
+        // A queue that never spilled a body has no directory.
+        match std::fs::remove_dir_all(self.bodies_dir(group)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(group, error = %e, "failed to remove body segments")
+            }
+            _ => {}
         }
     }
 
@@ -726,7 +716,7 @@ impl Queues {
                 }
             }
             None if rec.kind == QueueKind::Quorum => {
-                if let Err(e) = self.open_if_missing(rec).await {
+                if let Err(e) = self.ensure_queue(rec).await {
                     tracing::error!(queue = %rec.name, error = ?e, "failed to open queue");
                 }
             }
