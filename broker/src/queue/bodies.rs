@@ -678,7 +678,8 @@ mod tests {
         let root = tempfile::tempdir().expect("tempdir");
         let dir = root.path().join("q");
         let mut b = SegmentBodies::open_with_failure_hook(&dir, 10, count_failure).expect("open");
-        std::fs::remove_dir_all(&dir).expect("rm"); // the first spill cannot create its segment
+        // A file where the directory would go: the first spill cannot create its segment.
+        std::fs::write(&dir, b"not a directory").expect("block the directory");
         for id in 0..5u64 {
             b.put(id, &body(id));
         }
@@ -699,6 +700,25 @@ mod tests {
             FAILURES.load(std::sync::atomic::Ordering::SeqCst),
             1,
             "reported once"
+        );
+    }
+
+    /// Opening creates no directory (issue 31: a directory and its parent's fsync per queue
+    /// replica made every declare dearer); the first spill creates it.
+    #[test]
+    fn the_directory_is_created_by_the_first_spill() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("q");
+        let mut b = SegmentBodies::open(&dir, 1 << 20).expect("open");
+        b.put(2, &body(2));
+        assert!(!dir.exists(), "no directory before a body is spilled");
+        b.persist_all().expect("persist");
+        assert!(dir.is_dir(), "the first spill created the directory");
+        assert_eq!(b.get(2), Some(body(2)));
+        let reopened = SegmentBodies::open(&dir, 1 << 20).expect("reopen");
+        assert!(
+            !reopened.found_at_open.is_empty(),
+            "the segment is found again"
         );
     }
 
