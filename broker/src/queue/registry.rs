@@ -38,6 +38,25 @@ use crate::error::NodeError;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::{QueueKind, QueueRecord, QueueType};
 
+/// Which of `NodeRestarted` and `Configure` this node (`me`) proposes when it
+/// opens its replica of a queue with `members`: both when the replica held
+/// state here before (a restart: consumers of this node's earlier boots are
+/// gone, spec §2.3, and policy changes made meanwhile apply); for a replica
+/// new here (`fresh`: no log, no vote) only the preferred leader's
+/// `Configure`, which puts the queue's config into its log (and starts its
+/// `x-expires` lease). Every member proposing both cost a new queue six
+/// replicated entries (issue 31). A fresh replica never held an entry, so
+/// consumers of an earlier boot of this node (only if the group ran without
+/// it) are left to the leader's liveness pass (`NodeUp` for records of an
+/// older epoch, `crate::liveness`); later policy changes send their own
+/// `Configure` ([`Queues::refresh_configs`]).
+fn fresh_replica_calls(fresh: bool, members: &[u64], me: u64) -> (bool, bool) {
+    if !fresh {
+        return (true, true);
+    }
+    (false, members.first() == Some(&me))
+}
+
 /// What [`Queues::new`] is made of: this node's shared plumbing.
 pub struct QueuesParts {
     /// This node and its boot epoch (proposals are tagged with it).
@@ -308,8 +327,9 @@ impl Queues {
     /// Opens this node's replica of quorum queue group `group`: body store,
     /// log, state machine and Raft (not initialized: see the callers), and
     /// registers it with the transport.
-    /// Returns the Raft handle, the host, and whether openraft restores the
-    /// replica as leader from its vote ([`bootstrap::restores_as_leader`]).
+    /// Returns the Raft handle, the host, whether openraft restores the
+    /// replica as leader from its vote ([`bootstrap::restores_as_leader`]),
+    /// and whether the replica is new here ([`bootstrap::is_fresh`]).
     ///
     /// Errors: storage cannot be opened; openraft refuses the config.
     async fn open_replica(
@@ -317,7 +337,7 @@ impl Queues {
         group: u64,
         ctx: &Arc<QueueContext>,
         config: QueueConfig,
-    ) -> Result<(Raft, Arc<Mutex<QueueHost>>, bool), NodeError> {
+    ) -> Result<(Raft, Arc<Mutex<QueueHost>>, bool, bool), NodeError> {
         let me = self.origin.node;
         let machine = QueueMachine::new(config);
         let bodies = SegmentBodies::open(&self.bodies_dir(group), MEMORY_BUDGET)?;
@@ -328,6 +348,7 @@ impl Queues {
             .log_store::<TypeConfig>(group)?
             .ack_own_entries(me);
         let restored_leader = bootstrap::restores_as_leader(&mut log, me).await;
+        let fresh = bootstrap::is_fresh(&mut log).await;
         let durable = log.durable();
         let sm = self
             .store
@@ -364,7 +385,7 @@ impl Queues {
                 host: host.clone(),
             }),
         );
-        Ok((raft, host, restored_leader))
+        Ok((raft, host, restored_leader, fresh))
     }
 
     /// Opens this node's queue for `rec`: its replica (a member of a quorum
@@ -408,7 +429,7 @@ impl Queues {
                 ));
             }
             QueueKind::Quorum => {
-                let (raft, host, restored_leader) = self
+                let (raft, host, restored_leader, fresh) = self
                     .open_replica(rec.group_id, &ctx, config.clone())
                     .await?;
                 ctx.live.store(true, Ordering::Release);
@@ -416,7 +437,7 @@ impl Queues {
                 // others after a grace; the preferred leader of a new group then
                 // campaigns until a leader is known (see `bootstrap`). Nothing
                 // here waits for either.
-                bootstrap::start_member(&raft, &rec.members, me);
+                bootstrap::start_member(&raft, &rec.members, me, fresh);
                 if restored_leader {
                     tokio::spawn(bootstrap::mark_restored_leadership(
                         raft.clone(),
@@ -445,23 +466,30 @@ impl Queues {
                     .max_priority(max_priority),
                 );
                 // Consumers of this node's earlier boots are gone (spec §2.3),
-                // and policy changes made while the queue was down apply.
+                // and policy changes made while the queue was down apply. A
+                // replica new here (see `fresh_replica_calls`) sends only what a
+                // new queue needs.
+                let (restarted, configure) = fresh_replica_calls(fresh, &rec.members, me);
                 let h2 = h.clone();
                 let epoch = self.origin.epoch;
                 tokio::spawn(async move {
-                    let _ = h2
-                        .call(QueueCommand::NodeRestarted {
-                            now_ms: crate::now_ms(),
-                            node: me,
-                            epoch,
-                        })
-                        .await;
-                    let _ = h2
-                        .call(QueueCommand::Configure {
-                            now_ms: crate::now_ms(),
-                            config,
-                        })
-                        .await;
+                    if restarted {
+                        let _ = h2
+                            .call(QueueCommand::NodeRestarted {
+                                now_ms: crate::now_ms(),
+                                node: me,
+                                epoch,
+                            })
+                            .await;
+                    }
+                    if configure {
+                        let _ = h2
+                            .call(QueueCommand::Configure {
+                                now_ms: crate::now_ms(),
+                                config,
+                            })
+                            .await;
+                    }
                 });
                 h
             }
@@ -505,7 +533,7 @@ impl Queues {
         if member {
             let config = self.effective_config(&rec.vhost, &rec.name);
             match self.open_replica(rec.group_id, h.context(), config).await {
-                Ok((raft, host, _)) => {
+                Ok((raft, host, _, _)) => {
                     h.context().live.store(true, Ordering::Release);
                     h.set_replica(Some((raft, host)));
                     if let Some(rx) = h.take_idle_effects() {
@@ -829,5 +857,23 @@ impl QueueServices for Queues {
 
     fn is_stopping(&self) -> bool {
         Queues::is_stopping(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fresh_replica_calls;
+
+    /// A new queue's replicas propose one `Configure` (the preferred
+    /// leader's) and no `NodeRestarted`; a reopened replica proposes both.
+    #[test]
+    fn only_a_new_queues_preferred_leader_configures_it() {
+        let members = [2, 1, 3];
+        assert_eq!(fresh_replica_calls(true, &members, 2), (false, true));
+        assert_eq!(fresh_replica_calls(true, &members, 1), (false, false));
+        assert_eq!(fresh_replica_calls(true, &members, 3), (false, false));
+        for me in members {
+            assert_eq!(fresh_replica_calls(false, &members, me), (true, true));
+        }
     }
 }
