@@ -181,7 +181,11 @@ async fn a_memory_alarm_blocks_a_flooding_publisher_until_a_consumer_drains() ->
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         let idle = rss_of(broker.pid().expect("running"))?;
-        let limit = idle + (80 << 20);
+        // The flood (3,000 × 64 KiB) takes a node from ~50 MB to 120–150 MB, and a drained
+        // node does not fall far from there (the alarm must clear after the drain): idle + 80
+        // MiB was missed by half the floods (2026-11-27), idle + 56 or less never cleared
+        // after some drains. Memory left after a drain is the open problem (README).
+        let limit = idle + (72 << 20);
         broker
             .restart_with(&["--vm-memory-high-watermark-bytes", &limit.to_string()])
             .await?;
