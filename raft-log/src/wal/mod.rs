@@ -985,7 +985,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("wal");
         let opts = WalOptions {
-            segment_bytes: 1 << 20,
+            segment_bytes: 512 << 10,
             ..WalOptions::default()
         };
         let big = |i: u64| {
