@@ -263,14 +263,21 @@ struct RopeWriter {
 impl bincode::enc::write::Writer for RopeWriter {
     fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
         self.len += bytes.len();
-        let field = ROPE_FIELD.with(|f| {
-            let mut f = f.borrow_mut();
-            match f.as_ref() {
-                // bincode writes a byte field's bytes in one call, right after its length.
-                Some(b) if b.as_ptr() == bytes.as_ptr() && b.len() == bytes.len() => f.take(),
-                _ => None,
-            }
-        });
+        // Only a big write can be a shared field's bytes: small ones skip the thread-local.
+        let field = (bytes.len() >= SHARE_MIN_BYTES)
+            .then(|| {
+                ROPE_FIELD.with(|f| {
+                    let mut f = f.borrow_mut();
+                    match f.as_ref() {
+                        // bincode writes a byte field's bytes in one call, right after its length.
+                        Some(b) if b.as_ptr() == bytes.as_ptr() && b.len() == bytes.len() => {
+                            f.take()
+                        }
+                        _ => None,
+                    }
+                })
+            })
+            .flatten();
         match field {
             Some(b) => {
                 if !self.small.is_empty() {

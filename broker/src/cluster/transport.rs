@@ -173,13 +173,14 @@ impl PeerClient {
         }
         let (group_id, cluster_id) = (self.net.group, self.net.peers.cluster_id());
         if len < STREAM_APPEND_BYTES {
-            let mut payload = bytes::BytesMut::with_capacity(len);
-            for p in &pieces {
-                payload.extend_from_slice(p);
-            }
+            // Usually one piece (no shared field): sent as it is, not copied again.
+            let payload = match <[Bytes; 1]>::try_from(pieces) {
+                Ok([one]) => one,
+                Err(pieces) => pieces.concat().into(),
+            };
             let req = RaftRequest {
                 group_id,
-                payload: payload.freeze(),
+                payload,
                 cluster_id,
             };
             return self

@@ -995,6 +995,7 @@ mod tests {
         };
         let wal = Wal::open(&path, opts).unwrap();
         let mut want = Vec::new();
+        let mut big_unsynced = false;
         for i in 1..=12u64 {
             let data = if i % 3 == 0 {
                 big(i)
@@ -1003,7 +1004,14 @@ mod tests {
             };
             want.push(data.clone());
             wal.append(1, vec![(i, data)]).unwrap();
+            big_unsynced |= i % 3 == 0;
+            let shared = wal.lock().pending.iter().any(|c| c.shared.is_some());
+            assert_eq!(
+                shared, big_unsynced,
+                "entry {i}: a big payload waits uncopied"
+            );
             if i % 2 == 0 {
+                big_unsynced = false;
                 wal.sync().unwrap();
             }
         }
