@@ -29,8 +29,10 @@ const SWEEP_MS: u64 = 100;
 /// longest time between two sweeps of every group (the sweeps in between visit
 /// only the groups found leaderless).
 const IDLE_SWEEP_MS: u64 = 1000;
-/// Delay between two members' turns (ms).
+/// Length of a member's first turn (ms); see [`my_turn`].
 const RANK_DELAY_MS: u64 = 150;
+/// A turn is at most `RANK_DELAY_MS << MAX_TURN_DOUBLINGS` long (2.4 s).
+const MAX_TURN_DOUBLINGS: u32 = 4;
 /// A member does not campaign again within this long (ms).
 const RETRY_MS: u64 = 250;
 /// Added to the lease: the other voters took the dead leader's last append
@@ -144,10 +146,9 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>, peers: 
                     .collect();
                 live.sort_unstable();
                 let rank = live.iter().position(|v| *v == me).unwrap_or(0) as u64;
-                // Turns repeat: rank r campaigns at r, r + n, r + 2n, ... delays.
                 let n = live.len().max(1) as u64;
-                let waited = now.duration_since(start).as_millis() as u64 / RANK_DELAY_MS;
-                let my_turn = waited >= rank && (waited - rank).is_multiple_of(n);
+                let elapsed = now.duration_since(start).as_millis() as u64;
+                let my_turn = my_turn(elapsed, rank, n);
                 let rested = st
                     .last_try
                     .is_none_or(|t| now.duration_since(t) >= Duration::from_millis(RETRY_MS));
@@ -173,4 +174,84 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>, peers: 
             state.retain(|g, _| seen.contains(g));
         }
     });
+}
+
+/// Whether the member of `rank` (0-based, among `n` live voters) campaigns `elapsed_ms` after
+/// the group's turns started. Turn `k` goes to rank `k mod n`; the turns of the first round
+/// last [`RANK_DELAY_MS`], and each later round's are twice as long as the last's, up to
+/// [`MAX_TURN_DOUBLINGS`] doublings: a candidate whose vote round is slow (a loaded node)
+/// gets the time to finish it before the next member raises the term. Every member computes
+/// the same schedule from its own start (within tens of ms of the others').
+fn my_turn(elapsed_ms: u64, rank: u64, n: u64) -> bool {
+    let n = n.max(1);
+    let mut at = 0u64;
+    let mut turn = 0u64;
+    loop {
+        let doublings = (turn / n).min(u64::from(MAX_TURN_DOUBLINGS)) as u32;
+        let len = RANK_DELAY_MS << doublings;
+        if elapsed_ms < at + len {
+            return turn % n == rank;
+        }
+        at += len;
+        turn += 1;
+        if doublings == MAX_TURN_DOUBLINGS {
+            // Every later turn is `len` long: jump straight to the one holding `elapsed_ms`.
+            turn += (elapsed_ms - at) / len;
+            return turn % n == rank;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Who campaigns at `t` ms among `n` members.
+    fn owner(t: u64, n: u64) -> Vec<u64> {
+        (0..n).filter(|r| my_turn(t, *r, n)).collect()
+    }
+
+    #[test]
+    fn exactly_one_member_has_each_turn() {
+        for n in 1..=5 {
+            for t in (0..60_000).step_by(7) {
+                assert_eq!(owner(t, n).len(), 1, "n {n} t {t}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_first_round_has_short_turns_by_rank() {
+        assert_eq!(owner(0, 3), vec![0]);
+        assert_eq!(owner(149, 3), vec![0]);
+        assert_eq!(owner(150, 3), vec![1]);
+        assert_eq!(owner(300, 3), vec![2]);
+        // The second round's turns are 300 ms long.
+        assert_eq!(owner(450, 3), vec![0]);
+        assert_eq!(owner(749, 3), vec![0]);
+        assert_eq!(owner(750, 3), vec![1]);
+        assert_eq!(owner(1050, 3), vec![2]);
+        assert_eq!(owner(1350, 3), vec![0]);
+    }
+
+    #[test]
+    fn turns_grow_to_the_cap_and_keep_rotating() {
+        let cap = RANK_DELAY_MS << MAX_TURN_DOUBLINGS;
+        // Rounds 0..=3 take 3 × 150 × (1 + 2 + 4 + 8) ms; every later turn is `cap` long.
+        let capped_from = 3 * RANK_DELAY_MS * 15;
+        for k in 0..20u64 {
+            let t = capped_from + k * cap;
+            assert_eq!(owner(t, 3), vec![k % 3], "turn {k} of the capped rounds");
+            assert_eq!(owner(t + cap - 1, 3), vec![k % 3]);
+        }
+        // Hours later the schedule is still computed (no loop over every turn).
+        assert_eq!(owner(capped_from + 1_000_000 * cap, 3), vec![1_000_000 % 3]);
+    }
+
+    #[test]
+    fn a_lone_member_always_has_the_turn() {
+        for t in [0, 1, 150, 10_000, u64::MAX / 2] {
+            assert!(my_turn(t, 0, 1));
+        }
+    }
 }
