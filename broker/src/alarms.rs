@@ -164,6 +164,14 @@ impl Alarms {
         )
     }
 
+    /// Sets the memory high watermark (bytes) from now on (rabbitmqctl
+    /// `set_vm_memory_high_watermark`; not kept across a restart). The next measurement, within
+    /// 100 ms, raises or clears the alarm.
+    pub fn set_memory_limit(&self, bytes: u64) {
+        self.memory_limit.store(bytes, Ordering::Relaxed);
+        tracing::info!(limit = bytes, "memory high watermark set");
+    }
+
     /// Compares one measurement with the limits and raises or clears alarms (logged as
     /// RabbitMQ logs them). `rss`/`disk_free`: bytes, `None` when unmeasurable (no alarm).
     pub fn check(&self, rss: Option<u64>, disk_free: Option<u64>) {

@@ -14,6 +14,11 @@ use std::sync::Arc;
 use futures::StreamExt;
 use quorumq_proto::v1::admin_server::{Admin, AdminServer};
 use quorumq_proto::v1::{
+    set_memory_watermark_request::Limit, CloseConnectionRequest, JsonReply, LeaderlessRequest,
+    QueueReadRequest, QuorumCriticalRequest, RedriveRequest, SetMemoryWatermarkRequest,
+    TrackingRequest,
+};
+use quorumq_proto::v1::{
     AddVhostRequest, AdminReply, CampaignRequest, ClearPolicyRequest, ClusterStatusNode,
     ClusterStatusReply, ClusterStatusRequest, DeleteVhostRequest, DrainReply, DrainRequest,
     ForgetReply, ForgetRequest, GrowRequest, ListPoliciesReply, ListPoliciesRequest,
@@ -22,10 +27,6 @@ use quorumq_proto::v1::{
     Policy as PbPolicy, QueueInfo, RebalanceReply, RebalanceRequest, ReviveRequest,
     SetPolicyRequest, SetVhostLimitsRequest, ShrinkRequest, StatusReply, StatusRequest, VhostInfo,
     VhostLimits as PbVhostLimits,
-};
-use quorumq_proto::v1::{
-    CloseConnectionRequest, JsonReply, LeaderlessRequest, QueueReadRequest, QuorumCriticalRequest,
-    RedriveRequest, TrackingRequest,
 };
 use quorumq_proto::v1::{
     ListPermissionsReply, ListPermissionsRequest, ListUsersReply, ListUsersRequest,
@@ -192,6 +193,30 @@ impl Admin for AdminService {
                 .into_iter()
                 .map(|(q, e)| format!("{q}: {e}"))
                 .collect(),
+        }))
+    }
+
+    async fn set_memory_watermark(
+        &self,
+        req: Request<SetMemoryWatermarkRequest>,
+    ) -> Result<Response<AdminReply>, Status> {
+        let bytes = match req.into_inner().limit {
+            Some(Limit::Bytes(b)) => b,
+            Some(Limit::Fraction(f)) if f.is_finite() && f >= 0.0 => {
+                crate::alarms::total_memory_bytes()
+                    .map_or(u64::MAX, |total| (total as f64 * f) as u64)
+            }
+            Some(Limit::Fraction(f)) => {
+                return Err(Status::invalid_argument(format!(
+                    "the watermark fraction must be a number of 0 or more, not {f}"
+                )))
+            }
+            None => return Err(Status::invalid_argument("no watermark given")),
+        };
+        self.broker.alarms().set_memory_limit(bytes);
+        Ok(Response::new(AdminReply {
+            ok: true,
+            error: String::new(),
         }))
     }
 

@@ -330,6 +330,6 @@ fn take_output(out: &mut BytesMut, c: &mut Channel) {
         std::mem::swap(out, o);
     } else if !o.is_empty() {
         out.extend_from_slice(o);
-        o.clear();
+        codec::clear_output(o);
     }
 }

@@ -33,6 +33,13 @@ pub const HEARTBEAT: u16 = 60;
 const LOGIN_REFUSED_DELAY: Duration = Duration::from_secs(1);
 /// Time allowed for the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Output buffers queued for the socket writer before the connection waits for it.
+const WRITER_QUEUE: usize = 64;
+/// Deliveries a turn of the connection loop writes before it hands them on (bytes; a
+/// delivery bigger than this is written whole).
+const TURN_OUTPUT_BYTES: usize = 1 << 20;
+/// The writer sends small queued buffers together up to this size (bytes).
+const COALESCE_BYTES: usize = 64 << 10;
 /// Per-connection state shared by the channel handlers.
 pub struct Conn {
     pub(super) broker: Arc<Broker>,
@@ -173,7 +180,7 @@ async fn serve_io<R, W>(
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (wtx, wrx) = mpsc::channel::<BytesMut>(256);
+    let (wtx, wrx) = mpsc::channel::<BytesMut>(WRITER_QUEUE);
     let writer = tokio::spawn(run_writer(wr, wrx));
     let (mtx, mut mrx) = mpsc::unbounded_channel();
     let mut conn = Conn {
@@ -338,7 +345,13 @@ async fn serve_io<R, W>(
             }
             Some(d) = mrx.recv() => {
                 conn.channels.on_event(d, &mut conn.out);
-                while let Ok(d) = mrx.try_recv() { conn.channels.on_event(d, &mut conn.out); }
+                // A turn writes at most TURN_OUTPUT_BYTES of deliveries: the writer's queue
+                // (WRITER_QUEUE buffers) then holds the connection back instead of one
+                // buffer taking every delivery in the mailbox.
+                while conn.out.len() < TURN_OUTPUT_BYTES {
+                    let Ok(d) = mrx.try_recv() else { break };
+                    conn.channels.on_event(d, &mut conn.out);
+                }
                 Step::Continue
             }
             _ = ticker.tick() => {
@@ -365,9 +378,12 @@ async fn serve_io<R, W>(
     tracing::debug!(?peer, id, "connection closed");
 }
 
+/// Writes the connection's output to the socket. Small buffers queued behind one are sent
+/// with it, up to [`COALESCE_BYTES`]; a big one (a burst of deliveries) is written as it is.
 async fn run_writer<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<BytesMut>) {
     while let Some(mut buf) = rx.recv().await {
-        while let Ok(more) = rx.try_recv() {
+        while buf.len() < COALESCE_BYTES {
+            let Ok(more) = rx.try_recv() else { break };
             buf.extend_from_slice(&more);
         }
         if wr.write_all(&buf).await.is_err() {
@@ -432,7 +448,7 @@ impl Conn {
         if self.out.is_empty() {
             return true;
         }
-        let buf = self.out.split();
+        let buf = codec::take_output(&mut self.out);
         wtx.send(buf).await.is_ok()
     }
 

@@ -301,7 +301,7 @@ pub fn scrape_endpoint(broker: &Broker, endpoint: Endpoint) -> String {
         &mut reg,
         "rabbitmq_resident_memory_limit_bytes",
         "Memory high watermark in bytes",
-        broker.config().memory_limit_bytes(),
+        broker.alarms().limits().0,
     );
     if let Some(free) = crate::alarms::disk_free_bytes(&broker.config().data_dir) {
         gauge(

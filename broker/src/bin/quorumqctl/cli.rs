@@ -222,6 +222,15 @@ pub enum Cmd {
     Drain,
     /// Ends maintenance mode on the node asked (rabbitmq-upgrade revive).
     Revive,
+    /// Sets the memory high watermark of the node asked until it restarts
+    /// (rabbitmqctl set_vm_memory_high_watermark): FRACTION of total memory (0 blocks
+    /// publishers at once), or `absolute LIMIT` in bytes or with a unit (k, KiB, M, MiB, G,
+    /// GiB = powers of 1024; kB, MB, GB = of 1000).
+    #[command(name = "set_vm_memory_high_watermark")]
+    SetVmMemoryHighWatermark {
+        #[arg(num_args = 1..=2, value_name = "FRACTION | absolute LIMIT", allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Removes NODE's replica from every quorum queue (rabbitmq-queues shrink).
     Shrink {
         node: u64,

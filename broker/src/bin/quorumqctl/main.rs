@@ -8,7 +8,7 @@
 //! `clear_vhost_limits`, `list_vhost_limits`), the
 //! queue membership verbs of rabbitmq-queues (`add_member`, `delete_member`,
 //! `grow`, `shrink`, `rebalance`), and rabbitmq-upgrade's `drain` / `revive`
-//! (maintenance mode of the node asked with `--node`); looking into a queue
+//! (maintenance mode of the node asked with `--node`), `set_vm_memory_high_watermark`; looking into a queue
 //! (`peek`, `inspect_dead_letters`), moving dead letters back (`redrive`) and quorum health (`quorum_status`,
 //! `check_if_node_is_quorum_critical`,
 //! `check_for_quorum_queues_without_an_elected_leader`, exit 69 when failed).
@@ -32,6 +32,7 @@ mod cluster;
 mod dead_letters;
 mod health;
 mod membership;
+mod memory;
 mod output;
 mod permissions;
 mod policies;
@@ -69,6 +70,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::ClusterStatus => cluster::cluster_status(&mut c, f).await,
         Cmd::Drain => cluster::drain(&mut c, f).await,
         Cmd::Revive => cluster::revive(&mut c, f).await,
+        Cmd::SetVmMemoryHighWatermark { args } => memory::set_watermark(&mut c, f, &args).await,
         Cmd::ForgetClusterNode { node } => cluster::forget(&mut c, f, node).await,
         Cmd::SetPolicy {
             name,
