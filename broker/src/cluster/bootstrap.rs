@@ -68,10 +68,34 @@ pub async fn initialize_member(raft: &Raft, members: &[u64], me: u64) -> Result<
     Ok(())
 }
 
+/// Starts this node's (`me`) replica of a queue group with `members` in a
+/// background task: [`initialize_member`], then [`campaign_if_preferred`].
+/// Nothing waits for it: a declaring channel answers once the replica is
+/// open (RabbitMQ's declare-ok follows the queue record's commit and the
+/// start of its members), and a publish or consume right after waits in
+/// the proposer for the leader ([`Route::send_until_done`]). Awaiting the
+/// initialization (a vote fsync) and the election cost every declare two
+/// fsyncs and a vote round trip, serialized behind the group-creation lock
+/// (issue 31). `fresh`: the replica had no log and no vote when opened
+/// ([`is_fresh`]).
+///
+/// [`Route::send_until_done`]: super::route::Route::send_until_done
+pub fn start_member(raft: &Raft, members: &[u64], me: u64, fresh: bool) {
+    let (raft, members) = (raft.clone(), members.to_vec());
+    tokio::spawn(async move {
+        if let Err(e) = initialize_member(&raft, &members, me).await {
+            tracing::warn!(error = %e, "initializing a queue replica failed");
+            return;
+        }
+        campaign_if_preferred(&raft, &members, me, fresh);
+    });
+}
+
 /// Has this node (`me`), when it is the preferred leader of a queue group
 /// with `members`, campaign until a leader is known (in a background task;
 /// [`PREFERRED_CAMPAIGNS`] times, every [`PREFERRED_CAMPAIGN_EVERY`]).
-pub fn campaign_if_preferred(raft: &Raft, members: &[u64], me: u64) {
+/// `fresh`: the group had no log and no vote when this node opened it.
+pub fn campaign_if_preferred(raft: &Raft, members: &[u64], me: u64, fresh: bool) {
     // In a new group the preferred leader (first member) campaigns
     // until a leader is known (the other members open their
     // replicas when they apply the queue record, a little later);
@@ -80,7 +104,6 @@ pub fn campaign_if_preferred(raft: &Raft, members: &[u64], me: u64) {
     // campaign from a replica that missed entries would only
     // depose it (openraft 0.9 has no pre-vote); a sole member
     // campaigns all the same.
-    let fresh = raft.metrics().borrow().current_term == 0;
     let sole = members == [me];
     if (fresh || sole) && members.first() == Some(&me) {
         let raft = raft.clone();
@@ -99,6 +122,16 @@ pub fn campaign_if_preferred(raft: &Raft, members: &[u64], me: u64) {
             }
         });
     }
+}
+
+/// True when this replica holds nothing yet: no vote, no log entry, no
+/// snapshot (a new group, or a member that never heard from it).
+pub async fn is_fresh<S>(log: &mut S) -> bool
+where
+    S: openraft::storage::RaftLogStorage<TypeConfig>,
+{
+    let no_vote = matches!(log.read_vote().await, Ok(None));
+    no_vote && matches!(log.get_log_state().await, Ok(s) if s.last_log_id.is_none())
 }
 
 /// True when openraft will restore this replica as leader at startup: its
@@ -163,6 +196,18 @@ mod tests {
             log.save_vote(&vote).await?;
             assert_eq!(restores_as_leader(&mut log, 2).await, restored, "{vote:?}");
         }
+        Ok(())
+    }
+
+    /// A replica is new only while it has neither a vote nor a log entry.
+    #[tokio::test]
+    async fn fresh_until_a_vote_or_an_entry() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let store = NodeStore::open(dir.path(), 1 << 20)?;
+        let mut log = store.log_store::<TypeConfig>(1)?;
+        assert!(is_fresh(&mut log).await, "nothing stored yet");
+        log.save_vote(&Vote::new(1, 2)).await?;
+        assert!(!is_fresh(&mut log).await, "a vote is state");
         Ok(())
     }
 }

@@ -118,17 +118,6 @@ impl Route {
         }
     }
 
-    /// Waits (at most `timeout`) until the local replica knows a leader; at
-    /// once without a local replica (forwarding finds the leader itself).
-    pub async fn wait_leader(&self, timeout: Duration) {
-        if let Some(raft) = self.raft() {
-            let _ = raft
-                .wait(Some(timeout))
-                .metrics(|m| m.current_leader.is_some(), "queue leader elected")
-                .await;
-        }
-    }
-
     fn set_hint(&self, leader: Option<u64>) {
         self.hint.store(leader.unwrap_or(0), Ordering::Relaxed);
     }

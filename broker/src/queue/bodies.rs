@@ -140,6 +140,8 @@ pub struct SegmentBodies {
     dirty: bool,
     /// A segment file was created since the last sync (the directory needs an fsync).
     dir_dirty: bool,
+    /// The directory is known to exist (created lazily, see [`SegmentBodies::create_dir`]).
+    dir_created: bool,
     /// Drained segments: no live body, but the last saved snapshot may
     /// still name them, so their files go only at the next snapshot.
     retired: Vec<u32>,
@@ -158,12 +160,12 @@ pub struct SegmentBodies {
 }
 
 impl SegmentBodies {
-    /// Body store in `dir` (created if missing; the parent directory is fsynced so the new
-    /// entry survives a power loss). Segment files already there belong to the previous run:
+    /// Body store in `dir` (created, and its parent directory fsynced so the new entry
+    /// survives a power loss, only before the first segment file). Segment files already there belong to the previous run:
     /// they are adopted by [`restore`] when the snapshot names them, and deleted otherwise.
     /// A failed body write or sync stops the node ([`raft_log::fail_stop`]).
     ///
-    /// Errors: creating or listing `dir`.
+    /// Errors: listing `dir`.
     ///
     /// [`restore`]: BodyStore::restore
     pub fn open(dir: &Path, budget: usize) -> std::io::Result<Self> {
@@ -176,12 +178,6 @@ impl SegmentBodies {
         budget: usize,
         on_failure: fn(&std::io::Error),
     ) -> std::io::Result<Self> {
-        if !dir.exists() {
-            fs::create_dir_all(dir)?;
-            if let Some(parent) = dir.parent() {
-                File::open(parent)?.sync_all()?;
-            }
-        }
         let mut store = SegmentBodies {
             dir: dir.to_path_buf(),
             mem: BTreeMap::new(),
@@ -192,6 +188,7 @@ impl SegmentBodies {
             active: 0,
             dirty: false,
             dir_dirty: false,
+            dir_created: false,
             retired: Vec::new(),
             deletable: Vec::new(),
             found_at_open: Vec::new(),
@@ -211,7 +208,13 @@ impl SegmentBodies {
 
     fn existing_segments(&self) -> std::io::Result<Vec<u32>> {
         let mut out = Vec::new();
-        for e in fs::read_dir(&self.dir)? {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            // Not created yet: nothing was ever spilled.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(e),
+        };
+        for e in entries {
             let name = e?.file_name();
             if let Some(n) = name
                 .to_str()
@@ -224,6 +227,25 @@ impl SegmentBodies {
         Ok(out)
     }
 
+    /// Creates the store's directory before its first segment file, and fsyncs
+    /// the parent so the new entry survives a power loss. A queue that never
+    /// spills never creates one: creating (and syncing) a directory per queue
+    /// on open cost every declare a blocking directory fsync on every member
+    /// (issue 31).
+    fn create_dir(&mut self) -> std::io::Result<()> {
+        if self.dir_created {
+            return Ok(());
+        }
+        if !self.dir.exists() {
+            fs::create_dir_all(&self.dir)?;
+            if let Some(parent) = self.dir.parent() {
+                File::open(parent)?.sync_all()?;
+            }
+        }
+        self.dir_created = true;
+        Ok(())
+    }
+
     fn active_segment(&mut self) -> std::io::Result<&mut Segment> {
         let full = self
             .segs
@@ -233,6 +255,7 @@ impl SegmentBodies {
             self.active += 1;
         }
         if !self.segs.contains_key(&self.active) {
+            self.create_dir()?;
             let file = OpenOptions::new()
                 .create(true)
                 .read(true)
@@ -678,7 +701,8 @@ mod tests {
         let root = tempfile::tempdir().expect("tempdir");
         let dir = root.path().join("q");
         let mut b = SegmentBodies::open_with_failure_hook(&dir, 10, count_failure).expect("open");
-        std::fs::remove_dir_all(&dir).expect("rm"); // the first spill cannot create its segment
+        // A file where the directory would go: the first spill cannot create its segment.
+        std::fs::write(&dir, b"not a directory").expect("block the directory");
         for id in 0..5u64 {
             b.put(id, &body(id));
         }
@@ -704,6 +728,25 @@ mod tests {
             FAILURES.load(std::sync::atomic::Ordering::SeqCst),
             1,
             "reported once"
+        );
+    }
+
+    /// Opening creates no directory (issue 31: a directory and its parent's fsync per queue
+    /// replica made every declare dearer); the first spill creates it.
+    #[test]
+    fn the_directory_is_created_by_the_first_spill() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("q");
+        let mut b = SegmentBodies::open(&dir, 1 << 20).expect("open");
+        b.put(2, &body(2));
+        assert!(!dir.exists(), "no directory before a body is spilled");
+        b.persist_all().expect("persist");
+        assert!(dir.is_dir(), "the first spill created the directory");
+        assert_eq!(b.get(2), Some(body(2)));
+        let reopened = SegmentBodies::open(&dir, 1 << 20).expect("reopen");
+        assert!(
+            !reopened.found_at_open.is_empty(),
+            "the segment is found again"
         );
     }
 

@@ -8,7 +8,6 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::Duration;
 
 use amq_protocol::types::FieldTable;
 use futures::future::BoxFuture;
@@ -38,6 +37,25 @@ use crate::consumers::ConsumerRegistry;
 use crate::error::NodeError;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::{QueueKind, QueueRecord, QueueType};
+
+/// Which of `NodeRestarted` and `Configure` this node (`me`) proposes when it
+/// opens its replica of a queue with `members`: both when the replica held
+/// state here before (a restart: consumers of this node's earlier boots are
+/// gone, spec §2.3, and policy changes made meanwhile apply); for a replica
+/// new here (`fresh`: no log, no vote) only the preferred leader's
+/// `Configure`, which puts the queue's config into its log (and starts its
+/// `x-expires` lease). Every member proposing both cost a new queue six
+/// replicated entries (issue 31). A fresh replica never held an entry, so
+/// consumers of an earlier boot of this node (only if the group ran without
+/// it) are left to the leader's liveness pass (`NodeUp` for records of an
+/// older epoch, `crate::liveness`); later policy changes send their own
+/// `Configure` ([`Queues::refresh_configs`]).
+fn fresh_replica_calls(fresh: bool, members: &[u64], me: u64) -> (bool, bool) {
+    if !fresh {
+        return (true, true);
+    }
+    (false, members.first() == Some(&me))
+}
 
 /// What [`Queues::new`] is made of: this node's shared plumbing.
 pub struct QueuesParts {
@@ -246,24 +264,12 @@ impl Queues {
 
     /// The reference to a declared queue, opening this node's replica of it
     /// (a member) or a forwarding reference (not a member) if there is none
-    /// yet. The declaring node waits (≤ 5 s) for the new group's leader.
+    /// yet. Waits for neither the group's initialization nor its leader
+    /// ([`bootstrap::start_member`]): commands sent to the queue wait for
+    /// the leader in its proposer. The reconciler opens the replicas of a
+    /// member the same way, one after another (waiting for each group's
+    /// leader made a member that fell behind fall further behind, issue 31).
     pub async fn ensure_queue(
-        self: &Arc<Self>,
-        rec: &QueueRecord,
-    ) -> Result<Arc<QueueHandle>, ProtocolError> {
-        let handle = self.open_if_missing(rec).await?;
-        if let Some(route) = handle.route() {
-            route.wait_leader(Duration::from_secs(5)).await;
-        }
-        Ok(handle)
-    }
-
-    /// The reference to a declared queue, opened as [`Queues::ensure_queue`]
-    /// does, without waiting for a leader: the reconciler opens the replicas
-    /// of a member one after another, and waiting for each group's leader
-    /// (its first append) made a member that fell behind fall further
-    /// behind (issue 31).
-    async fn open_if_missing(
         self: &Arc<Self>,
         rec: &QueueRecord,
     ) -> Result<Arc<QueueHandle>, ProtocolError> {
@@ -321,8 +327,9 @@ impl Queues {
     /// Opens this node's replica of quorum queue group `group`: body store,
     /// log, state machine and Raft (not initialized: see the callers), and
     /// registers it with the transport.
-    /// Returns the Raft handle, the host, and whether openraft restores the
-    /// replica as leader from its vote ([`bootstrap::restores_as_leader`]).
+    /// Returns the Raft handle, the host, whether openraft restores the
+    /// replica as leader from its vote ([`bootstrap::restores_as_leader`]),
+    /// and whether the replica is new here ([`bootstrap::is_fresh`]).
     ///
     /// Errors: storage cannot be opened; openraft refuses the config.
     async fn open_replica(
@@ -330,7 +337,7 @@ impl Queues {
         group: u64,
         ctx: &Arc<QueueContext>,
         config: QueueConfig,
-    ) -> Result<(Raft, Arc<Mutex<QueueHost>>, bool), NodeError> {
+    ) -> Result<(Raft, Arc<Mutex<QueueHost>>, bool, bool), NodeError> {
         let me = self.origin.node;
         let machine = QueueMachine::new(config);
         let bodies = SegmentBodies::open(&self.bodies_dir(group), MEMORY_BUDGET)?;
@@ -341,6 +348,7 @@ impl Queues {
             .log_store::<TypeConfig>(group)?
             .ack_own_entries(me);
         let restored_leader = bootstrap::restores_as_leader(&mut log, me).await;
+        let fresh = bootstrap::is_fresh(&mut log).await;
         let durable = log.durable();
         let sm = self
             .store
@@ -377,7 +385,7 @@ impl Queues {
                 host: host.clone(),
             }),
         );
-        Ok((raft, host, restored_leader))
+        Ok((raft, host, restored_leader, fresh))
     }
 
     /// Opens this node's queue for `rec`: its replica (a member of a quorum
@@ -421,13 +429,15 @@ impl Queues {
                 ));
             }
             QueueKind::Quorum => {
-                let (raft, host, restored_leader) = self
+                let (raft, host, restored_leader, fresh) = self
                     .open_replica(rec.group_id, &ctx, config.clone())
                     .await?;
                 ctx.live.store(true, Ordering::Release);
-                // The preferred leader and a sole member initialize now, the
-                // others after a grace (see `bootstrap`).
-                bootstrap::initialize_member(&raft, &rec.members, me).await?;
+                // The preferred leader and a sole member initialize at once, the
+                // others after a grace; the preferred leader of a new group then
+                // campaigns until a leader is known (see `bootstrap`). Nothing
+                // here waits for either.
+                bootstrap::start_member(&raft, &rec.members, me, fresh);
                 if restored_leader {
                     tokio::spawn(bootstrap::mark_restored_leadership(
                         raft.clone(),
@@ -435,9 +445,6 @@ impl Queues {
                         rec.name.clone(),
                     ));
                 }
-                // A new group's preferred leader campaigns until a leader is
-                // known (see `bootstrap`).
-                bootstrap::campaign_if_preferred(&raft, &rec.members, me);
                 let route = Route::new(
                     rec.group_id,
                     Some(raft),
@@ -459,23 +466,30 @@ impl Queues {
                     .max_priority(max_priority),
                 );
                 // Consumers of this node's earlier boots are gone (spec §2.3),
-                // and policy changes made while the queue was down apply.
+                // and policy changes made while the queue was down apply. A
+                // replica new here (see `fresh_replica_calls`) sends only what a
+                // new queue needs.
+                let (restarted, configure) = fresh_replica_calls(fresh, &rec.members, me);
                 let h2 = h.clone();
                 let epoch = self.origin.epoch;
                 tokio::spawn(async move {
-                    let _ = h2
-                        .call(QueueCommand::NodeRestarted {
-                            now_ms: crate::now_ms(),
-                            node: me,
-                            epoch,
-                        })
-                        .await;
-                    let _ = h2
-                        .call(QueueCommand::Configure {
-                            now_ms: crate::now_ms(),
-                            config,
-                        })
-                        .await;
+                    if restarted {
+                        let _ = h2
+                            .call(QueueCommand::NodeRestarted {
+                                now_ms: crate::now_ms(),
+                                node: me,
+                                epoch,
+                            })
+                            .await;
+                    }
+                    if configure {
+                        let _ = h2
+                            .call(QueueCommand::Configure {
+                                now_ms: crate::now_ms(),
+                                config,
+                            })
+                            .await;
+                    }
                 });
                 h
             }
@@ -519,7 +533,7 @@ impl Queues {
         if member {
             let config = self.effective_config(&rec.vhost, &rec.name);
             match self.open_replica(rec.group_id, h.context(), config).await {
-                Ok((raft, host, _)) => {
+                Ok((raft, host, _, _)) => {
                     h.context().live.store(true, Ordering::Release);
                     h.set_replica(Some((raft, host)));
                     if let Some(rx) = h.take_idle_effects() {
@@ -588,8 +602,12 @@ impl Queues {
         if let Err(e) = self.store.drop_group(group) {
             tracing::warn!(group, error = %e, "failed to drop group storage");
         }
-        if let Err(e) = std::fs::remove_dir_all(self.bodies_dir(group)) {
-            tracing::warn!(group, error = %e, "failed to remove body segments");
+        // A queue that never spilled a body has no directory.
+        match std::fs::remove_dir_all(self.bodies_dir(group)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(group, error = %e, "failed to remove body segments")
+            }
+            _ => {}
         }
     }
 
@@ -726,7 +744,7 @@ impl Queues {
                 }
             }
             None if rec.kind == QueueKind::Quorum => {
-                if let Err(e) = self.open_if_missing(rec).await {
+                if let Err(e) = self.ensure_queue(rec).await {
                     tracing::error!(queue = %rec.name, error = ?e, "failed to open queue");
                 }
             }
@@ -839,5 +857,23 @@ impl QueueServices for Queues {
 
     fn is_stopping(&self) -> bool {
         Queues::is_stopping(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fresh_replica_calls;
+
+    /// A new queue's replicas propose one `Configure` (the preferred
+    /// leader's) and no `NodeRestarted`; a reopened replica proposes both.
+    #[test]
+    fn only_a_new_queues_preferred_leader_configures_it() {
+        let members = [2, 1, 3];
+        assert_eq!(fresh_replica_calls(true, &members, 2), (false, true));
+        assert_eq!(fresh_replica_calls(true, &members, 1), (false, false));
+        assert_eq!(fresh_replica_calls(true, &members, 3), (false, false));
+        for me in members {
+            assert_eq!(fresh_replica_calls(false, &members, me), (true, true));
+        }
     }
 }

@@ -32,8 +32,8 @@ impl Channel {
                 } else if name.is_empty() {
                     name = self.default_queue_name("")?;
                 }
-                let (_, handle) = if d.passive {
-                    self.lookup_queue(&name)?
+                let (handle, created) = if d.passive {
+                    (self.lookup_queue(&name)?.1, false)
                 } else {
                     // rabbit_channel: configure on the queue; with an x-dead-letter-exchange
                     // argument also read on the queue and write on the DLX (the seed's rule:
@@ -55,11 +55,17 @@ impl Channel {
                         crate::node_counters::inc(&crate::node_counters::NODE.queues_created);
                     }
                     let handle = self.session.broker.ensure_queue(&record).await?;
-                    (record, handle)
+                    (handle, created)
                 };
                 self.last_queue = Some(name.clone());
                 crate::node_counters::inc(&crate::node_counters::NODE.queues_declared);
-                let (ready, _unacked, consumers) = handle.counts().await;
+                // A queue this declare created is empty and has no consumers (its
+                // group may not have a leader to ask yet).
+                let (ready, _unacked, consumers) = if created {
+                    (0, 0, 0)
+                } else {
+                    handle.counts().await
+                };
                 if !d.nowait {
                     self.send(AMQPClass::Queue(queue::AMQPMethod::DeclareOk(
                         queue::DeclareOk {
