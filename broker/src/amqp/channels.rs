@@ -9,7 +9,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use amq_protocol::protocol::{channel, AMQPClass};
-use bytes::BytesMut;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -18,6 +17,7 @@ use tokio::sync::mpsc;
 use super::channel::{Channel, Completion, Escalation, Event, Input, Session};
 use super::codec::{self, InFrame};
 use super::error::ProtocolError;
+use super::output::Output;
 use crate::consumers::ConnEvent;
 
 /// Frame bytes held for busy channels above which the socket is not read until
@@ -83,7 +83,7 @@ impl Channels {
         ch: u16,
         frame: InFrame,
         channel_max: u16,
-        out: &mut BytesMut,
+        out: &mut Output,
     ) -> Result<(), ProtocolError> {
         if !self.numbers.contains_key(&ch) {
             return self.route_unopened(ch, &frame, channel_max, out);
@@ -120,7 +120,7 @@ impl Channels {
         ch: u16,
         frame: &InFrame,
         channel_max: u16,
-        out: &mut BytesMut,
+        out: &mut Output,
     ) -> Result<(), ProtocolError> {
         let InFrame::Method(_, AMQPClass::Channel(m)) = frame else {
             return Err(not_open(ch));
@@ -190,7 +190,7 @@ impl Channels {
     pub fn on_run_done(
         &mut self,
         mut channel: Box<Channel>,
-        out: &mut BytesMut,
+        out: &mut Output,
         mrx: &mut mpsc::UnboundedReceiver<ConnEvent>,
     ) {
         take_output(out, &mut channel);
@@ -220,7 +220,7 @@ impl Channels {
     /// A delivery or cancellation for one of the connection's consumers: to
     /// its channel, at once when the channel is idle (its frames to `out`),
     /// else after the inputs it already has.
-    pub fn on_event(&mut self, e: ConnEvent, out: &mut BytesMut) {
+    pub fn on_event(&mut self, e: ConnEvent, out: &mut Output) {
         let (key, event) = match e {
             ConnEvent::Delivery { channel, delivery } => (channel, Event::Delivery(delivery)),
             ConnEvent::Cancelled { channel, consumer } => (channel, Event::Cancelled(consumer)),
@@ -257,7 +257,7 @@ impl Channels {
     /// (The futures complete in any order — `FuturesUnordered` yields a woken
     /// earlier publish after newer, never-polled ones — and the tracker puts
     /// them back in publish order.) A busy channel gets them as inputs.
-    pub fn on_completions(&mut self, first: Completion, out: &mut BytesMut) {
+    pub fn on_completions(&mut self, first: Completion, out: &mut Output) {
         let mut touched: Vec<u64> = Vec::new();
         let mut next = Some(first);
         while let Some(Completion::Confirm { channel, seq, ok }) = next {
@@ -288,7 +288,7 @@ impl Channels {
     /// before connection.close still settles), runs in progress finish (they
     /// hold their channels' consumers), then every channel is released (its
     /// consumers' unacked messages return to their queues). Frames go to `out`.
-    pub async fn close_all(&mut self, out: &mut BytesMut) {
+    pub async fn close_all(&mut self, out: &mut Output) {
         loop {
             self.launch_ready();
             let Some((mut channel, escalation)) = self.runs.next().await else {
@@ -324,12 +324,11 @@ fn not_open(ch: u16) -> ProtocolError {
 }
 
 /// Appends channel `c`'s output to `out`.
-fn take_output(out: &mut BytesMut, c: &mut Channel) {
+fn take_output(out: &mut Output, c: &mut Channel) {
     let o = c.output();
     if out.is_empty() {
         std::mem::swap(out, o);
     } else if !o.is_empty() {
-        out.extend_from_slice(o);
-        codec::clear_output(o);
+        out.append(o);
     }
 }

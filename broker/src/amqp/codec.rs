@@ -11,6 +11,7 @@ use amq_protocol::protocol::{basic::AMQPProperties, AMQPClass};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::nesting;
+use super::output::Output;
 
 /// Frame type octets (AMQP 0-9-1 §4.2.3).
 const FRAME_METHOD: u8 = 1;
@@ -200,10 +201,10 @@ impl FrameReader {
 }
 
 /// Appends a method frame to `out`.
-pub fn write_method(out: &mut BytesMut, channel: u16, method: AMQPClass) {
+pub fn write_method(out: &mut Output, channel: u16, method: AMQPClass) {
     let frame = AMQPFrame::Method(channel, method);
     match cookie_factory::gen_simple(amq_protocol::frame::gen_frame(&frame), Vec::new()) {
-        Ok(bytes) => out.extend_from_slice(&bytes),
+        Ok(bytes) => out.frames().extend_from_slice(&bytes),
         // Generation only fails on oversized short strings, which our own
         // methods never carry; log rather than panic.
         Err(e) => tracing::error!(error = %e, "failed to encode method frame"),
@@ -211,8 +212,9 @@ pub fn write_method(out: &mut BytesMut, channel: u16, method: AMQPClass) {
 }
 
 /// Appends a heartbeat frame.
-pub fn write_heartbeat(out: &mut BytesMut) {
-    out.extend_from_slice(&[FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END]);
+pub fn write_heartbeat(out: &mut Output) {
+    out.frames()
+        .extend_from_slice(&[FRAME_HEARTBEAT, 0, 0, 0, 0, 0, 0, FRAME_END]);
 }
 
 /// Appends the server's protocol header (sent on a version mismatch).
@@ -235,64 +237,55 @@ pub fn encode_properties(props: &AMQPProperties) -> Bytes {
     }
 }
 
-/// Capacity an output buffer keeps for reuse (bytes). A connection's output grows to whatever
-/// one turn wrote (a burst of deliveries to a consumer without prefetch reached 190 MB); a
-/// buffer past this is handed on whole and freed once written, never kept by an idle
-/// connection (measured 2026-11-27: an idle connection held 190 MB after its consumer had
-/// acked everything, so a memory alarm raised by the burst never cleared).
-pub const OUTPUT_KEEP_BYTES: usize = 256 << 10;
-
-/// Takes the frames written to `out` for the socket writer. `out` keeps its allocation for
-/// the next frames only while that is at most [`OUTPUT_KEEP_BYTES`]: a bigger one leaves
-/// with the frames (`BytesMut::split` would share it, and `out` would take it back whole at
-/// its next reserve once the writer let go).
-pub fn take_output(out: &mut BytesMut) -> BytesMut {
-    if out.capacity() > OUTPUT_KEEP_BYTES {
-        std::mem::replace(out, BytesMut::with_capacity(64 << 10))
-    } else {
-        out.split()
-    }
-}
-
-/// Empties `buf`, letting go of its allocation when it is bigger than [`OUTPUT_KEEP_BYTES`].
-pub fn clear_output(buf: &mut BytesMut) {
-    if buf.capacity() > OUTPUT_KEEP_BYTES {
-        *buf = BytesMut::new();
-    } else {
-        buf.clear();
-    }
-}
+/// Bodies at least this big (bytes) go out as slices of the message's own buffer; smaller
+/// ones are copied next to their frame headers (one piece for many small deliveries).
+const SHARED_BODY_BYTES: usize = 64 << 10;
 
 /// Appends a content header frame (class basic) with raw property bytes and
-/// the body split into frames of at most `frame_max - 8` bytes.
+/// the body split into frames of at most `frame_max - 8` bytes. A body of
+/// [`SHARED_BODY_BYTES`] or more is not copied: its frames carry slices of `body`.
 pub fn write_content(
-    out: &mut BytesMut,
+    out: &mut Output,
     channel: u16,
     raw_properties: &[u8],
-    body: &[u8],
+    body: &Bytes,
     frame_max: u32,
 ) {
+    let shared = body.len() >= SHARED_BODY_BYTES;
     let header_len = 12 + raw_properties.len();
-    out.reserve(header_len + 8 + body.len() + 16);
-    out.put_u8(FRAME_HEADER);
-    out.put_u16(channel);
-    out.put_u32(header_len as u32);
-    out.put_u16(60);
-    out.put_u16(0);
-    out.put_u64(body.len() as u64);
-    out.put_slice(raw_properties);
-    out.put_u8(FRAME_END);
     let chunk = if frame_max == 0 {
         body.len().max(1)
     } else {
         (frame_max as usize).saturating_sub(8).max(1)
     };
-    for part in body.chunks(chunk) {
-        out.put_u8(FRAME_BODY);
-        out.put_u16(channel);
-        out.put_u32(part.len() as u32);
-        out.put_slice(part);
-        out.put_u8(FRAME_END);
+    let frames = out.frames();
+    if shared {
+        frames.reserve(header_len + 8 + 8 * body.len().div_ceil(chunk).min(64));
+    } else {
+        frames.reserve(header_len + 8 + body.len() + 8 * body.len().div_ceil(chunk));
+    }
+    frames.put_u8(FRAME_HEADER);
+    frames.put_u16(channel);
+    frames.put_u32(header_len as u32);
+    frames.put_u16(60);
+    frames.put_u16(0);
+    frames.put_u64(body.len() as u64);
+    frames.put_slice(raw_properties);
+    frames.put_u8(FRAME_END);
+    let mut at = 0;
+    while at < body.len() {
+        let end = (at + chunk).min(body.len());
+        let frames = out.frames();
+        frames.put_u8(FRAME_BODY);
+        frames.put_u16(channel);
+        frames.put_u32((end - at) as u32);
+        if shared {
+            out.push_shared(body.slice(at..end));
+        } else {
+            frames.put_slice(&body[at..end]);
+        }
+        out.frames().put_u8(FRAME_END);
+        at = end;
     }
 }
 
@@ -301,60 +294,10 @@ mod tests {
     use super::*;
     use amq_protocol::protocol::{basic, channel};
 
-    /// A burst of output leaves with the frames: what the connection keeps afterwards is
-    /// small, and the frames are intact.
-    #[test]
-    fn a_big_output_is_not_kept_after_it_is_taken() {
-        let mut out = BytesMut::with_capacity(64 << 10);
-        let body = vec![7u8; 4 << 20];
-        write_content(&mut out, 1, &[0, 0], &body, 131_072);
-        let taken = take_output(&mut out);
-        assert!(taken.len() > body.len(), "the frames were taken");
-        assert!(out.is_empty());
-        assert!(
-            out.capacity() <= OUTPUT_KEEP_BYTES,
-            "kept {} bytes of capacity",
-            out.capacity()
-        );
-        drop(taken);
-        // The next frames do not take the freed burst's allocation back.
-        out.reserve(100);
-        assert!(out.capacity() <= OUTPUT_KEEP_BYTES);
-    }
-
-    /// A small output keeps one allocation across turns (no allocation per flush).
-    #[test]
-    fn a_small_output_reuses_its_buffer() {
-        let mut out = BytesMut::with_capacity(64 << 10);
-        write_heartbeat(&mut out);
-        let taken = take_output(&mut out);
-        assert_eq!(&taken[..], &[8, 0, 0, 0, 0, 0, 0, 0xCE]);
-        drop(taken);
-        write_heartbeat(&mut out);
-        assert_eq!(out.len(), 8);
-        assert!(
-            out.capacity() >= (64 << 10) - 8,
-            "capacity {}",
-            out.capacity()
-        );
-    }
-
-    #[test]
-    fn clearing_a_big_output_lets_its_allocation_go() {
-        let mut big = BytesMut::with_capacity(OUTPUT_KEEP_BYTES + 1);
-        big.extend_from_slice(b"frames");
-        clear_output(&mut big);
-        assert!(big.is_empty() && big.capacity() <= OUTPUT_KEEP_BYTES);
-        let mut small = BytesMut::with_capacity(1024);
-        small.extend_from_slice(b"frames");
-        clear_output(&mut small);
-        assert!(small.is_empty() && small.capacity() >= 1024);
-    }
-
-    fn encode(channel: u16, class: AMQPClass) -> BytesMut {
-        let mut out = BytesMut::new();
+    fn encode(channel: u16, class: AMQPClass) -> Vec<u8> {
+        let mut out = Output::default();
         write_method(&mut out, channel, class);
-        out
+        out.to_vec()
     }
 
     #[test]
@@ -380,17 +323,21 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn content_round_trip_keeps_raw_properties() -> Result<(), FrameError> {
+    /// Writes a content header and body with `write_content` and reads them back.
+    fn content_round_trip(size: usize, frame_max: u32) -> Result<(), FrameError> {
         let props = basic::AMQPProperties::default()
             .with_delivery_mode(2)
             .with_message_id("m1".into());
         let raw = encode_properties(&props);
-        let mut out = BytesMut::new();
-        write_content(&mut out, 1, &raw, &vec![7u8; 10_000], 4096);
+        let body: Bytes = (0..size)
+            .map(|i| (i % 251) as u8)
+            .collect::<Vec<u8>>()
+            .into();
+        let mut out = Output::default();
+        write_content(&mut out, 1, &raw, &body, frame_max);
         let mut r = FrameReader::new();
-        r.set_frame_max(4096);
-        r.buffer().extend_from_slice(&out);
+        r.set_frame_max(frame_max);
+        r.buffer().extend_from_slice(&out.to_vec());
         let Some(InFrame::Header {
             raw_properties,
             properties,
@@ -401,15 +348,45 @@ mod tests {
             panic!("expected header")
         };
         assert_eq!(raw_properties, raw);
-        assert_eq!(body_size, 10_000);
+        assert_eq!(body_size, size as u64);
         assert_eq!(properties.delivery_mode(), &Some(2));
-        let mut total = 0;
+        let mut got = Vec::new();
         while let Some(InFrame::Body(1, b)) = r.next_frame()? {
-            assert!(b.len() <= 4088);
-            total += b.len();
+            assert!(b.len() <= frame_max as usize - 8);
+            got.extend_from_slice(&b);
         }
-        assert_eq!(total, 10_000);
+        assert_eq!(got, body);
         Ok(())
+    }
+
+    #[test]
+    fn content_round_trip_keeps_raw_properties() -> Result<(), FrameError> {
+        content_round_trip(10_000, 4096)?;
+        content_round_trip(0, 4096)?;
+        // Shared bodies: exactly one frame, several, and a short last frame.
+        content_round_trip(SHARED_BODY_BYTES, 131_072)?;
+        content_round_trip(131_072 - 8, 131_072)?;
+        content_round_trip(3 << 20, 131_072)?;
+        content_round_trip((3 << 20) + 5, 131_072)
+    }
+
+    /// A big body's frames are slices of the body: the bytes taken for the socket include
+    /// pieces that point into the body's own memory, and nothing near the body's size is
+    /// copied into the frame buffer.
+    #[test]
+    fn a_big_body_is_not_copied() {
+        let body = Bytes::from(vec![9u8; 1 << 20]);
+        let mut out = Output::default();
+        write_content(&mut out, 1, &[0, 0], &body, 131_072);
+        let pieces = out.take();
+        let inside = |p: &Bytes| {
+            let start = body.as_ptr() as usize;
+            (start..start + body.len()).contains(&(p.as_ptr() as usize))
+        };
+        let shared: usize = pieces.iter().filter(|p| inside(p)).map(Bytes::len).sum();
+        assert_eq!(shared, body.len());
+        let copied: usize = pieces.iter().filter(|p| !inside(p)).map(Bytes::len).sum();
+        assert!(copied < 1024, "{copied} bytes of frame headers");
     }
 
     #[test]

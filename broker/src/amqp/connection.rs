@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use amq_protocol::protocol::{connection, AMQPClass};
 use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
-use bytes::BytesMut;
+use bytes::Bytes;
 use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -22,6 +22,7 @@ use super::channel::{Channel, Escalation, Session};
 use super::channels::Channels;
 use super::codec::{self, FrameReader, InFrame};
 use super::error::ProtocolError;
+use super::output::{self, Output};
 use crate::consumers::ConnEvent;
 use crate::node::Broker;
 
@@ -38,15 +39,13 @@ const WRITER_QUEUE: usize = 64;
 /// Deliveries a turn of the connection loop writes before it hands them on (bytes; a
 /// delivery bigger than this is written whole).
 const TURN_OUTPUT_BYTES: usize = 1 << 20;
-/// The writer sends small queued buffers together up to this size (bytes).
-const COALESCE_BYTES: usize = 64 << 10;
 /// Per-connection state shared by the channel handlers.
 pub struct Conn {
     pub(super) broker: Arc<Broker>,
     /// Node-unique connection id (exclusive queue ownership).
     pub(super) id: u64,
     pub(super) vhost: String,
-    pub(super) out: BytesMut,
+    pub(super) out: Output,
     pub(super) frame_max: u32,
     pub(super) channel_max: u16,
     /// The connection's channels.
@@ -180,14 +179,14 @@ async fn serve_io<R, W>(
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (wtx, wrx) = mpsc::channel::<BytesMut>(WRITER_QUEUE);
+    let (wtx, wrx) = mpsc::channel::<Vec<Bytes>>(WRITER_QUEUE);
     let writer = tokio::spawn(run_writer(wr, wrx));
     let (mtx, mut mrx) = mpsc::unbounded_channel();
     let mut conn = Conn {
         broker,
         id,
         vhost: "/".into(),
-        out: BytesMut::with_capacity(64 * 1024),
+        out: Output::with_capacity(64 * 1024),
         frame_max: FRAME_MAX,
         channel_max: crate::config::DEFAULT_CHANNEL_MAX,
         channels: Channels::default(),
@@ -378,15 +377,16 @@ async fn serve_io<R, W>(
     tracing::debug!(?peer, id, "connection closed");
 }
 
-/// Writes the connection's output to the socket. Small buffers queued behind one are sent
-/// with it, up to [`COALESCE_BYTES`]; a big one (a burst of deliveries) is written as it is.
-async fn run_writer<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<BytesMut>) {
-    while let Some(mut buf) = rx.recv().await {
-        while buf.len() < COALESCE_BYTES {
-            let Ok(more) = rx.try_recv() else { break };
-            buf.extend_from_slice(&more);
+/// Writes the connection's output to the socket, in order: the pieces of every output
+/// already queued behind the first go out in the same vectored writes.
+async fn run_writer<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Vec<Bytes>>) {
+    let mut pieces = std::collections::VecDeque::new();
+    while let Some(first) = rx.recv().await {
+        pieces.extend(first);
+        while let Ok(more) = rx.try_recv() {
+            pieces.extend(more);
         }
-        if wr.write_all(&buf).await.is_err() {
+        if output::write_all(&mut wr, &mut pieces).await.is_err() {
             break;
         }
     }
@@ -444,11 +444,11 @@ impl Conn {
     }
 
     /// Hands pending output to the writer; false if the socket is gone.
-    pub(super) async fn flush(&mut self, wtx: &mpsc::Sender<BytesMut>) -> bool {
+    pub(super) async fn flush(&mut self, wtx: &mpsc::Sender<Vec<Bytes>>) -> bool {
         if self.out.is_empty() {
             return true;
         }
-        let buf = codec::take_output(&mut self.out);
+        let buf = self.out.take();
         wtx.send(buf).await.is_ok()
     }
 
@@ -461,14 +461,16 @@ impl Conn {
         &mut self,
         rd: &mut R,
         reader: &mut FrameReader,
-        wtx: &mpsc::Sender<BytesMut>,
+        wtx: &mpsc::Sender<Vec<Bytes>>,
     ) -> Result<Option<u16>, std::io::Error> {
         // Protocol header.
         loop {
             match reader.take_protocol_header() {
                 Some(Ok(())) => break,
                 Some(Err(())) => {
-                    self.out.extend_from_slice(codec::protocol_header());
+                    self.out
+                        .frames()
+                        .extend_from_slice(codec::protocol_header());
                     return Ok(None);
                 }
                 None => {

@@ -8,4 +8,5 @@ pub mod confirms;
 pub mod connection;
 pub mod error;
 pub mod nesting;
+pub mod output;
 pub mod server;

@@ -28,13 +28,13 @@ use std::sync::Arc;
 use amq_protocol::protocol::{basic, channel, confirm, AMQPClass};
 
 use amq_protocol::types::ShortString;
-use bytes::BytesMut;
 use futures::future::BoxFuture;
 use settle::Settlement;
 
 use super::codec::{self, InFrame};
 use super::confirms::ConfirmTracker;
 use super::error::ProtocolError;
+use super::output::Output;
 use crate::consumers::QueueDelivery;
 use crate::meta::access::Perm;
 use crate::meta::command::{MetaCommand, MetaReply};
@@ -123,7 +123,7 @@ pub struct Channel {
     key: u64,
     session: Arc<Session>,
     /// Frames written, for the connection to take ([`Channel::output`]).
-    out: BytesMut,
+    out: Output,
     /// Confirm waits started by publishes, for the connection to poll.
     confirm_waits: Vec<BoxFuture<'static, Completion>>,
     /// Frames to send only after deliveries already queued for this
@@ -180,7 +180,7 @@ impl Channel {
         Box::new(Channel {
             number,
             key,
-            out: BytesMut::new(),
+            out: Output::default(),
             confirm_waits: Vec::new(),
             deferred: Vec::new(),
             ended: false,
@@ -334,7 +334,7 @@ impl Channel {
     }
 
     /// The frames written since the last call.
-    pub fn output(&mut self) -> &mut BytesMut {
+    pub fn output(&mut self) -> &mut Output {
         &mut self.out
     }
 
@@ -367,7 +367,7 @@ impl Channel {
     }
 
     /// Writes a content header and body frames (split at the frame size).
-    fn write_content(&mut self, properties: &[u8], body: &[u8]) {
+    fn write_content(&mut self, properties: &[u8], body: &bytes::Bytes) {
         codec::write_content(
             &mut self.out,
             self.number,
