@@ -118,6 +118,8 @@ mod tests {
     /// Tasks spawned while a quiescent group is created sleep until an hour
     /// past the deadline they ask for; every other task keeps its deadline.
     #[tokio::test]
+    // The creations below return a task's JoinHandle on purpose: the task is what is tested.
+    #[allow(clippy::async_yields_async)]
     async fn only_tasks_spawned_by_a_quiescent_creation_sleep_long() {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(150);
         let asked = |d| async move { QuietRuntime::sleep_until(d).deadline() };

@@ -200,7 +200,6 @@ pub fn effective_config(
             .filter(|n| *n > 0),
         delayed_retry: delayed_retry(args, policy),
         consumer_timeout_ms: as_u64(lookup_key("consumer-timeout", Resolve::Min, args, policy)),
-        ..QueueConfig::default()
     };
 
     (config, warnings)

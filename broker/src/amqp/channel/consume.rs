@@ -96,7 +96,6 @@ impl Channel {
                     no_ack: c.no_ack,
                     priority,
                     timeout_ms,
-                    ..ConsumerSpec::default()
                 },
             })
             .await;
@@ -371,12 +370,10 @@ impl Channel {
             return;
         };
         let counts = queue.counts_deliveries();
-        if d.delivery.resend {
-            if self.holds_unacked(d.consumer, d.delivery.id) {
-                // A new leader re-sent a delivery this consumer already has.
-                tracing::debug!(target: "deliveries", consumer = ?d.consumer, id = d.delivery.id, "resend of a held delivery dropped");
-                return;
-            }
+        if d.delivery.resend && self.holds_unacked(d.consumer, d.delivery.id) {
+            // A new leader re-sent a delivery this consumer already has.
+            tracing::debug!(target: "deliveries", consumer = ?d.consumer, id = d.delivery.id, "resend of a held delivery dropped");
+            return;
         }
         let key = (d.consumer, d.delivery.id, d.delivery.delivery_count);
         if !d.delivery.resend && self.recent_resends.contains(&key) {

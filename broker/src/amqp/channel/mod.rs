@@ -49,6 +49,8 @@ type Result<T> = std::result::Result<T, ProtocolError>;
 
 /// One input of a channel, handled in the order the connection received it.
 #[derive(Debug)]
+// Frames are nearly every input: boxing them would cost an allocation per frame.
+#[allow(clippy::large_enum_variant)]
 pub enum Input {
     /// A method, content header or content body frame for this channel.
     Frame(InFrame),
