@@ -16,8 +16,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use bytes::Bytes;
 use quorumq_proto::v1::cluster_client::ClusterClient;
-use quorumq_proto::v1::DeliverRequest;
+use quorumq_proto::v1::{DeliverChunk, DeliverRequest};
 use tokio::sync::mpsc;
 
 use super::detector::Detector;
@@ -27,6 +28,9 @@ use crate::queue::types::ConsumerId;
 
 /// Most deliveries per `Deliver` call.
 const BATCH: usize = 512;
+/// A Deliver call of this many bytes or more is streamed in chunks of this size
+/// (`DeliverStream`), as appends are (cluster/transport.rs).
+const STREAM_BYTES: usize = 1 << 20;
 
 /// What goes to a peer's consumers, in the order the leaders made it.
 #[derive(Debug)]
@@ -132,12 +136,34 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
             .first()
             .map(|(_, c, _)| *c)
             .or(timed_out.first().map(|(_, c, _)| *c));
-        let (Ok(bytes), Ok(timed_out_bytes)) = (
-            raft_log::codec::encode(&wire),
-            raft_log::codec::encode(&timed_out),
+        // Big bodies stay slices of the queue's own buffers ([`raft_log::codec::encode_rope`]);
+        // a call of STREAM_BYTES or more goes out in chunks of that size.
+        let (Ok((pieces, len)), Ok(timed_out_bytes)) = (
+            raft_log::codec::encode_rope(&wire),
+            raft_log::codec::encode(&timed_out).map(Bytes::from),
         ) else {
             continue;
         };
+        let streamed = len >= STREAM_BYTES;
+        let (bytes, chunks) = if streamed {
+            (
+                Bytes::new(),
+                super::transport::rechunk(pieces, STREAM_BYTES),
+            )
+        } else {
+            let one = match <[Bytes; 1]>::try_from(pieces) {
+                Ok([one]) => one,
+                Err(pieces) => pieces.concat().into(),
+            };
+            (one, Vec::new())
+        };
+        let timed_out_bytes = if timed_out.is_empty() {
+            Bytes::new()
+        } else {
+            timed_out_bytes
+        };
+        // Nodes older than DeliverStream answer it UNIMPLEMENTED: then one unary call.
+        let mut unary_only = false;
         let mut tries = 0u32;
         loop {
             let Some(me) = owner.upgrade() else { return };
@@ -153,22 +179,57 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
                 break;
             };
             let mut client = ClusterClient::new(ch).max_encoding_message_size(MAX_MESSAGE_BYTES);
-            let req = DeliverRequest {
-                deliveries: bytes.clone().into(),
-                from_node: me.peers.me(),
-                timed_out: if timed_out.is_empty() {
-                    Vec::new().into()
-                } else {
-                    timed_out_bytes.clone().into()
-                },
-                outbox,
-                batch: call,
-            };
+            let from_node = me.peers.me();
             drop(me);
-            match tokio::time::timeout(Duration::from_secs(5), client.deliver(req)).await {
+            let call = async {
+                if streamed && !unary_only {
+                    let head = DeliverChunk {
+                        from_node,
+                        timed_out: timed_out_bytes.clone(),
+                        outbox,
+                        batch: call,
+                        total_bytes: len as u64,
+                        data: Bytes::new(),
+                    };
+                    let rest: Vec<DeliverChunk> = chunks
+                        .iter()
+                        .map(|data| DeliverChunk {
+                            data: data.clone(),
+                            ..Default::default()
+                        })
+                        .collect();
+                    let stream = futures::stream::iter(std::iter::once(head).chain(rest));
+                    client.deliver_stream(stream).await
+                } else {
+                    let deliveries = if streamed {
+                        chunks.concat().into()
+                    } else {
+                        bytes.clone()
+                    };
+                    client
+                        .deliver(DeliverRequest {
+                            deliveries,
+                            from_node,
+                            timed_out: timed_out_bytes.clone(),
+                            outbox,
+                            batch: call,
+                        })
+                        .await
+                }
+            };
+            // A big call takes its time on the wire: 5 s plus its bytes at 10 MB/s.
+            let limit = Duration::from_secs(5) + Duration::from_millis(len as u64 / 10_000);
+            match tokio::time::timeout(limit, call).await {
                 Ok(Ok(_)) => {
                     tracing::debug!(target: "deliveries", node, n = wire.len(), "delivered to remote consumers");
                     break;
+                }
+                Ok(Err(status)) if status.code() == tonic::Code::Unimplemented && !unary_only => {
+                    tracing::info!(
+                        node,
+                        "peer without DeliverStream (an older node): big deliveries go unary"
+                    );
+                    unary_only = true;
                 }
                 r => {
                     tries += 1;

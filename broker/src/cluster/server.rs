@@ -14,8 +14,8 @@ use openraft::{Snapshot, SnapshotMeta, Vote};
 use quorumq_proto::v1::cluster_server::{Cluster, ClusterServer};
 use quorumq_proto::v1::raft_transport_server::{RaftTransport, RaftTransportServer};
 use quorumq_proto::v1::{
-    AppendChunk, Beat, DeliverReply, DeliverRequest, JoinReply, JoinRequest, ProposeReply,
-    ProposeRequest, QueryReply, QueryRequest, RaftReply, RaftRequest, SnapshotChunk,
+    AppendChunk, Beat, DeliverChunk, DeliverReply, DeliverRequest, JoinReply, JoinRequest,
+    ProposeReply, ProposeRequest, QueryReply, QueryRequest, RaftReply, RaftRequest, SnapshotChunk,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -190,38 +190,13 @@ impl RaftTransport for ClusterServices {
             .await
             .ok_or_else(|| Status::invalid_argument("empty append stream"))??;
         self.check_cluster(first.cluster_id)?;
-        let total = usize::try_from(first.total_bytes)
-            .ok()
-            .filter(|t| *t <= super::peers::MAX_MESSAGE_BYTES)
-            .ok_or_else(|| {
-                Status::invalid_argument(format!(
-                    "streamed append of {} bytes: at most {} accepted",
-                    first.total_bytes,
-                    super::peers::MAX_MESSAGE_BYTES
-                ))
-            })?;
+        let total = announced(first.total_bytes, "append")?;
         // The one copy of the append this node makes: its entries are decoded
         // as slices of this buffer.
-        let mut payload = bytes::BytesMut::with_capacity(total);
-        payload.extend_from_slice(&first.data);
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk?;
-            if payload.len() + chunk.data.len() > total {
-                return Err(Status::invalid_argument(format!(
-                    "streamed append longer than the {total} bytes announced"
-                )));
-            }
-            payload.extend_from_slice(&chunk.data);
-        }
-        if payload.len() != total {
-            return Err(Status::invalid_argument(format!(
-                "streamed append ended after {} of {total} bytes",
-                payload.len()
-            )));
-        }
+        let payload = assemble(total, first.data, stream.map(|c| c.map(|c| c.data))).await?;
         let req = RaftRequest {
             group_id: first.group_id,
-            payload: payload.freeze(),
+            payload,
             cluster_id: first.cluster_id,
         };
         self.append_entries(Request::new(req)).await
@@ -396,6 +371,28 @@ impl Cluster for ClusterServices {
         }))
     }
 
+    async fn deliver_stream(
+        &self,
+        req: Request<Streaming<DeliverChunk>>,
+    ) -> Result<Response<DeliverReply>, Status> {
+        let mut stream = req.into_inner();
+        let first = stream
+            .next()
+            .await
+            .ok_or_else(|| Status::invalid_argument("empty deliver stream"))??;
+        let total = announced(first.total_bytes, "deliver")?;
+        // The deliveries' bodies are decoded as slices of this one buffer.
+        let deliveries = assemble(total, first.data, stream.map(|c| c.map(|c| c.data))).await?;
+        self.deliver(Request::new(DeliverRequest {
+            deliveries,
+            from_node: first.from_node,
+            timed_out: first.timed_out,
+            outbox: first.outbox,
+            batch: first.batch,
+        }))
+        .await
+    }
+
     async fn query(&self, req: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
         let group = req.into_inner().group_id;
         let Some(replica) = self.groups.get(group) else {
@@ -429,5 +426,110 @@ impl Cluster for ClusterServices {
         Ok(Response::new(
             super::join::admit(meta.raft(), &self.peers, req.into_inner()).await,
         ))
+    }
+}
+
+/// The total length a streamed call announced, in bytes.
+///
+/// Errors: more than [`super::peers::MAX_MESSAGE_BYTES`] (`invalid_argument`).
+fn announced(total_bytes: u64, what: &str) -> Result<usize, Status> {
+    usize::try_from(total_bytes)
+        .ok()
+        .filter(|t| *t <= super::peers::MAX_MESSAGE_BYTES)
+        .ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "streamed {what} of {total_bytes} bytes: at most {} accepted",
+                super::peers::MAX_MESSAGE_BYTES
+            ))
+        })
+}
+
+/// Gathers a streamed call's data, `first` then every chunk of `rest`, into one buffer of the
+/// announced `total` bytes (allocated once).
+///
+/// Errors: the stream's; more or fewer bytes than announced (`invalid_argument`).
+async fn assemble(
+    total: usize,
+    first: bytes::Bytes,
+    mut rest: impl futures::Stream<Item = Result<bytes::Bytes, Status>> + Unpin,
+) -> Result<bytes::Bytes, Status> {
+    let mut payload = bytes::BytesMut::with_capacity(total);
+    let mut next = Some(first);
+    loop {
+        let Some(data) = next.take() else { break };
+        if payload.len() + data.len() > total {
+            return Err(Status::invalid_argument(format!(
+                "streamed call longer than the {total} bytes announced"
+            )));
+        }
+        payload.extend_from_slice(&data);
+        next = rest.next().await.transpose()?;
+    }
+    if payload.len() != total {
+        return Err(Status::invalid_argument(format!(
+            "streamed call ended after {} of {total} bytes",
+            payload.len()
+        )));
+    }
+    Ok(payload.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn chunks(
+        parts: &[&'static [u8]],
+    ) -> impl futures::Stream<Item = Result<Bytes, Status>> + Unpin {
+        futures::stream::iter(
+            parts
+                .iter()
+                .map(|p| Ok(Bytes::from_static(p)))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_streamed_call_is_assembled_in_order() {
+        let got = assemble(7, Bytes::from_static(b"ab"), chunks(&[b"cd", b"", b"efg"]))
+            .await
+            .expect("whole");
+        assert_eq!(&got[..], b"abcdefg");
+        let head_only = assemble(0, Bytes::new(), chunks(&[])).await.expect("empty");
+        assert!(head_only.is_empty());
+    }
+
+    #[tokio::test]
+    async fn more_or_fewer_bytes_than_announced_are_refused() {
+        let long = assemble(3, Bytes::new(), chunks(&[b"ab", b"cd"])).await;
+        assert_eq!(
+            long.expect_err("too long").code(),
+            tonic::Code::InvalidArgument
+        );
+        let short = assemble(5, Bytes::new(), chunks(&[b"ab"])).await;
+        assert_eq!(
+            short.expect_err("too short").code(),
+            tonic::Code::InvalidArgument
+        );
+        let failing = futures::stream::iter(vec![
+            Ok(Bytes::from_static(b"a")),
+            Err(Status::aborted("gone")),
+        ]);
+        let broken = assemble(5, Bytes::new(), failing).await;
+        assert_eq!(
+            broken.expect_err("stream error").code(),
+            tonic::Code::Aborted
+        );
+    }
+
+    #[test]
+    fn an_announced_length_past_the_message_limit_is_refused() {
+        assert!(announced(1 << 20, "deliver").is_ok());
+        let too_big = (super::super::peers::MAX_MESSAGE_BYTES as u64) + 1;
+        assert_eq!(
+            announced(too_big, "deliver").expect_err("too big").code(),
+            tonic::Code::InvalidArgument
+        );
     }
 }

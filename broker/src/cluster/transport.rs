@@ -477,7 +477,7 @@ impl PeerClient {
 
 /// `pieces` regrouped into chunks of at most `max` bytes (their concatenation unchanged):
 /// runs of small pieces are copied together, big pieces are sliced (no copy).
-fn rechunk(pieces: Vec<Bytes>, max: usize) -> Vec<Bytes> {
+pub(super) fn rechunk(pieces: Vec<Bytes>, max: usize) -> Vec<Bytes> {
     let max = max.max(1);
     let mut out = Vec::new();
     let mut small = bytes::BytesMut::new();
