@@ -31,6 +31,9 @@ const BATCH: usize = 512;
 /// A Deliver call of this many bytes or more is streamed in chunks of this size
 /// (`DeliverStream`), as appends are (cluster/transport.rs).
 const STREAM_BYTES: usize = 1 << 20;
+/// The slowest transfer a Deliver call is given time for, in bytes per second: a 100 MiB body
+/// gets 105 s (on a debug build at load average 10, 10 MB/s was not enough).
+const MIN_BYTES_PER_S: u64 = 1 << 20;
 
 /// What goes to a peer's consumers, in the order the leaders made it.
 #[derive(Debug)]
@@ -217,8 +220,10 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
                         .await
                 }
             };
-            // A big call takes its time on the wire: 5 s plus its bytes at 10 MB/s.
-            let limit = Duration::from_secs(5) + Duration::from_millis(len as u64 / 10_000);
+            // A big call takes its time on the wire: 5 s plus its bytes at MIN_BYTES_PER_S
+            // (a call given up is sent again whole).
+            let limit =
+                Duration::from_secs(5) + Duration::from_millis(len as u64 * 1000 / MIN_BYTES_PER_S);
             match tokio::time::timeout(limit, call).await {
                 Ok(Ok(_)) => {
                     tracing::debug!(target: "deliveries", node, n = wire.len(), "delivered to remote consumers");
