@@ -109,10 +109,15 @@ async fn failed_delays_nack_requeue_by_min_times_delivery_count_capped_at_max() 
             )
             .await?;
             if delay_ms >= 800 {
-                // Visible as delayed while it waits (list_queues).
-                if let Some(v) = view(&broker, &q).await? {
-                    if sent.elapsed() + Duration::from_millis(50) < delay {
+                // Visible as delayed while it waits (list_queues), once the nack is applied
+                // (basic.nack has no reply: on a loaded machine the first look can come first).
+                while let Some(v) = view(&broker, &q).await? {
+                    if sent.elapsed() + Duration::from_millis(50) >= delay {
+                        break;
+                    }
+                    if v.messages_unacknowledged == 0 {
                         assert_eq!((v.messages_delayed, v.messages_ready), (1, 0), "{v:?}");
+                        break;
                     }
                 }
             }
