@@ -138,7 +138,11 @@ pub async fn write_all<W: AsyncWrite + Unpin>(
             return Err(std::io::ErrorKind::WriteZero.into());
         }
         while n > 0 {
-            let first = pieces.front_mut().expect("n bytes were written from these");
+            let Some(first) = pieces.front_mut() else {
+                return Err(std::io::Error::other(
+                    "the writer reported more bytes written than it was given",
+                ));
+            };
             if n >= first.len() {
                 n -= first.len();
                 pieces.pop_front();

@@ -185,10 +185,7 @@ impl RaftTransport for ClusterServices {
         req: Request<Streaming<AppendChunk>>,
     ) -> Result<Response<RaftReply>, Status> {
         let mut stream = req.into_inner();
-        let first = stream
-            .next()
-            .await
-            .ok_or_else(|| Status::invalid_argument("empty append stream"))??;
+        let first = first_chunk(&mut stream, "append").await?;
         self.check_cluster(first.cluster_id)?;
         let total = announced(first.total_bytes, "append")?;
         // The one copy of the append this node makes: its entries are decoded
@@ -376,10 +373,7 @@ impl Cluster for ClusterServices {
         req: Request<Streaming<DeliverChunk>>,
     ) -> Result<Response<DeliverReply>, Status> {
         let mut stream = req.into_inner();
-        let first = stream
-            .next()
-            .await
-            .ok_or_else(|| Status::invalid_argument("empty deliver stream"))??;
+        let first = first_chunk(&mut stream, "deliver").await?;
         let total = announced(first.total_bytes, "deliver")?;
         // The deliveries' bodies are decoded as slices of this one buffer.
         let deliveries = assemble(total, first.data, stream.map(|c| c.map(|c| c.data))).await?;
@@ -427,6 +421,16 @@ impl Cluster for ClusterServices {
             super::join::admit(meta.raft(), &self.peers, req.into_inner()).await,
         ))
     }
+}
+
+/// The first chunk of a streamed call (it carries the call's fields).
+///
+/// Errors: the stream's; an empty stream (`invalid_argument`).
+async fn first_chunk<T>(stream: &mut Streaming<T>, what: &str) -> Result<T, Status> {
+    stream
+        .next()
+        .await
+        .ok_or_else(|| Status::invalid_argument(format!("empty {what} stream")))?
 }
 
 /// The total length a streamed call announced, in bytes.
