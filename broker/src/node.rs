@@ -145,8 +145,12 @@ impl Broker {
         );
         let forwarder = Forwarder::new(peers.clone(), detector.clone());
         let consumers = ConsumerRegistry::new(me, epoch);
-        consumers.set_remote(RemoteDeliveries::new(peers.clone(), detector.clone()));
         let groups = Arc::new(GroupTable::default());
+        consumers.set_remote(RemoteDeliveries::new(
+            peers.clone(),
+            detector.clone(),
+            groups.clone(),
+        ));
 
         let meta_changed = watch::Sender::new(0);
         let access_revoked = watch::Sender::new(0);

@@ -3,7 +3,13 @@
 //! call in the order the leader made them. A failed call is retried (the
 //! deliveries are checked out to those consumers and would otherwise be
 //! stuck) until it succeeds or the peer restarted (its consumers are gone;
-//! the queue returns their messages on `NodeRestarted`).
+//! the queue returns their messages on `NodeRestarted`). Before each retry,
+//! deliveries this node's replica no longer has checked out to their
+//! consumer with the same delivery count are dropped: the leader returned
+//! them (its failure detector took the consumer's node for down, `NodeDown`)
+//! and delivered them again, or they were settled. Sent after a partition
+//! heals, such a late original reached the consumer as a second copy not
+//! flagged redelivered (the fault suite: ~20 per partition, one prefetch).
 //!
 //! Calls are idempotent: each carries its outbox (random per sender task)
 //! and a number growing by one per call, and the receiver ([`SeenCalls`])
@@ -22,6 +28,7 @@ use quorumq_proto::v1::{DeliverChunk, DeliverRequest};
 use tokio::sync::mpsc;
 
 use super::detector::Detector;
+use super::groups::GroupTable;
 use super::peers::{Peers, MAX_MESSAGE_BYTES};
 use crate::consumers::QueueDelivery;
 use crate::queue::types::ConsumerId;
@@ -60,15 +67,19 @@ impl Outgoing {
 pub struct RemoteDeliveries {
     peers: Arc<Peers>,
     detector: Arc<Detector>,
+    /// This node's replicas: which retried deliveries are still due.
+    groups: Arc<GroupTable>,
     outboxes: Mutex<HashMap<u64, mpsc::UnboundedSender<Outgoing>>>,
 }
 
 impl RemoteDeliveries {
-    /// Outboxes over the shared peer channels.
-    pub fn new(peers: Arc<Peers>, detector: Arc<Detector>) -> Arc<Self> {
+    /// Outboxes over the shared peer channels; `groups` are this node's
+    /// replicas (a retried delivery goes only while still due in them).
+    pub fn new(peers: Arc<Peers>, detector: Arc<Detector>, groups: Arc<GroupTable>) -> Arc<Self> {
         Arc::new(RemoteDeliveries {
             peers,
             detector,
+            groups,
             outboxes: Mutex::new(HashMap::new()),
         })
     }
@@ -86,6 +97,20 @@ impl RemoteDeliveries {
             consumer,
             timeout_ms,
         });
+    }
+
+    /// Whether delivery `d` of queue `group` to `consumer` is still due:
+    /// this node's replica has the message checked out to that consumer
+    /// with the delivery's count (true without a local replica).
+    fn still_due(
+        &self,
+        group: u64,
+        consumer: ConsumerId,
+        d: &crate::queue::types::Delivery,
+    ) -> bool {
+        self.groups
+            .get(group)
+            .is_none_or(|r| r.delivery_due(consumer, d.id, d.delivery_count))
     }
 
     fn push(self: &Arc<Self>, d: Outgoing) {
@@ -139,26 +164,11 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
             .first()
             .map(|(_, c, _)| *c)
             .or(timed_out.first().map(|(_, c, _)| *c));
-        // Big bodies stay slices of the queue's own buffers ([`raft_log::codec::encode_rope`]);
-        // a call of STREAM_BYTES or more goes out in chunks of that size.
-        let (Ok((pieces, len)), Ok(timed_out_bytes)) = (
-            raft_log::codec::encode_rope(&wire),
+        let (Some(mut encoded), Ok(timed_out_bytes)) = (
+            Encoded::of(&wire),
             raft_log::codec::encode(&timed_out).map(Bytes::from),
         ) else {
             continue;
-        };
-        let streamed = len >= STREAM_BYTES;
-        let (bytes, chunks) = if streamed {
-            (
-                Bytes::new(),
-                super::transport::rechunk(pieces, STREAM_BYTES),
-            )
-        } else {
-            let one = match <[Bytes; 1]>::try_from(pieces) {
-                Ok([one]) => one,
-                Err(pieces) => pieces.concat().into(),
-            };
-            (one, Vec::new())
         };
         let timed_out_bytes = if timed_out.is_empty() {
             Bytes::new()
@@ -184,6 +194,13 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
             let mut client = ClusterClient::new(ch).max_encoding_message_size(MAX_MESSAGE_BYTES);
             let from_node = me.peers.me();
             drop(me);
+            let Encoded {
+                bytes,
+                chunks,
+                len,
+                streamed,
+            } = &encoded;
+            let (len, streamed) = (*len, *streamed);
             let call = async {
                 if streamed && !unary_only {
                     let head = DeliverChunk {
@@ -242,9 +259,61 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
                         tracing::warn!(node, tries, error = ?r.err().map(|_| "timeout"), "delivery to remote consumers failed; retrying");
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
+                    let Some(me) = owner.upgrade() else { return };
+                    let before = wire.len();
+                    wire.retain(|(group, consumer, d)| me.still_due(*group, *consumer, d));
+                    if wire.len() < before {
+                        tracing::debug!(target: "deliveries", node, dropped = before - wire.len(), "dropped: no longer checked out to their consumer (returned or settled)");
+                        if wire.is_empty() && timed_out.is_empty() {
+                            break;
+                        }
+                        match Encoded::of(&wire) {
+                            Some(e) => encoded = e,
+                            None => break,
+                        }
+                    }
                 }
             }
         }
+    }
+}
+
+/// A `Deliver` call's deliveries, encoded. Big bodies stay slices of the
+/// queue's own buffers ([`raft_log::codec::encode_rope`]); a call of
+/// [`STREAM_BYTES`] or more goes out in chunks of that size.
+struct Encoded {
+    /// The whole call (unary), empty when streamed.
+    bytes: Bytes,
+    /// The call in chunks (streamed), empty when unary.
+    chunks: Vec<Bytes>,
+    /// Encoded length, bytes.
+    len: usize,
+    streamed: bool,
+}
+
+impl Encoded {
+    /// None if the deliveries do not encode.
+    fn of(wire: &[(u64, ConsumerId, crate::queue::types::Delivery)]) -> Option<Encoded> {
+        let (pieces, len) = raft_log::codec::encode_rope(&wire).ok()?;
+        let streamed = len >= STREAM_BYTES;
+        let (bytes, chunks) = if streamed {
+            (
+                Bytes::new(),
+                super::transport::rechunk(pieces, STREAM_BYTES),
+            )
+        } else {
+            let one = match <[Bytes; 1]>::try_from(pieces) {
+                Ok([one]) => one,
+                Err(pieces) => pieces.concat().into(),
+            };
+            (one, Vec::new())
+        };
+        Some(Encoded {
+            bytes,
+            chunks,
+            len,
+            streamed,
+        })
     }
 }
 

@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use super::status::QueueStatus;
 use super::types::Raft;
+use crate::queue::types::ConsumerId;
 
 /// What the transport needs of one local replica.
 pub trait GroupReplica: Send + Sync + 'static {
@@ -36,6 +37,15 @@ pub trait GroupReplica: Send + Sync + 'static {
     /// Sender side: the bodies of `ids` (None where this replica has none).
     fn read_bodies(&self, ids: &[u64]) -> Vec<(u64, Option<Bytes>)> {
         ids.iter().map(|id| (*id, None)).collect()
+    }
+
+    /// Whether a delivery of message `id` with delivery count `count` to
+    /// `consumer` is still due in this replica's state (the message is
+    /// checked out to it with that count). True for groups without
+    /// consumers and when the replica cannot tell.
+    fn delivery_due(&self, consumer: ConsumerId, id: u64, count: u32) -> bool {
+        let _ = (consumer, id, count);
+        true
     }
 
     /// Receiver side: store received bodies in this replica's body store.

@@ -72,6 +72,7 @@ async fn run(services: Weak<dyn QueueServices>, queue: Arc<QueueHandle>, wake: A
     // Targets that already committed a copy, per held message: a retry
     // only goes to the others (no duplicates from partial rejections).
     let mut settled_targets: HashMap<MsgId, HashSet<u64>> = HashMap::new();
+    let mut led = false;
     loop {
         events.borrow_and_update();
         let Some(b) = services.upgrade() else { return };
@@ -83,7 +84,15 @@ async fn run(services: Weak<dyn QueueServices>, queue: Arc<QueueHandle>, wake: A
         let leads = queue.is_local_leader();
         if !leads {
             queue.held_reasons().clear();
+        } else if !led {
+            if let Some((held, (floor, version), next_id)) = queue.read(|h| {
+                let m = h.machine();
+                (m.held_count(), m.dead_letter_floor(), m.next_msg_id())
+            }) {
+                tracing::info!(queue = %queue.name, held, floor, version, next_id, "dead-letter worker: leading");
+            }
         }
+        led = leads;
         let progress = leads && forward_round(&*b, &queue, &mut settled_targets).await;
         drop(b);
         if progress {

@@ -141,8 +141,20 @@ impl QueueHost {
     /// the expiry timer — since a former leader's effects may be lost.
     pub fn became_leader(&mut self) {
         let effects = self.machine.leader_effects();
-        tracing::debug!(
+        let m = &self.machine;
+        let (floor, floor_version) = m.dead_letter_floor();
+        let (dedup_ids, dedup_sources) = m.dedup_window();
+        tracing::info!(
             group = self.ctx.group,
+            queue = %self.ctx.name,
+            ready = m.ready_count(),
+            unacked = m.unacked_count(),
+            held = m.held_count(),
+            floor,
+            floor_version,
+            dedup_ids,
+            dedup_sources,
+            next_id = m.next_msg_id(),
             effects = effects.len(),
             "leader: re-issuing effects"
         );

@@ -156,6 +156,17 @@ impl QueueMachine {
             .any(|(_, c)| c.checked_out.contains_key(&id))
     }
 
+    /// True when message `id` is checked out to `consumer` with delivery
+    /// count `count`: a delivery of it made with that count is still due
+    /// (not settled, not returned since — a return raises the count).
+    /// O(log n).
+    pub fn is_checked_out_to(&self, consumer: ConsumerId, id: MsgId, count: u32) -> bool {
+        self.consumers
+            .get(&consumer)
+            .and_then(|c| c.checked_out.get(&id))
+            .is_some_and(|m| m.delivery_count() == count)
+    }
+
     /// Messages checked out to `consumer` (its unacked deliveries), in id order.
     pub fn checked_out(&self, consumer: ConsumerId) -> impl Iterator<Item = MsgId> + '_ {
         self.consumers

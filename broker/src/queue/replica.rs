@@ -11,6 +11,7 @@ use super::host::QueueHost;
 use crate::cluster::groups::GroupReplica;
 use crate::cluster::status::QueueStatus;
 use crate::cluster::types::Raft;
+use crate::queue::types::ConsumerId;
 
 /// The replica of one queue group on this node.
 pub struct QueueReplica {
@@ -38,6 +39,13 @@ impl GroupReplica for QueueReplica {
             Ok(h) => ids.iter().map(|id| (*id, h.payload(*id))).collect(),
             Err(_) => ids.iter().map(|id| (*id, None)).collect(),
         }
+    }
+
+    fn delivery_due(&self, consumer: ConsumerId, id: u64, count: u32) -> bool {
+        self.host
+            .lock()
+            .map(|h| h.machine().is_checked_out_to(consumer, id, count))
+            .unwrap_or(true)
     }
 
     fn write_bodies(&self, bodies: Vec<(u64, Bytes)>) -> Result<(), String> {

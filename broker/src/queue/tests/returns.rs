@@ -188,3 +188,32 @@ fn returned_message_goes_to_a_waiting_consumer() {
     let e = ret(&mut q, 2, cid(1), &[0]);
     assert_eq!(delivered(&e), vec![(cid(2), 0, 1)]);
 }
+
+/// A delivery is due while its message is checked out to that consumer
+/// with that delivery count; a return (count + 1), a settle or a delivery
+/// to another consumer ends it (`cluster/deliveries.rs` drops a retried
+/// Deliver call's deliveries that are no longer due).
+#[test]
+fn a_delivery_is_due_until_its_message_is_returned_or_settled() {
+    let mut q = QueueMachine::default();
+    enqueue_n(&mut q, 0, 2);
+    let e = checkout(&mut q, 1, cid(1), 1);
+    assert_eq!(delivered(&e), vec![(cid(1), 0, 0)]);
+    assert!(q.is_checked_out_to(cid(1), 0, 0));
+    assert!(!q.is_checked_out_to(cid(1), 0, 1), "another count");
+    assert!(!q.is_checked_out_to(cid(2), 0, 0), "another consumer");
+    assert!(!q.is_checked_out_to(cid(1), 1, 0), "not delivered");
+    // Returned: the same consumer gets it again, counted.
+    let e = ret(&mut q, 2, cid(1), &[0]);
+    assert_eq!(delivered(&e), vec![(cid(1), 1, 0)]);
+    let e = settle(&mut q, 3, cid(1), &[1]);
+    assert_eq!(delivered(&e), vec![(cid(1), 0, 1)]);
+    assert!(
+        !q.is_checked_out_to(cid(1), 0, 0),
+        "the first delivery was returned"
+    );
+    assert!(q.is_checked_out_to(cid(1), 0, 1));
+    assert!(!q.is_checked_out_to(cid(1), 1, 0), "settled");
+    settle(&mut q, 4, cid(1), &[0]);
+    assert!(!q.is_checked_out_to(cid(1), 0, 1), "settled");
+}
