@@ -123,7 +123,17 @@ impl QueueHost {
     /// Applies one command. `lead` = this node proposed the entry in its
     /// current leadership, so effects are carried out here.
     pub fn apply(&mut self, cmd: QueueCommand, lead: bool) -> QueueReply {
+        let trace = tracing::enabled!(target: "dead_letters", tracing::Level::DEBUG);
+        let before = trace.then(|| (self.machine.next_msg_id(), self.machine.dedup_window()));
+        if trace {
+            log_dead_letter_enqueues(self.ctx.group, &cmd);
+        }
         let (mut reply, effects) = self.machine.apply(cmd);
+        if let Some((next_id, (window, _))) = before {
+            if self.machine.next_msg_id() != next_id || self.machine.dedup_window().0 != window {
+                tracing::debug!(target: "dead_letters", group = self.ctx.group, enqueued = self.machine.next_msg_id() - next_id, window_before = window, window = self.machine.dedup_window().0, "applied");
+            }
+        }
         if lead {
             self.count(&effects);
         }
@@ -276,6 +286,35 @@ impl QueueHost {
         );
 
         Ok(())
+    }
+}
+
+/// Diagnostics (target `dead_letters`, debug): the forwarded dead letters
+/// in `cmd` (nested in `Deduped` and `Batch`), before they are applied.
+fn log_dead_letter_enqueues(group: u64, cmd: &QueueCommand) {
+    match cmd {
+        QueueCommand::Deduped { cmd, proposer, seq } => {
+            tracing::debug!(target: "dead_letters", group, ?proposer, seq, "deduped");
+            log_dead_letter_enqueues(group, cmd)
+        }
+        QueueCommand::Batch(cmds) => cmds.iter().for_each(|c| log_dead_letter_enqueues(group, c)),
+        QueueCommand::EnqueueDeadLetters {
+            source,
+            settled_below,
+            floor_version,
+            msgs,
+            ..
+        } => {
+            let lo = msgs.iter().map(|(id, _)| *id).min();
+            let hi = msgs.iter().map(|(id, _)| *id).max();
+            tracing::debug!(target: "dead_letters", group, source, settled_below, floor_version, n = msgs.len(), ?lo, ?hi, "enqueue dead letters");
+        }
+        QueueCommand::DeadLetterSettled { ids, .. } => {
+            let lo = ids.iter().min();
+            let hi = ids.iter().max();
+            tracing::debug!(target: "dead_letters", group, n = ids.len(), ?lo, ?hi, "dead letters settled");
+        }
+        _ => {}
     }
 }
 
