@@ -4,6 +4,7 @@
 //! deliveries are checked out to those consumers and would otherwise be
 //! stuck) until it succeeds or the peer restarted (its consumers are gone;
 //! the queue returns their messages on `NodeRestarted`). Before each retry,
+//! and before the calls queued behind a call that needed one,
 //! deliveries this node's replica no longer has checked out to their
 //! consumer with the same delivery count are dropped: the leader returned
 //! them (its failure detector took the consumer's node for down, `NodeDown`)
@@ -138,6 +139,9 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
     // Never 0 (0 is "no de-duplication" for the receiver).
     let outbox = rand::random::<u64>() | 1;
     let mut call = 0u64;
+    // The previous call failed at least once: deliveries queued meanwhile may
+    // have been returned, so the next call sends only what is still due.
+    let mut after_failure = false;
     while let Some(first) = rx.recv().await {
         call += 1;
         batch.push(first);
@@ -160,6 +164,18 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
                 } => timed_out.push((group, consumer, timeout_ms)),
             }
         }
+        if after_failure {
+            if let Some(me) = owner.upgrade() {
+                let before = wire.len();
+                wire.retain(|(group, consumer, d)| me.still_due(*group, *consumer, d));
+                if wire.len() < before {
+                    tracing::debug!(target: "deliveries", node, dropped = before - wire.len(), "dropped: no longer checked out to their consumer (returned or settled)");
+                }
+            }
+            if wire.is_empty() && timed_out.is_empty() {
+                continue;
+            }
+        }
         let first_consumer = wire
             .first()
             .map(|(_, c, _)| *c)
@@ -178,6 +194,7 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
         // Nodes older than DeliverStream answer it UNIMPLEMENTED: then one unary call.
         let mut unary_only = false;
         let mut tries = 0u32;
+        after_failure = true;
         loop {
             let Some(me) = owner.upgrade() else { return };
             // Consumers of an earlier boot of that node are gone.
@@ -244,6 +261,7 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
             match tokio::time::timeout(limit, call).await {
                 Ok(Ok(_)) => {
                     tracing::debug!(target: "deliveries", node, n = wire.len(), "delivered to remote consumers");
+                    after_failure = tries > 0;
                     break;
                 }
                 Ok(Err(status)) if status.code() == tonic::Code::Unimplemented && !unary_only => {

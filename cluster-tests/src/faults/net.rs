@@ -2,9 +2,10 @@
 //! a veth pair whose host end sits on a bridge in the root namespace, so the
 //! nodes talk over real interfaces and a partition is real packet drops.
 //!
-//! Layout for run `R` (the harness's pid) and node `i`: namespace `qfRni`,
-//! host-side veth `qfRvi`, bridge `qfRbr` holding `10.213.S.1/24` (S from the
-//! pid), node address `10.213.S.(10+i)` on the namespace's `eth0`. The test
+//! Layout for run `R` (the harness's pid, then `xK` for its K-th network, so
+//! that tests of one binary run at once) and node `i`: namespace `qfRni`,
+//! host-side veth `qfRvi`, bridge `qfRbr` holding `10.(213+K).S.1/24` (S from
+//! the pid), node address `10.(213+K).S.(10+i)` on the namespace's `eth0`. The test
 //! clients run in the root namespace and reach every node through the bridge;
 //! partitions only drop node-to-node traffic (as Jepsen's do), so clients
 //! keep talking to the nodes on both sides.
@@ -51,9 +52,13 @@ impl Net {
         }
         remove_stale();
         let pid = std::process::id();
+        // Several tests of one process (one test binary) run at once: each
+        // gets its own names and subnet.
+        static SETUPS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SETUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 32;
         let net = Net {
-            tag: format!("{PREFIX}{pid}"),
-            subnet: format!("10.213.{}", pid % 250),
+            tag: format!("{PREFIX}{pid}x{n}"),
+            subnet: format!("10.{}.{}", 213 + n, pid % 250),
             nodes,
             netem: false,
         };
@@ -110,7 +115,7 @@ impl Net {
         format!("{}n{id}", self.tag)
     }
 
-    /// Node `id`'s address (`10.213.S.(10+id)`).
+    /// Node `id`'s address (`10.(213+K).S.(10+id)`).
     pub fn addr(&self, id: u64) -> String {
         format!("{}.{}", self.subnet, 10 + id)
     }
