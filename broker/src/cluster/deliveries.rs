@@ -114,6 +114,22 @@ impl RemoteDeliveries {
             .is_none_or(|r| r.delivery_due(consumer, d.id, d.delivery_count))
     }
 
+    /// Drops from `wire` (a call to `node`) the deliveries no longer due
+    /// ([`RemoteDeliveries::still_due`]); true if it dropped any.
+    fn keep_due(
+        &self,
+        node: u64,
+        wire: &mut Vec<(u64, ConsumerId, crate::queue::types::Delivery)>,
+    ) -> bool {
+        let before = wire.len();
+        wire.retain(|(group, consumer, d)| self.still_due(*group, *consumer, d));
+        let dropped = before - wire.len();
+        if dropped > 0 {
+            tracing::debug!(target: "deliveries", node, dropped, "dropped: no longer checked out to their consumer (returned or settled)");
+        }
+        dropped > 0
+    }
+
     fn push(self: &Arc<Self>, d: Outgoing) {
         let node = d.consumer().node;
         let Ok(mut o) = self.outboxes.lock() else {
@@ -166,11 +182,7 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
         }
         if after_failure {
             if let Some(me) = owner.upgrade() {
-                let before = wire.len();
-                wire.retain(|(group, consumer, d)| me.still_due(*group, *consumer, d));
-                if wire.len() < before {
-                    tracing::debug!(target: "deliveries", node, dropped = before - wire.len(), "dropped: no longer checked out to their consumer (returned or settled)");
-                }
+                me.keep_due(node, &mut wire);
             }
             if wire.is_empty() && timed_out.is_empty() {
                 continue;
@@ -278,10 +290,7 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     let Some(me) = owner.upgrade() else { return };
-                    let before = wire.len();
-                    wire.retain(|(group, consumer, d)| me.still_due(*group, *consumer, d));
-                    if wire.len() < before {
-                        tracing::debug!(target: "deliveries", node, dropped = before - wire.len(), "dropped: no longer checked out to their consumer (returned or settled)");
+                    if me.keep_due(node, &mut wire) {
                         if wire.is_empty() && timed_out.is_empty() {
                             break;
                         }
