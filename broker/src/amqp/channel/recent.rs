@@ -26,8 +26,12 @@ use std::time::{Duration, Instant};
 
 use crate::queue::types::{ConsumerId, MsgId};
 
-/// How long a delivery is remembered.
-const KEEP: Duration = Duration::from_secs(10);
+/// How long a delivery is remembered. 10 s was too short: across a slow link
+/// (256 kbit/s, 20 % loss) a consumer's ack took longer than that to commit,
+/// a leader change then re-sent the delivery 19 s after the first, and it
+/// reached the client as a fresh second copy (fault suite, 2026-11-27, seed
+/// 9127: 20 of them). [`MAX`] still bounds the memory of a busy channel.
+const KEEP: Duration = Duration::from_secs(60);
 /// At most this many are remembered per channel (the oldest go first).
 const MAX: usize = 16_384;
 
