@@ -223,13 +223,8 @@ async fn run(owner: Weak<RemoteDeliveries>, node: u64, mut rx: mpsc::UnboundedRe
             let mut client = ClusterClient::new(ch).max_encoding_message_size(MAX_MESSAGE_BYTES);
             let from_node = me.peers.me();
             drop(me);
-            let Encoded {
-                bytes,
-                chunks,
-                len,
-                streamed,
-            } = &encoded;
-            let (len, streamed) = (*len, *streamed);
+            let (len, streamed) = (encoded.len, encoded.streamed);
+            let (bytes, chunks) = (&encoded.bytes, &encoded.chunks);
             let call = async {
                 if streamed && !unary_only {
                     let head = DeliverChunk {

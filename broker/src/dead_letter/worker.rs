@@ -85,11 +85,15 @@ async fn run(services: Weak<dyn QueueServices>, queue: Arc<QueueHandle>, wake: A
         if !leads {
             queue.held_reasons().clear();
         } else if !led {
+            // What the worker sees first as it starts leading (its replica may
+            // still be applying entries the old leader committed).
             if let Some((held, (floor, version), next_id)) = queue.read(|h| {
                 let m = h.machine();
                 (m.held_count(), m.dead_letter_floor(), m.next_msg_id())
             }) {
-                tracing::info!(queue = %queue.name, held, floor, version, next_id, "dead-letter worker: leading");
+                if held > 0 {
+                    tracing::info!(queue = %queue.name, held, floor, version, next_id, "dead-letter worker: leading");
+                }
             }
         }
         led = leads;

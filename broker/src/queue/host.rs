@@ -123,16 +123,13 @@ impl QueueHost {
     /// Applies one command. `lead` = this node proposed the entry in its
     /// current leadership, so effects are carried out here.
     pub fn apply(&mut self, cmd: QueueCommand, lead: bool) -> QueueReply {
-        let trace = tracing::enabled!(target: "dead_letters", tracing::Level::DEBUG);
-        let before = trace.then(|| (self.machine.next_msg_id(), self.machine.dedup_window()));
-        if trace {
-            log_dead_letter_enqueues(self.ctx.group, &cmd);
-        }
+        // Diagnostics of forwarded dead letters (off unless asked for).
+        let before = (tracing::enabled!(target: "dead_letters", tracing::Level::DEBUG)
+            && log_dead_letter_commands(self.ctx.group, &cmd))
+        .then(|| (self.machine.next_msg_id(), self.machine.dedup_window().0));
         let (mut reply, effects) = self.machine.apply(cmd);
-        if let Some((next_id, (window, _))) = before {
-            if self.machine.next_msg_id() != next_id || self.machine.dedup_window().0 != window {
-                tracing::debug!(target: "dead_letters", group = self.ctx.group, enqueued = self.machine.next_msg_id() - next_id, window_before = window, window = self.machine.dedup_window().0, "applied");
-            }
+        if let Some((next_id, window)) = before {
+            tracing::debug!(target: "dead_letters", group = self.ctx.group, enqueued = self.machine.next_msg_id() - next_id, window_before = window, window = self.machine.dedup_window().0, "applied");
         }
         if lead {
             self.count(&effects);
@@ -152,19 +149,28 @@ impl QueueHost {
     pub fn became_leader(&mut self) {
         let effects = self.machine.leader_effects();
         let m = &self.machine;
-        let (floor, floor_version) = m.dead_letter_floor();
         let (dedup_ids, dedup_sources) = m.dedup_window();
-        tracing::info!(
+        if m.held_count() > 0 || dedup_ids > 0 {
+            // What a new leader holds of dead letters (the fault suite's
+            // re-forwarded bursts, 2026-11-27); quiet for other queues, so
+            // 10,000 leaderships moving log nothing at info.
+            let (floor, floor_version) = m.dead_letter_floor();
+            tracing::info!(
+                group = self.ctx.group,
+                queue = %self.ctx.name,
+                ready = m.ready_count(),
+                unacked = m.unacked_count(),
+                held = m.held_count(),
+                floor,
+                floor_version,
+                dedup_ids,
+                dedup_sources,
+                next_id = m.next_msg_id(),
+                "leader: dead-letter state"
+            );
+        }
+        tracing::debug!(
             group = self.ctx.group,
-            queue = %self.ctx.name,
-            ready = m.ready_count(),
-            unacked = m.unacked_count(),
-            held = m.held_count(),
-            floor,
-            floor_version,
-            dedup_ids,
-            dedup_sources,
-            next_id = m.next_msg_id(),
             effects = effects.len(),
             "leader: re-issuing effects"
         );
@@ -290,14 +296,24 @@ impl QueueHost {
 }
 
 /// Diagnostics (target `dead_letters`, debug): the forwarded dead letters
-/// in `cmd` (nested in `Deduped` and `Batch`), before they are applied.
-fn log_dead_letter_enqueues(group: u64, cmd: &QueueCommand) {
+/// and dead-letter settles in `cmd` (nested in `Deduped` and `Batch`),
+/// before they are applied; true if it had any.
+fn log_dead_letter_commands(group: u64, cmd: &QueueCommand) -> bool {
     match cmd {
         QueueCommand::Deduped { cmd, proposer, seq } => {
-            tracing::debug!(target: "dead_letters", group, ?proposer, seq, "deduped");
-            log_dead_letter_enqueues(group, cmd)
+            let any = log_dead_letter_commands(group, cmd);
+            if any {
+                tracing::debug!(target: "dead_letters", group, ?proposer, seq, "deduped");
+            }
+            any
         }
-        QueueCommand::Batch(cmds) => cmds.iter().for_each(|c| log_dead_letter_enqueues(group, c)),
+        // Every command is logged (no short cut after the first hit).
+        QueueCommand::Batch(cmds) => {
+            cmds.iter()
+                .filter(|c| log_dead_letter_commands(group, c))
+                .count()
+                > 0
+        }
         QueueCommand::EnqueueDeadLetters {
             source,
             settled_below,
@@ -308,13 +324,15 @@ fn log_dead_letter_enqueues(group: u64, cmd: &QueueCommand) {
             let lo = msgs.iter().map(|(id, _)| *id).min();
             let hi = msgs.iter().map(|(id, _)| *id).max();
             tracing::debug!(target: "dead_letters", group, source, settled_below, floor_version, n = msgs.len(), ?lo, ?hi, "enqueue dead letters");
+            true
         }
         QueueCommand::DeadLetterSettled { ids, .. } => {
             let lo = ids.iter().min();
             let hi = ids.iter().max();
             tracing::debug!(target: "dead_letters", group, n = ids.len(), ?lo, ?hi, "dead letters settled");
+            true
         }
-        _ => {}
+        _ => false,
     }
 }
 
