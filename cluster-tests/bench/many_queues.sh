@@ -158,6 +158,22 @@ wait_ready_log() {
 }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Waits (up to $1 s) until the running nodes together use under 20 % of a core over 2 s, so
+# a phase does not start while the last one's catch-up is still running; prints how long.
+settle() {
+  local t deadline=$((SECONDS + $1)) hz a b i pids
+  t=$(now)
+  hz=$(getconf CLK_TCK)
+  while ((SECONDS < deadline)); do
+    pids=""
+    for i in 1 2 3; do kill -0 "$(pid_of "$i")" 2>/dev/null && pids+=" $(pid_of "$i")"; done
+    a=0; for i in $pids; do a=$((a + $(cpu_ticks "$i"))); done
+    sleep 2
+    b=0; for i in $pids; do b=$((b + $(cpu_ticks "$i"))); done
+    (((b - a) * 100 / hz / 2 < 20)) && break
+  done
+  echo "  settled after $(since "$t") s"
+}
 phase_logs() {
   local out="" i
   for i in 1 2 3; do out+=" node$i=$(log_count "$i" | awk '{print $1 " lines/" int($2 / 1024) " KiB"}')"; done
@@ -243,6 +259,7 @@ if has list; then
   echo "GET /api/queues?page=1&page_size=100 (node 2): $(since "$t") s, HTTP $code"
 fi
 if has restart; then
+  settle 120
   echo "== restart node 1, which leads every queue (SIGTERM, start)"
   pid=$(pid_of 1)
   t=$(now)
@@ -257,6 +274,7 @@ if has restart; then
   phase_logs
 fi
 if has kill; then
+  settle 120
   echo "== kill -9 node 2 (leaders: $(leaders_each 3))"
   t=$(now)
   kill -9 "$(pid_of 2)"
@@ -269,6 +287,7 @@ if has kill; then
   phase_logs
 fi
 if has rebalance; then
+  settle 120
   echo "== rebalance quorum (leaders before: $(leaders_each 1))"
   t=$(now)
   ctl 1 rebalance quorum >"$DATA/rebalance.out" 2>&1 || echo "  rebalance failed: $(tail -3 "$DATA/rebalance.out")"

@@ -48,6 +48,50 @@ const LEASE_MARGIN_MS: u64 = 15;
 /// the leader's term; openraft 0.9 has no pre-vote).
 const NEW_REPLICA_GRACE_MS: u64 = 1000;
 
+/// At most this many groups of this node are in a pre-vote round at once. A node that
+/// finds thousands of groups leaderless at once (a restart, a peer's death at 10,000
+/// queues) asks for them in waves: the sweep takes the next groups as rounds end (issue 31).
+const MAX_PRE_VOTES: usize = 256;
+
+/// The groups with a pre-vote round (and maybe a campaign) in flight.
+#[derive(Default, Clone)]
+struct InFlight(Arc<std::sync::Mutex<HashSet<u64>>>);
+
+impl InFlight {
+    fn is_full(&self) -> bool {
+        self.0.lock().map_or(true, |s| s.len() >= MAX_PRE_VOTES)
+    }
+
+    fn contains(&self, group: u64) -> bool {
+        self.0.lock().map_or(true, |s| s.contains(&group))
+    }
+
+    /// Marks `group` in flight until the returned guard drops.
+    fn start(&self, group: u64) -> InFlightGuard {
+        if let Ok(mut s) = self.0.lock() {
+            s.insert(group);
+        }
+        InFlightGuard {
+            set: self.clone(),
+            group,
+        }
+    }
+}
+
+/// Ends a group's in-flight round when dropped.
+struct InFlightGuard {
+    set: InFlight,
+    group: u64,
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.set.0.lock() {
+            s.remove(&self.group);
+        }
+    }
+}
+
 #[derive(Default)]
 struct Leaderless {
     since: Option<Instant>,
@@ -59,6 +103,7 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>, peers: 
     tokio::spawn(async move {
         let mut changes = detector.subscribe();
         let mut state: HashMap<u64, Leaderless> = HashMap::new();
+        let pre_votes = InFlight::default();
         let sweep = Duration::from_millis(SWEEP_MS);
         let idle_sweep = Duration::from_millis(IDLE_SWEEP_MS);
         // The earliest lease end the last sweep waited for.
@@ -144,6 +189,18 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>, peers: 
                     .copied()
                     .filter(|v| detector.may_lead(*v))
                     .collect();
+                let reachable = voters.iter().filter(|v| detector.is_alive(**v)).count();
+                if reachable < voters.len() / 2 + 1 {
+                    // No majority of the voters is up as the detector sees them (a
+                    // draining voter still votes): no campaign can win. A node that lost its peers (a restart whose
+                    // detector has not reached them yet, a partition) asks nothing
+                    // until they are back; their return is a detector change, which
+                    // sweeps every group again.
+                    continue;
+                }
+                if pre_votes.is_full() || pre_votes.contains(group) {
+                    continue;
+                }
                 live.sort_unstable();
                 let rank = live.iter().position(|v| *v == me).unwrap_or(0) as u64;
                 let n = live.len().max(1) as u64;
@@ -154,10 +211,13 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>, peers: 
                     .is_none_or(|t| now.duration_since(t) >= Duration::from_millis(RETRY_MS));
                 if my_turn && rested {
                     st.last_try = Some(now);
-                    let (raft, peers) = (raft.clone(), peers.clone());
+                    let (raft, peers, detector) = (raft.clone(), peers.clone(), detector.clone());
+                    let pending = pre_votes.start(group);
                     tokio::spawn(async move {
+                        let _pending = pending;
                         let req = PreVoteRequest { candidate: me };
-                        if !pre_vote::ask(&peers, me, group, &voters, &req).await {
+                        let up = |v| detector.is_alive(v);
+                        if !pre_vote::ask(&peers, me, group, &voters, up, &req).await {
                             tracing::debug!(
                                 group,
                                 ?leader,

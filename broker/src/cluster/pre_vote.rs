@@ -82,43 +82,61 @@ pub fn answer(
     granted
 }
 
-/// Asks every voter of `group` but `me` for a pre-vote and returns whether
-/// a majority of `voters` (counting `me`) would vote for `req.candidate`.
-/// A voter that does not answer within [`PRE_VOTE_TIMEOUT_MS`] counts as no.
+/// Asks the voters of `group` but `me` that `reachable` (the failure detector) sees up
+/// for a pre-vote and returns whether a majority of `voters` (counting `me`) would vote for
+/// `req.candidate`. A voter seen down counts as no without being asked (a dead peer's call
+/// would hold the round for the whole timeout); a voter that does not answer within
+/// [`PRE_VOTE_TIMEOUT_MS`] counts as no. The round ends as soon as the majority is reached or
+/// can no longer be.
 pub async fn ask(
     peers: &Arc<Peers>,
     me: NodeId,
     group: u64,
     voters: &[NodeId],
+    reachable: impl Fn(NodeId) -> bool,
     req: &PreVoteRequest,
 ) -> bool {
+    use futures::StreamExt;
     let need = voters.len() / 2 + 1;
     let Ok(payload) = raft_log::codec::encode(req) else {
         return false;
     };
     let started = Instant::now();
-    let asks = voters.iter().filter(|v| **v != me).map(|v| {
-        let (peers, payload, v) = (peers.clone(), payload.clone(), *v);
-        async move {
-            let ch = peers.channel(v)?;
-            let mut client = RaftTransportClient::new(ch)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES);
-            let rpc = RaftRequest {
-                group_id: group,
-                payload: payload.into(),
-                cluster_id: peers.cluster_id(),
-            };
-            let timeout = Duration::from_millis(PRE_VOTE_TIMEOUT_MS);
-            let reply = tokio::time::timeout(timeout, client.pre_vote(rpc))
-                .await
-                .ok()?
-                .ok()?;
-            raft_log::codec::decode::<bool>(&reply.into_inner().payload).ok()
+    let mut asks: futures::stream::FuturesUnordered<_> = voters
+        .iter()
+        .filter(|v| **v != me && reachable(**v))
+        .map(|v| {
+            let (peers, payload, v) = (peers.clone(), payload.clone(), *v);
+            async move {
+                let ch = peers.channel(v)?;
+                let mut client = RaftTransportClient::new(ch)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+                let rpc = RaftRequest {
+                    group_id: group,
+                    payload: payload.into(),
+                    cluster_id: peers.cluster_id(),
+                };
+                let timeout = Duration::from_millis(PRE_VOTE_TIMEOUT_MS);
+                let reply = tokio::time::timeout(timeout, client.pre_vote(rpc))
+                    .await
+                    .ok()?
+                    .ok()?;
+                raft_log::codec::decode::<bool>(&reply.into_inner().payload).ok()
+            }
+        })
+        .collect();
+    let mut yes = 1;
+    let mut open = asks.len();
+    while yes < need && yes + open >= need {
+        let Some(answer) = asks.next().await else {
+            break;
+        };
+        open -= 1;
+        if answer == Some(true) {
+            yes += 1;
         }
-    });
-    let answers = futures::future::join_all(asks).await;
-    let yes = 1 + answers.iter().filter(|a| **a == Some(true)).count();
+    }
     tracing::debug!(
         group,
         yes,

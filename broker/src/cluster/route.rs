@@ -209,10 +209,16 @@ impl Route {
                         Ok(Ok(resp)) => return Ok(resp.data),
                         Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                             self.set_hint(f.leader_id.filter(|l| *l != me));
-                            if f.leader_id.is_some_and(|l| l != me) {
-                                continue;
+                            // At once to a leader the detector sees up; one it sees
+                            // down would send the next attempt straight back here
+                            // (the only live member), and the group would spin
+                            // without a pause (a restarted node with 10,000 groups
+                            // whose detector had not reached its peers yet: issue 31).
+                            match f.leader_id.filter(|l| *l != me) {
+                                Some(l) if self.forwarder.detector().may_lead(l) => continue,
+                                Some(l) => last_error = format!("leader {l} is down"),
+                                None => last_error = "no leader elected".into(),
                             }
-                            last_error = "no leader elected".into();
                         }
                         // The group is shut down: nothing will ever apply it here.
                         Ok(Err(RaftError::Fatal(e))) => return Err(e.to_string()),
