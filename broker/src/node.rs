@@ -40,6 +40,8 @@ use crate::queue::types::QueueConfig;
 
 /// sled page cache (bytes); sled holds only snapshots and node records.
 const CACHE_BYTES: u64 = 16 * 1024 * 1024;
+/// How often the log read caches are dropped while the memory alarm is raised.
+const SHRINK_EVERY: Duration = Duration::from_millis(100);
 
 /// A running node.
 pub struct Broker {
@@ -235,6 +237,38 @@ impl Broker {
         Ok((broker, services))
     }
 
+    /// While this node's memory alarm is raised, the groups' log read caches (up to 8 MiB
+    /// each, trimmed otherwise only when the group appends) keep nothing already written:
+    /// dropped at once and again every [`SHRINK_EVERY`], then back to their budget when the
+    /// alarm clears. A node drained of a flood into many queues kept them in memory and its
+    /// alarm never cleared.
+    fn spawn_log_cache_shrinker(self: &Arc<Self>) {
+        let me = Arc::downgrade(self);
+        let mut alarms = self.alarms.subscribe();
+        tokio::spawn(async move {
+            let mut shrunk = false;
+            loop {
+                let Some(node) = me.upgrade() else { return };
+                let pressure = node.alarms.local().memory;
+                if pressure {
+                    let dropped = node.store.set_log_cache_budget(Some(0));
+                    if dropped > 0 {
+                        tracing::debug!(dropped, "memory alarm: log read caches dropped");
+                    }
+                } else if shrunk {
+                    node.store.set_log_cache_budget(None);
+                }
+                shrunk = pressure;
+                drop(node);
+                if pressure {
+                    tokio::time::sleep(SHRINK_EVERY).await;
+                } else if alarms.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
     /// Starts the failure detector, elections and the topology reconciler,
     /// and waits (up to 30 s) for a meta leader; a single node elects itself
     /// at once. Call once the cluster listener serves [`Broker::open`]'s
@@ -242,6 +276,7 @@ impl Broker {
     pub async fn start(self: &Arc<Self>) -> Result<(), NodeError> {
         self.join_if_needed().await?;
         self.alarms.spawn_monitor(self.config.data_dir.clone());
+        self.spawn_log_cache_shrinker();
         self.detector.spawn();
         elections::spawn(
             self.node_id(),

@@ -207,6 +207,14 @@ impl NodeStore {
         })
     }
 
+    /// Sets every group's log read cache budget to `budget` bytes (`None`: the configured
+    /// `group_cache_bytes`) and drops what is over it now (entries already written; later
+    /// reads go to the segment files); returns the bytes dropped. For memory pressure: see
+    /// [`Wal::shrink_caches`].
+    pub fn set_log_cache_budget(&self, budget: Option<usize>) -> usize {
+        self.wal.shrink_caches(budget)
+    }
+
     /// The underlying sled `Db` (for node-local records such as an epoch counter and metrics;
     /// do not write `snap/` trees).
     pub fn db(&self) -> &sled::Db {

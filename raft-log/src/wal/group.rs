@@ -184,6 +184,11 @@ impl GroupLog {
         self.cached_bytes
     }
 
+    /// Bytes currently cached (bytes).
+    pub fn cache_len(&self) -> usize {
+        self.cached_bytes
+    }
+
     fn forget(&mut self, s: &Slot, on_remove: &mut impl FnMut(u64)) {
         if let Some(d) = &s.data {
             self.cached_bytes -= d.len();

@@ -89,6 +89,9 @@ pub(crate) struct Wal {
     dir: PathBuf,
     opts: WalOptions,
     state: Mutex<State>,
+    /// Per-group read cache budget in force (bytes): `opts.group_cache_bytes`, or less while
+    /// the node is short of memory ([`Wal::shrink_caches`]).
+    cache_budget: std::sync::atomic::AtomicUsize,
     /// Tests: each deleted segment's name and bytes as they were when it was deleted (the
     /// power-loss simulation lets an unsynced unlink come undone).
     #[cfg(test)]
@@ -164,6 +167,7 @@ impl Wal {
         st.ranges.clear();
         let wal = Wal {
             dir: dir.to_path_buf(),
+            cache_budget: std::sync::atomic::AtomicUsize::new(opts.group_cache_bytes),
             opts,
             state: Mutex::new(st),
             #[cfg(test)]
@@ -202,12 +206,36 @@ impl Wal {
         }
         let State { groups, segs, .. } = &mut *st;
         if let Some(g) = groups.get_mut(&group) {
-            g.evict(self.opts.group_cache_bytes, |s| {
+            let budget = self.cache_budget.load(std::sync::atomic::Ordering::Relaxed);
+            g.evict(budget, |s| {
                 segs.get(&s.seg)
                     .is_some_and(|seg| seg.written >= s.at + u64::from(s.len))
             });
         }
         Ok(())
+    }
+
+    /// Sets the per-group read cache budget to `budget` bytes (`None`: back to
+    /// `group_cache_bytes`) and drops every group's cache down to it at once (oldest entries
+    /// first, only entries already written to a segment); returns the bytes dropped. For a
+    /// memory alarm: a group's cache is otherwise trimmed only when that group appends, so
+    /// queues drained of a flood kept up to `group_cache_bytes` each in memory for good.
+    pub fn shrink_caches(&self, budget: Option<usize>) -> usize {
+        let budget = budget.unwrap_or(self.opts.group_cache_bytes);
+        self.cache_budget
+            .store(budget, std::sync::atomic::Ordering::Relaxed);
+        let mut st = self.lock();
+        let State { groups, segs, .. } = &mut *st;
+        let mut dropped = 0;
+        for g in groups.values_mut() {
+            let before = g.cache_len();
+            g.evict(budget, |s| {
+                segs.get(&s.seg)
+                    .is_some_and(|seg| seg.written >= s.at + u64::from(s.len))
+            });
+            dropped += before - g.cache_len();
+        }
+        dropped
     }
 
     /// Remove the entries `>= index` of `group` (durable after the next sync).
@@ -1028,6 +1056,45 @@ mod tests {
         drop(wal);
         let wal = Wal::open(&path, opts).unwrap();
         assert_eq!(read(&wal), want, "replayed from disk");
+    }
+
+    /// Under memory pressure every group's read cache is dropped down to the budget (entries
+    /// already written only), reads then come from the segments, and the budget holds for
+    /// later appends until it is set back.
+    #[test]
+    fn caches_shrink_to_a_budget_and_reads_go_to_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(&dir.path().join("wal"), WalOptions::default()).unwrap();
+        for g in [1u64, 2] {
+            for i in 1..=4u64 {
+                wal.append(g, vec![(i, vec![g as u8; 1000])]).unwrap();
+            }
+        }
+        let cached =
+            |wal: &Wal| -> usize { wal.lock().groups.values().map(|g| g.cache_len()).sum() };
+        assert!(cached(&wal) >= 8000);
+        wal.sync().unwrap();
+        let dropped = wal.shrink_caches(Some(0));
+        assert!(dropped >= 8000, "dropped {dropped}");
+        assert_eq!(cached(&wal), 0);
+        for g in [1u64, 2] {
+            let read = wal.read(g, 0, u64::MAX).unwrap();
+            assert_eq!(read.len(), 4);
+            assert!(
+                read.iter().all(|b| b.len() == 1000 && b[0] == g as u8),
+                "from the segment"
+            );
+        }
+        // Budget 0 holds: an append's written predecessors are dropped as it comes in.
+        wal.append(1, vec![(5, vec![1; 1000])]).unwrap();
+        wal.sync().unwrap();
+        wal.append(1, vec![(6, vec![1; 1000])]).unwrap();
+        assert!(cached(&wal) <= 2000);
+        // Back to the configured budget: nothing written is dropped any more.
+        assert_eq!(wal.shrink_caches(None), 0);
+        wal.sync().unwrap();
+        wal.append(1, vec![(7, vec![1; 1000])]).unwrap();
+        assert!(cached(&wal) >= 1000);
     }
 
     /// Segments are preallocated (a sync then overwrites blocks the file owns); a finished
