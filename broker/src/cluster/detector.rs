@@ -27,6 +27,11 @@ pub const DEAD_AFTER_MS: u64 = 800;
 
 /// Why a peer is down when its beats stopped (its stream still open).
 const SILENT: &str = "no beat";
+/// How long a timer lateness counts in [`Detector::lag`] (ms).
+const LAG_WINDOW_MS: u64 = 5000;
+/// The most that lateness (this node's and a peer's together) adds to [`DEAD_AFTER_MS`] (ms):
+/// a node that is silent this much longer is down however loaded anyone is.
+const MAX_LAG_ALLOWANCE_MS: u64 = 10_000;
 
 #[derive(Debug, Clone)]
 struct PeerState {
@@ -39,6 +44,8 @@ struct PeerState {
     /// Down only because its beats stopped arriving: its stream is still
     /// open (paused, partitioned, or behind a slow link).
     silent: bool,
+    /// How late its timers ran lately, as its last beat said (ms).
+    lag_ms: u64,
 }
 
 /// Liveness of every peer as this node sees it.
@@ -58,6 +65,11 @@ pub struct Detector {
     /// Client connection counts: ours go out on every beat, peers' come in (vhost
     /// connection limits are cluster-wide).
     connections: Arc<crate::connections::Connections>,
+    /// Lateness of this node's detector timer (when, ms late), the last [`LAG_WINDOW_MS`]:
+    /// a node whose runtime is behind (tens of thousands of groups starting, a saturated
+    /// CPU) handles beats late too, and must not take a live peer's silence for death
+    /// (Lifeguard's local health awareness, HashiCorp memberlist).
+    lag: Mutex<std::collections::VecDeque<(Instant, u64)>>,
     /// This node is draining (`quorumqctl drain`, SIGTERM): alive, but it
     /// leads nothing — it appends no more as a leader, answers forwarded
     /// proposals with "no leader here" and does not campaign
@@ -106,6 +118,7 @@ impl Detector {
             started: Instant::now(),
             alarms,
             connections,
+            lag: Mutex::new(std::collections::VecDeque::new()),
             draining: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -118,10 +131,11 @@ impl Detector {
             let mut dialling = std::collections::HashSet::new();
             let mut check = tokio::time::interval(Duration::from_millis(BEAT_MS / 2));
             loop {
-                check.tick().await;
+                let due = check.tick().await;
                 if Arc::strong_count(&me) == 1 {
                     return;
                 }
+                me.note_lag(tokio::time::Instant::now().saturating_duration_since(due));
                 // One stream per node pair: the lower id dials, both beat on it.
                 for peer in me.peers.others() {
                     if peer > me.me && dialling.insert(peer) {
@@ -281,6 +295,7 @@ impl Detector {
             disk_alarm: alarm.disk,
             draining: self.is_draining(),
             connections: self.connections.local(),
+            lag_ms: u32::try_from(self.lag_ms()).unwrap_or(u32::MAX),
         }
     }
 
@@ -311,6 +326,7 @@ impl Detector {
                 amqp_addr: String::new(),
                 draining: false,
                 silent: false,
+                lag_ms: 0,
             });
             let changed = !p.alive || p.epoch != b.epoch;
             if changed {
@@ -327,6 +343,7 @@ impl Detector {
             p.last_seen = now;
             p.amqp_addr = b.amqp_addr.clone();
             p.draining = b.draining;
+            p.lag_ms = u64::from(b.lag_ms);
             changed
         };
         if changed {
@@ -358,16 +375,57 @@ impl Detector {
         }
     }
 
-    /// Marks down every peer silent for longer than [`DEAD_AFTER_MS`].
+    /// Records how late this node's detector timer ran (`late`).
+    fn note_lag(&self, late: Duration) {
+        let Ok(mut lag) = self.lag.lock() else { return };
+        let now = Instant::now();
+        while lag
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > Duration::from_millis(LAG_WINDOW_MS))
+        {
+            lag.pop_front();
+        }
+        let ms = u64::try_from(late.as_millis()).unwrap_or(u64::MAX);
+        // Only the lateness that matters is kept: a few ms is scheduling noise.
+        if ms >= 10 {
+            lag.push_back((now, ms));
+        }
+    }
+
+    /// The largest lateness of this node's detector timer in the last [`LAG_WINDOW_MS`] (ms).
+    pub fn lag_ms(&self) -> u64 {
+        let now = Instant::now();
+        self.lag
+            .lock()
+            .map(|l| {
+                l.iter()
+                    .filter(|(at, _)| {
+                        now.duration_since(*at) <= Duration::from_millis(LAG_WINDOW_MS)
+                    })
+                    .map(|(_, ms)| *ms)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
+    }
+
+    /// How long a peer whose timers ran `peer_lag_ms` late may be silent before it is down:
+    /// [`DEAD_AFTER_MS`] plus this node's and the peer's recent lateness, at most
+    /// [`MAX_LAG_ALLOWANCE_MS`] more.
+    fn silence_allowed(&self, peer_lag_ms: u64) -> Duration {
+        allowance(self.lag_ms(), peer_lag_ms)
+    }
+
+    /// Marks down every peer silent for longer than [`DEAD_AFTER_MS`] (plus the lateness of
+    /// its timers and of this node's, [`Detector::silence_allowed`]).
     fn expire(&self) {
+        let own = self.lag_ms();
         let silent: Vec<u64> = self
             .state
             .lock()
             .map(|s| {
                 s.iter()
-                    .filter(|(_, p)| {
-                        p.alive && p.last_seen.elapsed() > Duration::from_millis(DEAD_AFTER_MS)
-                    })
+                    .filter(|(_, p)| p.alive && p.last_seen.elapsed() > allowance(own, p.lag_ms))
                     .map(|(id, _)| *id)
                     .collect()
             })
@@ -415,6 +473,14 @@ impl Detector {
     }
 }
 
+/// How long a peer may be silent before it is down when this node's timers ran `own_ms`
+/// late and the peer's `peer_ms` (ms): [`DEAD_AFTER_MS`] plus both, at most
+/// [`MAX_LAG_ALLOWANCE_MS`] more.
+fn allowance(own_ms: u64, peer_ms: u64) -> Duration {
+    let extra = own_ms.saturating_add(peer_ms).min(MAX_LAG_ALLOWANCE_MS);
+    Duration::from_millis(DEAD_AFTER_MS + extra)
+}
+
 /// Keeps one outbound `Heartbeat` stream to `peer` open while the detector lives.
 async fn dial(detector: std::sync::Weak<Detector>, peer: u64) {
     loop {
@@ -438,12 +504,10 @@ async fn dial(detector: std::sync::Weak<Detector>, peer: u64) {
                 Ok(Ok(resp)) => {
                     let mut inbound = resp.into_inner();
                     loop {
-                        match tokio::time::timeout(
-                            Duration::from_millis(DEAD_AFTER_MS),
-                            inbound.next(),
-                        )
-                        .await
-                        {
+                        let Some(allowed) = detector.upgrade().map(|d| d.silence_allowed(0)) else {
+                            return;
+                        };
+                        match tokio::time::timeout(allowed, inbound.next()).await {
                             Ok(Some(Ok(b))) => match detector.upgrade() {
                                 Some(d) => d.on_beat(&b),
                                 None => return,
@@ -486,6 +550,60 @@ mod tests {
             crate::alarms::Alarms::new(u64::MAX, 0),
             crate::connections::Connections::new(),
         )
+    }
+
+    /// Makes `node` last heard `ago` ago.
+    fn heard_ago(d: &Detector, node: u64, ago: Duration) {
+        if let Ok(mut s) = d.state.lock() {
+            if let Some(p) = s.get_mut(&node) {
+                p.last_seen = Instant::now() - ago;
+            }
+        }
+    }
+
+    #[test]
+    fn silence_is_death_after_dead_after_ms_unless_someone_runs_late() {
+        let d = detector();
+        d.on_beat(&beat(2, false));
+        d.on_beat(&Beat {
+            lag_ms: 1500,
+            ..beat(3, false)
+        });
+        let silent = Duration::from_millis(DEAD_AFTER_MS + 700);
+        heard_ago(&d, 2, silent);
+        heard_ago(&d, 3, silent);
+        d.expire();
+        assert!(!d.is_alive(2), "no one late: down");
+        assert!(d.is_alive(3), "its own timers ran 1.5 s late: not yet");
+
+        // This node's own runtime ran 1 s late: a peer's silence of DEAD_AFTER + 0.7 s is ours.
+        let d = detector();
+        d.on_beat(&beat(2, false));
+        d.note_lag(Duration::from_millis(1000));
+        assert_eq!(d.lag_ms(), 1000);
+        assert_eq!(d.beat().lag_ms, 1000, "beats carry it");
+        heard_ago(&d, 2, silent);
+        d.expire();
+        assert!(d.is_alive(2));
+        heard_ago(&d, 2, Duration::from_millis(DEAD_AFTER_MS + 1100));
+        d.expire();
+        assert!(!d.is_alive(2) && d.is_silent(2));
+    }
+
+    #[test]
+    fn lateness_allows_at_most_max_lag_allowance_ms_more() {
+        assert_eq!(allowance(0, 0), Duration::from_millis(DEAD_AFTER_MS));
+        assert_eq!(
+            allowance(300, 200),
+            Duration::from_millis(DEAD_AFTER_MS + 500)
+        );
+        assert_eq!(
+            allowance(u64::MAX, 5),
+            Duration::from_millis(DEAD_AFTER_MS + MAX_LAG_ALLOWANCE_MS)
+        );
+        let d = detector();
+        d.note_lag(Duration::from_millis(5));
+        assert_eq!(d.lag_ms(), 0, "a few ms is noise");
     }
 
     fn beat(node: u64, draining: bool) -> Beat {
