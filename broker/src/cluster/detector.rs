@@ -1,6 +1,6 @@
 //! The node-level failure detector (Ra's aten, CockroachDB's liveness): one
 //! long-lived `Heartbeat` stream per node pair (dialled by the lower node
-//! id) carries a beat every
+//! id, on a TCP connection of its own: [`Peers::beat_channel`]) carries a beat every
 //! [`BEAT_MS`] in both directions. A peer is down when its stream breaks (a
 //! killed process closes its connections: noticed at once) or when no beat
 //! arrived for [`DEAD_AFTER_MS`] (a paused or partitioned node). Idle Raft
@@ -485,7 +485,7 @@ fn allowance(own_ms: u64, peer_ms: u64) -> Duration {
 async fn dial(detector: std::sync::Weak<Detector>, peer: u64) {
     loop {
         let Some(d) = detector.upgrade() else { return };
-        if let Some(ch) = d.peers.channel(peer) {
+        if let Some(ch) = d.peers.beat_channel(peer) {
             let mut client = ClusterClient::new(ch);
             let beats = {
                 let d = Arc::downgrade(&d);

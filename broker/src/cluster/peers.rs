@@ -23,6 +23,8 @@ pub struct Peers {
     cluster_id: AtomicU64,
     addrs: RwLock<BTreeMap<u64, String>>,
     channels: RwLock<HashMap<u64, (String, PeerChannel)>>,
+    /// The failure detector's channels ([`Peers::beat_channel`]).
+    beat_channels: RwLock<HashMap<u64, (String, PeerChannel)>>,
     /// Sent on every call (cluster authentication, `cluster::secret`).
     secret: ClusterSecret,
     /// Mutual TLS toward peers' cluster ports (`cluster_tls`); None = plain HTTP/2.
@@ -38,6 +40,7 @@ impl Peers {
             cluster_id: AtomicU64::new(cluster_id),
             addrs: RwLock::new(BTreeMap::new()),
             channels: RwLock::new(HashMap::new()),
+            beat_channels: RwLock::new(HashMap::new()),
             secret: ClusterSecret::unset(),
             tls: None,
         }
@@ -140,8 +143,24 @@ impl Peers {
     /// The channel to node `id` (connected on first use, reconnected by
     /// tonic after failures); None when its address is unknown or invalid.
     pub fn channel(&self, id: u64) -> Option<PeerChannel> {
+        self.channel_in(&self.channels, id)
+    }
+
+    /// A channel to node `id` on a TCP connection of its own, for the failure detector's
+    /// beats: on the shared channel a beat queued behind megabytes of appends (a node
+    /// catching up tens of thousands of groups) arrived late, and the peer was taken for
+    /// dead (issue 31). None as for [`Peers::channel`].
+    pub fn beat_channel(&self, id: u64) -> Option<PeerChannel> {
+        self.channel_in(&self.beat_channels, id)
+    }
+
+    fn channel_in(
+        &self,
+        channels: &RwLock<HashMap<u64, (String, PeerChannel)>>,
+        id: u64,
+    ) -> Option<PeerChannel> {
         let addr = self.addr(id)?;
-        if let Some((a, ch)) = self.channels.read().ok()?.get(&id) {
+        if let Some((a, ch)) = channels.read().ok()?.get(&id) {
             if *a == addr {
                 return Some(ch.clone());
             }
@@ -157,7 +176,7 @@ impl Peers {
             .local_address(self.local_ip)
             .connect_lazy();
         let ch = self.secret.attach(ch);
-        if let Ok(mut c) = self.channels.write() {
+        if let Ok(mut c) = channels.write() {
             c.insert(id, (addr, ch.clone()));
         }
         Some(ch)
