@@ -55,36 +55,38 @@ const MAX_PRE_VOTES: usize = 256;
 
 /// The groups with a pre-vote round (and maybe a campaign) in flight.
 #[derive(Default, Clone)]
-struct InFlight(Arc<std::sync::Mutex<HashSet<u64>>>);
+struct PreVoteRounds(Arc<std::sync::Mutex<HashSet<u64>>>);
 
-impl InFlight {
+impl PreVoteRounds {
+    /// True when [`MAX_PRE_VOTES`] rounds are in flight.
     fn is_full(&self) -> bool {
         self.0.lock().map_or(true, |s| s.len() >= MAX_PRE_VOTES)
     }
 
+    /// True when `group` has a round in flight.
     fn contains(&self, group: u64) -> bool {
         self.0.lock().map_or(true, |s| s.contains(&group))
     }
 
     /// Marks `group` in flight until the returned guard drops.
-    fn start(&self, group: u64) -> InFlightGuard {
+    fn start(&self, group: u64) -> RoundGuard {
         if let Ok(mut s) = self.0.lock() {
             s.insert(group);
         }
-        InFlightGuard {
+        RoundGuard {
             set: self.clone(),
             group,
         }
     }
 }
 
-/// Ends a group's in-flight round when dropped.
-struct InFlightGuard {
-    set: InFlight,
+/// Ends a group's pre-vote round when dropped.
+struct RoundGuard {
+    set: PreVoteRounds,
     group: u64,
 }
 
-impl Drop for InFlightGuard {
+impl Drop for RoundGuard {
     fn drop(&mut self) {
         if let Ok(mut s) = self.set.0.lock() {
             s.remove(&self.group);
@@ -103,7 +105,7 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>, peers: 
     tokio::spawn(async move {
         let mut changes = detector.subscribe();
         let mut state: HashMap<u64, Leaderless> = HashMap::new();
-        let pre_votes = InFlight::default();
+        let pre_votes = PreVoteRounds::default();
         let sweep = Duration::from_millis(SWEEP_MS);
         let idle_sweep = Duration::from_millis(IDLE_SWEEP_MS);
         // The earliest lease end the last sweep waited for.
@@ -192,10 +194,10 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>, peers: 
                 let reachable = voters.iter().filter(|v| detector.is_alive(**v)).count();
                 if reachable < voters.len() / 2 + 1 {
                     // No majority of the voters is up as the detector sees them (a
-                    // draining voter still votes): no campaign can win. A node that lost its peers (a restart whose
-                    // detector has not reached them yet, a partition) asks nothing
-                    // until they are back; their return is a detector change, which
-                    // sweeps every group again.
+                    // draining voter still votes): no campaign can win. A node that
+                    // lost its peers (a restart whose detector has not reached them
+                    // yet, a partition) asks nothing until they are back; their
+                    // return is a detector change, which sweeps every group again.
                     continue;
                 }
                 if pre_votes.is_full() || pre_votes.contains(group) {
@@ -269,6 +271,19 @@ mod tests {
     /// Who campaigns at `t` ms among `n` members.
     fn owner(t: u64, n: u64) -> Vec<u64> {
         (0..n).filter(|r| my_turn(t, *r, n)).collect()
+    }
+
+    #[test]
+    fn pre_vote_rounds_are_bounded_and_end_with_their_guard() {
+        let rounds = PreVoteRounds::default();
+        let guards: Vec<RoundGuard> = (0..MAX_PRE_VOTES as u64).map(|g| rounds.start(g)).collect();
+        assert!(rounds.is_full());
+        assert!(rounds.contains(7) && !rounds.contains(MAX_PRE_VOTES as u64));
+        drop(guards);
+        assert!(
+            !rounds.is_full() && !rounds.contains(7),
+            "every round ended"
+        );
     }
 
     #[test]
