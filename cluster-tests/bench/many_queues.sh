@@ -13,7 +13,8 @@
 #      leaders counted by `cluster_status` add up to N;
 #   5. kill -9 of node 2: until nodes 1 and 3 lead all N; node 2 is started
 #      again (and timed as in 4);
-#   6. `quorumqctl rebalance quorum` time;
+#   6. `quorumqctl rebalance quorum` time, and the longest confirm wait of a publisher on
+#      another queue meanwhile;
 #   7. sequential deletes (rate); then N declares and N deletes from 8
 #      connections (one channel each) at once (rates);
 #   8. log lines and bytes each node wrote (whole run and per phase).
@@ -288,10 +289,40 @@ if has kill; then
 fi
 if has rebalance; then
   settle 120
+  # A publisher on a queue of its own (mq.probe, node 3) publishes one message at a time with
+  # confirms through the rebalance: its longest wait for a confirm is the stall the rebalance
+  # caused on other queues (issue 31: "without stalling confirms on other queues").
+  python3 - "$((AMQP_BASE + 2))" "$DATA/probe.stop" "$DATA/probe.out" <<'PY' &
+import os, sys, time, pika
+port, stop, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+c = pika.BlockingConnection(pika.ConnectionParameters(port=port, heartbeat=0))
+ch = c.channel()
+ch.queue_declare("mq.probe", durable=True, arguments={"x-queue-type": "quorum"})
+ch.confirm_delivery()
+with open(out + ".ready", "w"):
+    pass
+n, longest, last = 0, 0.0, time.time()
+while not os.path.exists(stop):
+    ch.basic_publish("", "mq.probe", b"x" * 256, pika.BasicProperties(delivery_mode=2))
+    now = time.time()
+    longest, last, n = max(longest, now - last), now, n + 1
+ch.queue_delete("mq.probe")
+c.close()
+with open(out, "w") as f:
+    f.write(f"{n} {longest:.3f}\n")
+PY
+  probe=$!
+  for _ in $(seq 100); do [ -f "$DATA/probe.out.ready" ] && break; sleep 0.1; done
+  sleep 1
   echo "== rebalance quorum (leaders before: $(leaders_each 1))"
   t=$(now)
   ctl 1 rebalance quorum >"$DATA/rebalance.out" 2>&1 || echo "  rebalance failed: $(tail -3 "$DATA/rebalance.out")"
   echo "rebalance: $(since "$t") s (leaders after: $(leaders_each 1))"
+  sleep 1
+  touch "$DATA/probe.stop"
+  wait "$probe" || true
+  read -r pn pgap <"$DATA/probe.out" 2>/dev/null || { pn=0; pgap="?"; }
+  echo "  confirmed publishes on another queue meanwhile: $pn, longest wait for a confirm: $pgap s"
   phase_logs
 fi
 if has delete; then
