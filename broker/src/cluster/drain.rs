@@ -22,8 +22,9 @@ use super::membership;
 use super::LEADER_LEASE_MS;
 use crate::queue::registry::Queues;
 
-/// How many queues hand over at once.
-const PARALLEL: usize = 64;
+/// How many queues hand over at once. With 64, a graceful stop of a node leading 50,000
+/// queues handed over 31,500–40,300 of them in its 15 s; with 256, 45,600 (issue 31).
+const PARALLEL: usize = 256;
 
 /// Outcome of [`drain`], counts of queues.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
