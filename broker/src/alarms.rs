@@ -40,7 +40,7 @@ const CHECK_CLOSE_EVERY: Duration = Duration::from_millis(10);
 const CLOSE_PERCENT: u64 = 50;
 /// How often disk free space is measured.
 const DISK_EVERY: Duration = Duration::from_secs(1);
-/// The memory alarm rises when memory growing at the rate of the last measurement would
+/// The memory alarm rises when memory growing at the fastest rate of [`RAISE_WINDOW`] would
 /// reach the watermark within this many ms ([`memory_alarm`]): what publishers already sent
 /// is still in flight (frames read, proposals being written) when their connections stop
 /// reading (measured: 13 MB after a flood of ~150 MB/s was blocked, debug build).

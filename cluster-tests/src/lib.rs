@@ -406,6 +406,15 @@ pub async fn bounded<T>(limit: Duration, fut: impl Future<Output = T>) -> T {
     }
 }
 
+/// A `key: N kB` line of `/proc/PID/status` (e.g. `"VmRSS:"`, `"VmHWM:"`, the peak), in
+/// bytes; None when the process or the line is gone.
+pub fn proc_status_bytes(pid: u32, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(key))?;
+    let kib: u64 = line[key.len()..].split_whitespace().next()?.parse().ok()?;
+    Some(kib << 10)
+}
+
 /// A name unique to this process and call, e.g. `ct.queue.1712.3.8123`.
 pub fn unique(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);

@@ -61,6 +61,32 @@ async fn drain(
     Ok(seen)
 }
 
+/// Publishes messages `0..n` (`size` bytes each, the id in the first 4) round-robin to
+/// `queues` on confirm channel `ch`, at most `window` unconfirmed, counting confirms in
+/// `confirmed`; fails on a nack.
+fn spawn_flood(
+    ch: Channel,
+    queues: Vec<String>,
+    n: u32,
+    size: usize,
+    window: usize,
+    confirmed: std::sync::Arc<std::sync::atomic::AtomicU32>,
+) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    tokio::spawn(async move {
+        let mut pending = std::collections::VecDeque::new();
+        for i in 0..n {
+            let q = &queues[i as usize % queues.len()];
+            pending.push_back(publish(&ch, q, i, size).await?);
+            while pending.len() >= window || (i + 1 == n && !pending.is_empty()) {
+                let c = pending.pop_front().expect("not empty");
+                anyhow::ensure!(c.await?.is_ack(), "nacked");
+                confirmed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Waits until the count of confirms `confirmed` holds still for a second (a blocked
 /// publisher's in-flight publishes have landed); returns it.
 async fn settled(confirmed: &std::sync::atomic::AtomicU32) -> u32 {
@@ -197,19 +223,7 @@ async fn a_memory_alarm_blocks_a_flooding_publisher_until_a_consumer_drains() ->
         let publisher = connect(broker.uri()).await?;
         let ch = confirm_channel(&publisher).await?;
         let confirmed = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
-        let (pq, count) = (q.clone(), confirmed.clone());
-        let flood = tokio::spawn(async move {
-            let mut pending = std::collections::VecDeque::new();
-            for i in 0..N {
-                pending.push_back(publish(&ch, &pq, i, SIZE).await?);
-                while pending.len() >= 64 || (i + 1 == N && !pending.is_empty()) {
-                    let c = pending.pop_front().expect("not empty");
-                    anyhow::ensure!(c.await?.is_ack(), "nacked");
-                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                }
-            }
-            anyhow::Ok(())
-        });
+        let flood = spawn_flood(ch, vec![q.clone()], N, SIZE, 64, confirmed.clone());
         let confirmed_now = || confirmed.load(std::sync::atomic::Ordering::SeqCst);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         while confirmed_now() < BEFORE_ALARM {
@@ -258,21 +272,6 @@ async fn a_memory_alarm_blocks_a_flooding_publisher_until_a_consumer_drains() ->
     .await
 }
 
-/// `key: N kB` of /proc/PID/status, in bytes.
-fn proc_status_bytes(pid: u32, key: &str) -> anyhow::Result<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = text
-        .lines()
-        .find(|l| l.starts_with(key))
-        .ok_or_else(|| anyhow::anyhow!("no {key} in /proc/{pid}/status"))?;
-    let kib: u64 = line[key.len()..]
-        .split_whitespace()
-        .next()
-        .ok_or_else(|| anyhow::anyhow!("empty {key}"))?
-        .parse()?;
-    Ok(kib * 1024)
-}
-
 /// Issue 14's must-show as written: a publisher floods queues with no consumer past an
 /// absolute memory watermark. It gets `connection.blocked`, the broker's peak RSS (`VmHWM`,
 /// reset when the watermark is set) stays under the limit, and once a consumer drains the
@@ -309,7 +308,7 @@ async fn a_memory_flood_is_blocked_before_rss_reaches_the_watermark() -> anyhow:
             }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let idle = proc_status_bytes(pid, "VmRSS:")?;
+        let idle = proc_status_bytes(pid, "VmRSS:").ok_or_else(|| anyhow::anyhow!("no VmRSS"))?;
         let limit = idle + HEADROOM;
         dlx::run(
             dlx::ctl(
@@ -329,24 +328,11 @@ async fn a_memory_flood_is_blocked_before_rss_reaches_the_watermark() -> anyhow:
         let publisher = connect(broker.uri()).await?;
         let ch = confirm_channel(&publisher).await?;
         let confirmed = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
-        let (pnames, count) = (names.clone(), confirmed.clone());
-        let flood = tokio::spawn(async move {
-            let mut pending = std::collections::VecDeque::new();
-            for i in 0..N {
-                let q = &pnames[(i % QUEUES) as usize];
-                pending.push_back(publish(&ch, q, i, SIZE).await?);
-                while pending.len() >= 256 || (i + 1 == N && !pending.is_empty()) {
-                    let c = pending.pop_front().expect("not empty");
-                    anyhow::ensure!(c.await?.is_ack(), "nacked");
-                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                }
-            }
-            anyhow::Ok(())
-        });
+        let flood = spawn_flood(ch, names.clone(), N, SIZE, 256, confirmed.clone());
         wait_blocked(&publisher, true, Duration::from_secs(120)).await?;
         // What was in flight lands; nothing more is taken.
         let settled = settled(&confirmed).await;
-        let peak = proc_status_bytes(pid, "VmHWM:")?;
+        let peak = proc_status_bytes(pid, "VmHWM:").ok_or_else(|| anyhow::anyhow!("no VmHWM"))?;
         println!(
             "idle {} MiB, limit {} MiB, peak {} MiB, {settled} of {N} confirmed when blocked",
             idle >> 20,
@@ -370,12 +356,13 @@ async fn a_memory_flood_is_blocked_before_rss_reaches_the_watermark() -> anyhow:
 
         // A consumer drains everything confirmed; memory falls, the alarm clears by itself.
         let consumer = std::sync::Arc::new(connect(broker.uri()).await?);
+        // Message i went to queue i % QUEUES.
+        let per_queue = |ids: std::ops::Range<u32>, k: usize| {
+            ids.filter(|i| *i as usize % names.len() == k).count()
+        };
         let mut got = BTreeSet::new();
-        for q in &names {
-            let per_queue = (0..settled)
-                .filter(|i| names[(*i % QUEUES) as usize] == *q)
-                .count();
-            got.extend(drain(&consumer, q, per_queue, 200).await?);
+        for (k, q) in names.iter().enumerate() {
+            got.extend(drain(&consumer, q, per_queue(0..settled, k), 200).await?);
         }
         assert_eq!(
             got,
@@ -384,14 +371,9 @@ async fn a_memory_flood_is_blocked_before_rss_reaches_the_watermark() -> anyhow:
         );
         // The rest is consumed as it comes: the publisher, once unblocked, finishes.
         let mut rest = Vec::new();
-        for q in &names {
-            let per_queue = (settled..N)
-                .filter(|i| names[(*i % QUEUES) as usize] == *q)
-                .count();
-            let (c, q) = (consumer.clone(), q.clone());
-            rest.push(tokio::spawn(
-                async move { drain(&c, &q, per_queue, 200).await },
-            ));
+        for (k, q) in names.iter().enumerate() {
+            let (c, q, count) = (consumer.clone(), q.clone(), per_queue(settled..N, k));
+            rest.push(tokio::spawn(async move { drain(&c, &q, count, 200).await }));
         }
         wait_blocked(&publisher, false, Duration::from_secs(30)).await?;
         tokio::time::timeout(Duration::from_secs(120), flood).await???;

@@ -27,10 +27,7 @@ fn body(seed: u8, mib: usize) -> Vec<u8> {
 
 /// Peak resident set (VmHWM) of process `pid`, in bytes.
 fn peak_rss(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib << 10)
+    proc_status_bytes(pid, "VmHWM:")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -392,32 +392,29 @@ impl Detector {
         }
     }
 
-    /// The largest lateness of this node's detector timer in the last [`LAG_WINDOW_MS`] (ms).
+    /// The largest lateness of this node's detector timer in the last [`LAG_WINDOW_MS`] (ms;
+    /// [`Detector::note_lag`] keeps only that window).
     pub fn lag_ms(&self) -> u64 {
-        let now = Instant::now();
         self.lag
             .lock()
-            .map(|l| {
-                l.iter()
-                    .filter(|(at, _)| {
-                        now.duration_since(*at) <= Duration::from_millis(LAG_WINDOW_MS)
-                    })
-                    .map(|(_, ms)| *ms)
-                    .max()
-                    .unwrap_or(0)
-            })
+            .map(|l| l.iter().map(|(_, ms)| *ms).max().unwrap_or(0))
             .unwrap_or(0)
     }
 
-    /// How long a peer whose timers ran `peer_lag_ms` late may be silent before it is down:
-    /// [`DEAD_AFTER_MS`] plus this node's and the peer's recent lateness, at most
-    /// [`MAX_LAG_ALLOWANCE_MS`] more.
-    fn silence_allowed(&self, peer_lag_ms: u64) -> Duration {
-        allowance(self.lag_ms(), peer_lag_ms)
+    /// How long `peer` may be silent before it is down: [`allowance`] of this node's and
+    /// the peer's recent lateness (as its last beat said).
+    fn silence_allowed(&self, peer: u64) -> Duration {
+        let peer_lag = self
+            .state
+            .lock()
+            .ok()
+            .and_then(|s| s.get(&peer).map(|p| p.lag_ms))
+            .unwrap_or(0);
+        allowance(self.lag_ms(), peer_lag)
     }
 
     /// Marks down every peer silent for longer than [`DEAD_AFTER_MS`] (plus the lateness of
-    /// its timers and of this node's, [`Detector::silence_allowed`]).
+    /// its timers and of this node's, [`allowance`]).
     fn expire(&self) {
         let own = self.lag_ms();
         let silent: Vec<u64> = self
@@ -504,7 +501,10 @@ async fn dial(detector: std::sync::Weak<Detector>, peer: u64) {
                 Ok(Ok(resp)) => {
                     let mut inbound = resp.into_inner();
                     loop {
-                        let Some(allowed) = detector.upgrade().map(|d| d.silence_allowed(0)) else {
+                        // The same allowance as `expire`: a stream broken sooner for a
+                        // loaded peer's silence would take it for dead ("stream closed").
+                        let Some(allowed) = detector.upgrade().map(|d| d.silence_allowed(peer))
+                        else {
                             return;
                         };
                         match tokio::time::timeout(allowed, inbound.next()).await {

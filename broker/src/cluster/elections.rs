@@ -58,14 +58,12 @@ const MAX_PRE_VOTES: usize = 256;
 struct PreVoteRounds(Arc<std::sync::Mutex<HashSet<u64>>>);
 
 impl PreVoteRounds {
-    /// True when [`MAX_PRE_VOTES`] rounds are in flight.
-    fn is_full(&self) -> bool {
-        self.0.lock().map_or(true, |s| s.len() >= MAX_PRE_VOTES)
-    }
-
-    /// True when `group` has a round in flight.
-    fn contains(&self, group: u64) -> bool {
-        self.0.lock().map_or(true, |s| s.contains(&group))
+    /// True when `group` may start a round: it has none in flight and fewer than
+    /// [`MAX_PRE_VOTES`] are.
+    fn admits(&self, group: u64) -> bool {
+        self.0
+            .lock()
+            .is_ok_and(|s| s.len() < MAX_PRE_VOTES && !s.contains(&group))
     }
 
     /// Marks `group` in flight until the returned guard drops.
@@ -200,7 +198,7 @@ pub fn spawn(me: u64, groups: Weak<GroupTable>, detector: Arc<Detector>, peers: 
                     // return is a detector change, which sweeps every group again.
                     continue;
                 }
-                if pre_votes.is_full() || pre_votes.contains(group) {
+                if !pre_votes.admits(group) {
                     continue;
                 }
                 live.sort_unstable();
@@ -276,14 +274,15 @@ mod tests {
     #[test]
     fn pre_vote_rounds_are_bounded_and_end_with_their_guard() {
         let rounds = PreVoteRounds::default();
-        let guards: Vec<RoundGuard> = (0..MAX_PRE_VOTES as u64).map(|g| rounds.start(g)).collect();
-        assert!(rounds.is_full());
-        assert!(rounds.contains(7) && !rounds.contains(MAX_PRE_VOTES as u64));
+        let mut guards: Vec<RoundGuard> =
+            (0..MAX_PRE_VOTES as u64).map(|g| rounds.start(g)).collect();
+        assert!(!rounds.admits(MAX_PRE_VOTES as u64), "full");
+        let first = guards.remove(0);
         drop(guards);
-        assert!(
-            !rounds.is_full() && !rounds.contains(7),
-            "every round ended"
-        );
+        assert!(!rounds.admits(0), "group 0's round is still in flight");
+        assert!(rounds.admits(7), "group 7's ended");
+        drop(first);
+        assert!(rounds.admits(0));
     }
 
     #[test]

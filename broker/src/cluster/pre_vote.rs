@@ -127,12 +127,11 @@ pub async fn ask(
         })
         .collect();
     let mut yes = 1;
-    let mut open = asks.len();
-    while yes < need && yes + open >= need {
+    // `asks` holds the voters still to answer.
+    while yes < need && yes + asks.len() >= need {
         let Some(answer) = asks.next().await else {
             break;
         };
-        open -= 1;
         if answer == Some(true) {
             yes += 1;
         }

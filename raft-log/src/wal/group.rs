@@ -179,13 +179,7 @@ impl GroupLog {
     }
 
     /// Bytes currently cached.
-    #[cfg(test)]
     pub fn cached_bytes(&self) -> usize {
-        self.cached_bytes
-    }
-
-    /// Bytes currently cached (bytes).
-    pub fn cache_len(&self) -> usize {
         self.cached_bytes
     }
 

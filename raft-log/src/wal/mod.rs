@@ -207,10 +207,7 @@ impl Wal {
         let State { groups, segs, .. } = &mut *st;
         if let Some(g) = groups.get_mut(&group) {
             let budget = self.cache_budget.load(std::sync::atomic::Ordering::Relaxed);
-            g.evict(budget, |s| {
-                segs.get(&s.seg)
-                    .is_some_and(|seg| seg.written >= s.at + u64::from(s.len))
-            });
+            g.evict(budget, |s| written(segs, s));
         }
         Ok(())
     }
@@ -228,12 +225,9 @@ impl Wal {
         let State { groups, segs, .. } = &mut *st;
         let mut dropped = 0;
         for g in groups.values_mut() {
-            let before = g.cache_len();
-            g.evict(budget, |s| {
-                segs.get(&s.seg)
-                    .is_some_and(|seg| seg.written >= s.at + u64::from(s.len))
-            });
-            dropped += before - g.cache_len();
+            let before = g.cached_bytes();
+            g.evict(budget, |s| written(segs, s));
+            dropped += before - g.cached_bytes();
         }
         dropped
     }
@@ -504,6 +498,12 @@ fn starts_with_checkpoint(dir: &Path, id: u64) -> Result<bool, StoreError> {
 
 /// `e` with what failed on which file put before its message (its kind kept): the
 /// fail-stop's log line and a refused open name the file.
+/// True when the bytes of `slot` are written to their segment (its cached copy may go).
+fn written(segs: &std::collections::BTreeMap<u64, state::Seg>, slot: &group::Slot) -> bool {
+    segs.get(&slot.seg)
+        .is_some_and(|seg| seg.written >= slot.at + u64::from(slot.len))
+}
+
 pub(crate) fn on_file(what: &str, path: &Path, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
 }
@@ -1071,7 +1071,7 @@ mod tests {
             }
         }
         let cached =
-            |wal: &Wal| -> usize { wal.lock().groups.values().map(|g| g.cache_len()).sum() };
+            |wal: &Wal| -> usize { wal.lock().groups.values().map(|g| g.cached_bytes()).sum() };
         assert!(cached(&wal) >= 8000);
         wal.sync().unwrap();
         let dropped = wal.shrink_caches(Some(0));
