@@ -149,6 +149,28 @@ where
         Ok(())
     }
 
+    /// Writes a group's first state before a `Raft` runs it: `vote`, then `entries` (a new
+    /// group's membership entry), as openraft's `save_vote` and `append` would, but without
+    /// waiting for a sync: they become durable with the node's next WAL sync (await
+    /// [`Flusher::flush`] for that), and `durable` follows. For a group every member starts
+    /// from the same derivable state (a queue's members, its preferred leader's first term),
+    /// where state lost to a crash before the sync is written again the same way.
+    ///
+    /// Errors: [`StoreError::Encode`], WAL and flusher errors.
+    pub fn seed<I: IntoIterator<Item = Entry<C>>>(
+        &mut self,
+        vote: &Vote<C::NodeId>,
+        entries: I,
+    ) -> Result<(), StoreError> {
+        self.wal.set_vote(self.group, &codec::encode(vote)?)?;
+        self.vote = Some(vote.clone());
+        if let Some((_, last)) = self.write_entries(entries)? {
+            let on_flushed = self.durable.on_flushed(last);
+            self.flusher.submit(Box::new(move |r| on_flushed(&r)))?;
+        }
+        Ok(())
+    }
+
     /// Number of entries currently held.
     pub fn len(&self) -> usize {
         self.wal.len(self.group)
@@ -425,6 +447,41 @@ mod tests {
             "own old entries resent to a follower"
         );
         assert_eq!(LeaderId::new(4, 2), *committed(4, 2).leader_id());
+    }
+
+    /// A seeded group reads back its vote and entries at once, and they become durable with
+    /// the next sync: a store reopened after it holds them.
+    #[tokio::test]
+    async fn a_seeded_state_is_readable_at_once_and_durable_after_the_next_sync() {
+        use openraft::storage::RaftLogReader;
+        use openraft::{Entry, EntryPayload};
+        let dir = tempfile::TempDir::new().unwrap();
+        let entry = || Entry::<Tc> {
+            log_id: LogId::default(),
+            payload: EntryPayload::Normal(9),
+        };
+        {
+            let ns = NodeStore::open(dir.path(), 1 << 20).unwrap();
+            let mut log = ns.log_store::<Tc>(3).unwrap();
+            log.seed(&committed(1, 2), [entry()]).unwrap();
+            assert_eq!(log.read_vote().await.unwrap(), Some(committed(1, 2)));
+            let state = log.get_log_state().await.unwrap();
+            assert_eq!(state.last_log_id, Some(LogId::default()));
+            ns.flusher().flush().await.unwrap();
+            assert_eq!(
+                log.durable().last(),
+                Some(LogId::default()),
+                "the sync covered it"
+            );
+            drop(log);
+            ns.close(std::time::Duration::from_secs(5)).await.unwrap();
+        }
+        let ns = NodeStore::open(dir.path(), 1 << 20).unwrap();
+        let mut log = ns.log_store::<Tc>(3).unwrap();
+        assert_eq!(log.read_vote().await.unwrap(), Some(committed(1, 2)));
+        let entries = log.try_get_log_entries(0..1).await.unwrap();
+        assert_eq!(entries.len(), 1);
+        assert!(matches!(entries[0].payload, EntryPayload::Normal(9)));
     }
 
     #[test]

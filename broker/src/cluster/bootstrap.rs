@@ -1,6 +1,7 @@
-//! Starting a Raft group on this node: initializing it with its voters,
-//! the campaigns of a new queue's preferred leader, and the leadership a
-//! replica restores from its vote at startup.
+//! Starting a Raft group on this node: a new queue's group seeded with its
+//! preferred leader's first term, or initialized with its voters and the
+//! campaigns of its preferred leader; and the leadership a replica restores
+//! from its vote at startup.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -122,6 +123,59 @@ pub fn campaign_if_preferred(raft: &Raft, members: &[u64], me: u64, fresh: bool)
             }
         });
     }
+}
+
+/// The term a seeded group starts in ([`seed_new_group`]): its preferred
+/// leader's first.
+const SEEDED_TERM: u64 = 1;
+
+/// Writes this node's (`me`) replica of a queue group created just now with
+/// `members` (preferred leader first) in the state an election of the
+/// preferred leader in term 1 would leave it: the membership entry
+/// openraft's `initialize` writes (log id 0, the same bytes on every
+/// member) and the vote of term 1 for the preferred leader, committed.
+/// openraft then starts the preferred leader as leader
+/// (`Engine::startup`: its own committed vote) and the others as its
+/// followers, with no initialization, no vote round and no blank entry:
+/// a new queue costs its members one replicated entry (the leader's
+/// `Configure`) instead of an election, a blank entry and it (issue 31).
+///
+/// Safe because the term-1 vote is granted by construction, not by a vote:
+/// every member of the creation takes it, and only for a group whose
+/// creation this node applied and nobody changed since
+/// ([`MetaGroup::take_newborn`](super::meta_group::MetaGroup::take_newborn)),
+/// opened with nothing stored. The preferred leader waits for the seed's
+/// sync before its Raft starts, so it never leads term 1 from a state a
+/// crash can take away (were it fresh again, it would start by election, in
+/// a later term). A follower does not wait: its seed lost to a crash is
+/// what the leader's first append or a later election gives it again.
+///
+/// Errors: the WAL refuses the writes, or the sync fails.
+pub async fn seed_new_group(
+    log: &mut raft_log::LogStore<TypeConfig>,
+    flusher: &raft_log::Flusher,
+    members: &[u64],
+    me: u64,
+) -> Result<(), NodeError> {
+    let Some(&leader) = members.first() else {
+        return Err(NodeError::Raft("a new group needs members".into()));
+    };
+    let voters: BTreeMap<u64, BasicNode> =
+        members.iter().map(|v| (*v, BasicNode::new(""))).collect();
+    let first = openraft::Entry::<TypeConfig> {
+        log_id: openraft::LogId::default(),
+        payload: openraft::EntryPayload::Membership(openraft::Membership::from(voters)),
+    };
+    let vote = openraft::Vote::new_committed(SEEDED_TERM, leader);
+    log.seed(&vote, [first])
+        .map_err(|e| NodeError::Raft(e.to_string()))?;
+    if leader == me {
+        flusher
+            .flush()
+            .await
+            .map_err(|e| NodeError::Raft(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// True when this replica holds nothing yet: no vote, no log entry, no

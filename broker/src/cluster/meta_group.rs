@@ -64,6 +64,12 @@ impl MetaGroup {
             .unwrap_or_default()
     }
 
+    /// The first members of new quorum queue group `group`, once
+    /// ([`MetaHost::take_newborn`]); `None` when the lock is poisoned.
+    pub fn take_newborn(&self, group: u64) -> Option<Vec<u64>> {
+        self.host.lock().ok()?.take_newborn(group)
+    }
+
     /// Proposes a topology change to the meta group: on this node when it
     /// leads, else forwarded to the leader; returns once the local replica
     /// applied it too (so this node's routing sees its own writes).

@@ -33,6 +33,11 @@ impl Default for QueueChanges {
 /// Most queue changes kept before the next look becomes a full one.
 const MAX_QUEUE_CHANGES: usize = 100_000;
 
+/// Most new quorum queues kept in [`MetaHost::take_newborn`]'s table (each
+/// node takes every entry when it opens the queue's handle; beyond this,
+/// new groups start by election instead).
+const MAX_NEWBORN: usize = 65_536;
+
 /// Topology plus the Raft adapter glue.
 #[derive(Default)]
 pub struct MetaHost {
@@ -46,6 +51,11 @@ pub struct MetaHost {
     /// connections check theirs; few changes do this, so connections are not woken by
     /// every declare).
     revoked: Option<tokio::sync::watch::Sender<u64>>,
+    /// Quorum queues created by a `DeclareQueue` this replica applied, by
+    /// group id, with their first members, until this node opens the queue
+    /// ([`MetaHost::take_newborn`]); a membership change or deletion drops
+    /// the entry, a snapshot install all of them.
+    newborn: std::collections::HashMap<u64, Vec<u64>>,
 }
 
 impl MetaHost {
@@ -56,7 +66,19 @@ impl MetaHost {
             changes: QueueChanges::default(),
             changed: None,
             revoked: None,
+            newborn: Default::default(),
         }
+    }
+
+    /// The first members of quorum queue group `group` when this replica
+    /// applied its creation and nothing changed them since, once: the
+    /// members may then start the group with its preferred leader's first
+    /// term instead of an election (`cluster::bootstrap::seed_new_group`).
+    /// `None` for a group created before this process started (its
+    /// creation replayed or installed by snapshot is not seen here unless
+    /// applied again), changed, or taken already.
+    pub fn take_newborn(&mut self, group: u64) -> Option<Vec<u64>> {
+        self.newborn.remove(&group)
     }
 
     /// Notifies `tx` after every applied command and snapshot install.
@@ -155,6 +177,11 @@ impl MetaHost {
                         created: false,
                     },
                     QueueDeclared::Create(record) => {
+                        if record.kind == super::QueueKind::Quorum
+                            && self.newborn.len() < MAX_NEWBORN
+                        {
+                            self.newborn.insert(record.group_id, record.members.clone());
+                        }
                         t.add_queue(record.clone());
                         changed.push((record.vhost.clone(), record.name.clone(), record.group_id));
                         MetaReply::QueueDeclared {
@@ -167,6 +194,7 @@ impl MetaHost {
             MetaCommand::DeleteQueue { vhost, name } => {
                 let deleted = t.delete_queue(&vhost, &name);
                 if let Some(r) = &deleted {
+                    self.newborn.remove(&r.group_id);
                     changed.push((vhost.clone(), name.clone(), r.group_id));
                 }
                 Ok(MetaReply::QueueDeleted(deleted))
@@ -218,6 +246,7 @@ impl MetaHost {
                 group_id,
                 members,
             } => {
+                self.newborn.remove(&group_id);
                 changed.push((vhost.clone(), name.clone(), group_id));
                 t.set_queue_members(&vhost, &name, group_id, members)
                     .map(|_| MetaReply::Ok)
@@ -271,6 +300,7 @@ impl MetaHost {
         if all_changed {
             self.changes.full = true;
             self.changes.queues = Vec::new();
+            self.newborn.clear();
         }
         for (vhost, name, group) in changed {
             self.queue_changed(&vhost, &name, group);
@@ -296,6 +326,7 @@ impl raft_log::Machine<TypeConfig> for MetaHost {
         self.topology = Topology::decode_snapshot(data)?;
         self.changes.full = true;
         self.changes.queues = Vec::new();
+        self.newborn.clear();
         self.notify();
         self.notify_revoked();
         Ok(())
@@ -378,6 +409,50 @@ mod tests {
             host.take_queue_changes().full,
             "a vhost deletion changes all"
         );
+    }
+
+    /// A group is newborn once, with the members of its creation, until a
+    /// membership change, deletion or snapshot install says otherwise.
+    #[test]
+    fn a_new_quorum_queue_is_newborn_once_until_something_changes_it() {
+        let mut host = MetaHost::new();
+        let group = |host: &MetaHost, n: &str| {
+            host.topology()
+                .queue("/", n)
+                .map(|r| r.group_id)
+                .unwrap_or(0)
+        };
+        for n in ["a", "b", "c", "d"] {
+            host.apply(declare(n));
+        }
+        let (a, b, c, d) = (
+            group(&host, "a"),
+            group(&host, "b"),
+            group(&host, "c"),
+            group(&host, "d"),
+        );
+        host.apply(declare("a")); // redeclared: still the first one
+        assert_eq!(host.take_newborn(a), Some(vec![1, 2, 3]));
+        assert_eq!(host.take_newborn(a), None, "taken once");
+        host.apply(MetaCommand::SetQueueMembers {
+            vhost: "/".into(),
+            name: "b".into(),
+            group_id: b,
+            members: vec![1, 2, 3],
+        });
+        assert_eq!(host.take_newborn(b), None, "members were set again");
+        host.apply(MetaCommand::DeleteQueue {
+            vhost: "/".into(),
+            name: "c".into(),
+        });
+        host.apply(declare("c"));
+        assert_eq!(host.take_newborn(c), None, "deleted");
+        let c2 = group(&host, "c");
+        assert_ne!(c, c2);
+        let snapshot = raft_log::Machine::<TypeConfig>::snapshot(&mut host).unwrap_or_default();
+        raft_log::Machine::<TypeConfig>::restore(&mut host, &snapshot).unwrap_or(());
+        assert_eq!(host.take_newborn(c2), None, "installed from a snapshot");
+        assert_eq!(host.take_newborn(d), None, "installed from a snapshot");
     }
 
     #[test]

@@ -57,6 +57,20 @@ fn fresh_replica_calls(fresh: bool, members: &[u64], me: u64) -> (bool, bool) {
     (false, members.first() == Some(&me))
 }
 
+/// A replica [`Queues::open_replica`] opened.
+struct OpenedReplica {
+    raft: Raft,
+    host: Arc<Mutex<QueueHost>>,
+    /// openraft restores the replica as leader from its vote
+    /// ([`bootstrap::restores_as_leader`]).
+    restored_leader: bool,
+    /// The replica held nothing here ([`bootstrap::is_fresh`]).
+    fresh: bool,
+    /// It was seeded as a new group ([`bootstrap::seed_new_group`]): it has
+    /// its leader, and needs no initialization.
+    seeded: bool,
+}
+
 /// What [`Queues::new`] is made of: this node's shared plumbing.
 pub struct QueuesParts {
     /// This node and its boot epoch (proposals are tagged with it).
@@ -325,11 +339,11 @@ impl Queues {
     }
 
     /// Opens this node's replica of quorum queue group `group`: body store,
-    /// log, state machine and Raft (not initialized: see the callers), and
-    /// registers it with the transport.
-    /// Returns the Raft handle, the host, whether openraft restores the
-    /// replica as leader from its vote ([`bootstrap::restores_as_leader`]),
-    /// and whether the replica is new here ([`bootstrap::is_fresh`]).
+    /// log, state machine and Raft, and registers it with the transport. A
+    /// new replica of a group created just now with `newborn` members is
+    /// seeded with its preferred leader's first term
+    /// ([`bootstrap::seed_new_group`]); others are not initialized (see the
+    /// callers).
     ///
     /// Errors: storage cannot be opened; openraft refuses the config.
     async fn open_replica(
@@ -337,7 +351,8 @@ impl Queues {
         group: u64,
         ctx: &Arc<QueueContext>,
         config: QueueConfig,
-    ) -> Result<(Raft, Arc<Mutex<QueueHost>>, bool, bool), NodeError> {
+        newborn: Option<&[u64]>,
+    ) -> Result<OpenedReplica, NodeError> {
         let me = self.origin.node;
         let machine = QueueMachine::new(config);
         let bodies = SegmentBodies::open(&self.bodies_dir(group), MEMORY_BUDGET)?;
@@ -349,6 +364,13 @@ impl Queues {
             .ack_own_entries(me);
         let restored_leader = bootstrap::restores_as_leader(&mut log, me).await;
         let fresh = bootstrap::is_fresh(&mut log).await;
+        let seeded = match newborn {
+            Some(members) if fresh => {
+                bootstrap::seed_new_group(&mut log, self.store.flusher(), members, me).await?;
+                true
+            }
+            _ => false,
+        };
         let durable = log.durable();
         let sm = self
             .store
@@ -385,7 +407,13 @@ impl Queues {
                 host: host.clone(),
             }),
         );
-        Ok((raft, host, restored_leader, fresh))
+        Ok(OpenedReplica {
+            raft,
+            host,
+            restored_leader,
+            fresh,
+            seeded,
+        })
     }
 
     /// Opens this node's queue for `rec`: its replica (a member of a quorum
@@ -401,6 +429,11 @@ impl Queues {
         let (ctx, rx) = self.context(rec);
         let config = self.effective_config(&rec.vhost, &rec.name);
         let max_priority = config.max_priority;
+        // Taken by every node (members or not), so the table keeps nothing.
+        let newborn = self
+            .meta
+            .take_newborn(rec.group_id)
+            .filter(|first| *first == rec.members);
         // Declared classic, or local (untyped non-durable/exclusive/auto-delete).
         let classic = QueueType::of_args(&rec.arguments) != QueueType::Quorum;
         let declared_quorum = crate::meta::queue_args::declared_quorum(&rec.arguments);
@@ -429,15 +462,23 @@ impl Queues {
                 ));
             }
             QueueKind::Quorum => {
-                let (raft, host, restored_leader, fresh) = self
-                    .open_replica(rec.group_id, &ctx, config.clone())
+                let OpenedReplica {
+                    raft,
+                    host,
+                    restored_leader,
+                    fresh,
+                    seeded,
+                } = self
+                    .open_replica(rec.group_id, &ctx, config.clone(), newborn.as_deref())
                     .await?;
                 ctx.live.store(true, Ordering::Release);
-                // The preferred leader and a sole member initialize at once, the
-                // others after a grace; the preferred leader of a new group then
-                // campaigns until a leader is known (see `bootstrap`). Nothing
-                // here waits for either.
-                bootstrap::start_member(&raft, &rec.members, me, fresh);
+                // A seeded group has its leader already. Otherwise the preferred
+                // leader and a sole member initialize at once, the others after a
+                // grace; the preferred leader of a new group then campaigns until a
+                // leader is known (see `bootstrap`). Nothing here waits for either.
+                if !seeded {
+                    bootstrap::start_member(&raft, &rec.members, me, fresh);
+                }
                 if restored_leader {
                     tokio::spawn(bootstrap::mark_restored_leadership(
                         raft.clone(),
@@ -532,8 +573,11 @@ impl Queues {
         }
         if member {
             let config = self.effective_config(&rec.vhost, &rec.name);
-            match self.open_replica(rec.group_id, h.context(), config).await {
-                Ok((raft, host, _, _)) => {
+            match self
+                .open_replica(rec.group_id, h.context(), config, None)
+                .await
+            {
+                Ok(OpenedReplica { raft, host, .. }) => {
                     h.context().live.store(true, Ordering::Release);
                     h.set_replica(Some((raft, host)));
                     if let Some(rx) = h.take_idle_effects() {
