@@ -189,15 +189,19 @@ declare -a empty_rss
 for i in 1 2 3; do empty_rss[i]=$(rss_kib "$(pid_of "$i")"); done
 
 # Declares (or deletes) queues mq.FIRST..mq.LAST-1 through node 1 from WORKERS connections
-# of one channel each; prints the rate overall and per 1,000 (per worker when concurrent).
+# of one channel each; prints the rate overall and per 1,000 (sequential only). Concurrent
+# workers are processes (pika in threads of one process was bound by Python's GIL at
+# ~1,000/s, the client measured instead of the broker), connected before the clock starts.
 amqp() {
   python3 - "$AMQP_BASE" "$@" <<'PY'
-import sys, time, threading, pika
+import sys, time, multiprocessing as mp, pika
 port, op, first, last, workers = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 args = {"x-queue-type": "quorum"}
-def run(names, slices):
+def run(names, slices, start=None):
     c = pika.BlockingConnection(pika.ConnectionParameters(port=port, blocked_connection_timeout=300, heartbeat=0))
     ch = c.channel()
+    if start is not None:
+        start.wait()
     t = time.time()
     for k, name in enumerate(names, 1):
         if op == "declare":
@@ -210,13 +214,18 @@ def run(names, slices):
             t = now
     c.close()
 names = [f"mq.{i}" for i in range(first, last)]
-t0 = time.time()
 if workers == 1:
+    t0 = time.time()
     run(names, True)
 else:
-    ts = [threading.Thread(target=run, args=(names[w::workers], False)) for w in range(workers)]
-    for t in ts: t.start()
-    for t in ts: t.join()
+    start = mp.Barrier(workers + 1)
+    ps = [mp.Process(target=run, args=(names[w::workers], False, start)) for w in range(workers)]
+    for p in ps: p.start()
+    start.wait()
+    t0 = time.time()
+    for p in ps: p.join()
+    if any(p.exitcode != 0 for p in ps):
+        sys.exit(f"a worker failed: exit codes {[p.exitcode for p in ps]}")
 dt = time.time() - t0
 print(f"{op} {len(names)} queues, {workers} connection(s): {dt:.1f} s, {len(names) / dt:.0f}/s", flush=True)
 PY

@@ -1,6 +1,6 @@
 //! Everything between nodes: the openraft type configuration, the node
 //! table and its channels, the group-tagged Raft transport (client and
-//! server), finding and forwarding to leaders (`route`, the meta group's
+//! server; small RPCs multiplexed on one stream per peer, `frames`), finding and forwarding to leaders (`route`, the meta group's
 //! `meta_group`), deliveries to remote consumers, the failure detector and
 //! the elections it starts, placing and bootstrapping groups (`placement`,
 //! `bootstrap`), membership changes, and per-group Raft settings.
@@ -12,6 +12,7 @@ pub mod detector;
 pub mod drain;
 pub mod elections;
 pub mod forward;
+pub mod frames;
 pub mod groups;
 pub mod in_flight;
 pub mod join;

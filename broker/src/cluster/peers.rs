@@ -29,6 +29,8 @@ pub struct Peers {
     secret: ClusterSecret,
     /// Mutual TLS toward peers' cluster ports (`cluster_tls`); None = plain HTTP/2.
     tls: Option<tonic::transport::ClientTlsConfig>,
+    /// Raft RPCs multiplexed per peer ([`Peers::frames`]).
+    frames: super::frames::FrameLinks,
 }
 
 impl Peers {
@@ -43,7 +45,14 @@ impl Peers {
             beat_channels: RwLock::new(HashMap::new()),
             secret: ClusterSecret::unset(),
             tls: None,
+            frames: super::frames::FrameLinks::new(),
         }
+    }
+
+    /// The frame links to peers: small Raft RPCs of every group on one
+    /// stream per peer (`cluster::frames`), over [`Peers::channel`].
+    pub fn frames(&self) -> &super::frames::FrameLinks {
+        &self.frames
     }
 
     /// Calls to peers use TLS with `tls` (the node's certificate, peers' checked against

@@ -15,7 +15,8 @@ use quorumq_proto::v1::cluster_server::{Cluster, ClusterServer};
 use quorumq_proto::v1::raft_transport_server::{RaftTransport, RaftTransportServer};
 use quorumq_proto::v1::{
     AppendChunk, Beat, DeliverChunk, DeliverReply, DeliverRequest, JoinReply, JoinRequest,
-    ProposeReply, ProposeRequest, QueryReply, QueryRequest, RaftReply, RaftRequest, SnapshotChunk,
+    ProposeReply, ProposeRequest, QueryReply, QueryRequest, RaftFrame, RaftReply, RaftRequest,
+    SnapshotChunk,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -114,12 +115,66 @@ impl ClusterServices {
         Fut: std::future::Future<Output = Resp>,
     {
         let req = req.into_inner();
-        self.check_cluster(req.cluster_id)?;
-        let raft = self.find_replica(req.group_id, find).await?.raft().clone();
-        let r = call(raft, decode_shared(&req.payload)?).await;
+        let payload = self
+            .raft_call(req.group_id, req.cluster_id, &req.payload, find, call)
+            .await?;
         Ok(Response::new(RaftReply {
-            payload: encode(&r)?.into(),
+            payload: payload.into(),
         }))
+    }
+
+    /// [`ClusterServices::raft_rpc`] on its parts (a unary call's or a
+    /// frame's): the encoded reply.
+    async fn raft_call<Req, Resp, Fut>(
+        &self,
+        group: u64,
+        cluster: u64,
+        payload: &bytes::Bytes,
+        find: Lookup,
+        call: impl FnOnce(super::types::Raft, Req) -> Fut,
+    ) -> Result<Vec<u8>, Status>
+    where
+        Req: serde::de::DeserializeOwned,
+        Resp: serde::Serialize,
+        Fut: std::future::Future<Output = Resp>,
+    {
+        self.check_cluster(cluster)?;
+        let raft = self.find_replica(group, find).await?.raft().clone();
+        let r = call(raft, decode_shared(payload)?).await;
+        encode(&r)
+    }
+
+    /// One frame of a [`RaftTransport::frames`] stream: its reply (same id
+    /// and kind), with the encoded result or the refusal.
+    async fn answer_frame(&self, f: RaftFrame) -> RaftFrame {
+        let r = match f.kind {
+            super::frames::APPEND => {
+                self.raft_call(
+                    f.group_id,
+                    f.cluster_id,
+                    &f.payload,
+                    GroupTable::get_for_append,
+                    |raft, rpc: AppendEntriesRequest<TypeConfig>| async move {
+                        raft.append_entries(rpc).await
+                    },
+                )
+                .await
+            }
+            super::frames::VOTE => {
+                self.raft_call(
+                    f.group_id,
+                    f.cluster_id,
+                    &f.payload,
+                    GroupTable::get,
+                    |raft, rpc: VoteRequest<NodeId>| async move { raft.vote(rpc).await },
+                )
+                .await
+            }
+            other => Err(Status::invalid_argument(format!(
+                "unknown frame kind {other}"
+            ))),
+        };
+        super::frames::reply(f.id, f.kind, r)
     }
 }
 
@@ -206,6 +261,28 @@ impl RaftTransport for ClusterServices {
             |raft, rpc: VoteRequest<NodeId>| async move { raft.vote(rpc).await },
         )
         .await
+    }
+
+    type FramesStream = super::frames::ReplyStream;
+
+    async fn frames(
+        &self,
+        req: Request<Streaming<RaftFrame>>,
+    ) -> Result<Response<Self::FramesStream>, Status> {
+        let mut inbound = req.into_inner();
+        let (tx, replies) = super::frames::reply_channel();
+        let services = self.clone();
+        tokio::spawn(async move {
+            // Each frame on its own task: an append waits for its group to
+            // open or for a sync, and must not hold up the others.
+            while let Some(Ok(frame)) = inbound.next().await {
+                let (services, tx) = (services.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let _ = tx.send(services.answer_frame(frame).await);
+                });
+            }
+        });
+        Ok(Response::new(replies))
     }
 
     async fn pre_vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {

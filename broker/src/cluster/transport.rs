@@ -28,6 +28,7 @@ use quorumq_proto::v1::{AppendChunk, RaftRequest, SnapshotChunk};
 
 use super::commit_updates::CommitUpdates;
 use super::detector::Detector;
+use super::frames;
 use super::groups::GroupTable;
 use super::in_flight::InFlight;
 use super::peers::{Peers, MAX_MESSAGE_BYTES};
@@ -178,6 +179,9 @@ impl PeerClient {
                 Ok([one]) => one,
                 Err(pieces) => pieces.concat().into(),
             };
+            if len <= frames::MAX_FRAME_PAYLOAD && self.frames_supported() {
+                return self.send_frame(frames::APPEND, payload, ttl).await;
+            }
             let req = RaftRequest {
                 group_id,
                 payload,
@@ -325,6 +329,71 @@ impl PeerClient {
         })
     }
 
+    /// Whether calls to this peer go as frames (`cluster::frames`).
+    fn frames_supported(&self) -> bool {
+        self.net.peers.frames().supported(self.target)
+    }
+
+    /// One call as a frame on the peer's frame link: send with `ttl`, decode
+    /// `Result<Resp, RaftError<E>>` (as [`PeerClient::send_encoded`]).
+    async fn send_frame<Resp, E>(
+        &self,
+        kind: u32,
+        payload: Bytes,
+        ttl: Duration,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        Resp: serde::de::DeserializeOwned,
+        E: std::error::Error + serde::de::DeserializeOwned,
+    {
+        let peers = &self.net.peers;
+        let call = peers
+            .frames()
+            .call(peers, self.target, self.net.group, kind, payload);
+        match tokio::time::timeout(ttl, call).await {
+            Err(_) => Err(self.timed_out(ttl)),
+            Ok(Err(status)) => Err(status_error(self.target, status)),
+            Ok(Ok(reply)) => self.decode_reply(&reply),
+        }
+    }
+
+    /// The error of a call given up after `ttl`. openraft backs off 200 ms after
+    /// `Unreachable`. A live node that was slow once (a disk stall: syncs on this
+    /// 2-core VM stall 100+ ms now and then) gets the call again at once; a node
+    /// the detector holds dead is backed off.
+    fn timed_out<E: std::error::Error>(&self, ttl: Duration) -> RPCError<NodeId, BasicNode, E> {
+        let e = TransportError::Timeout {
+            node: self.target,
+            after: ttl,
+        };
+        if self.net.detector.is_alive(self.target) {
+            RPCError::Network(NetworkError::new(&e))
+        } else {
+            RPCError::Unreachable(Unreachable::new(&e))
+        }
+    }
+
+    /// A reply's payload decoded: `Result<Resp, RaftError<E>>`.
+    // openraft's own error type, as every `RaftNetwork` method returns it.
+    #[allow(clippy::result_large_err)]
+    fn decode_reply<Resp, E>(
+        &self,
+        payload: &[u8],
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        Resp: serde::de::DeserializeOwned,
+        E: std::error::Error + serde::de::DeserializeOwned,
+    {
+        let decoded: Result<Resp, RaftError<NodeId, E>> = raft_log::codec::decode(payload)
+            .map_err(|e| {
+                RPCError::Network(NetworkError::new(&TransportError::Decode {
+                    node: self.target,
+                    text: e.to_string(),
+                }))
+            })?;
+        decoded.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+
     /// One unary RPC: encode, send with `ttl`, decode `Result<Resp, RaftError<E>>`.
     async fn unary<Req, Resp, E, F, Fut>(
         &self,
@@ -362,31 +431,11 @@ impl PeerClient {
         let client = self
             .client()
             .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
-        let reply = match tokio::time::timeout(ttl, call(client, req)).await {
-            Err(_) => {
-                let e = TransportError::Timeout {
-                    node: self.target,
-                    after: ttl,
-                };
-                // openraft backs off 200 ms after `Unreachable`. A live node that was slow
-                // once (a disk stall: syncs on this 2-core VM stall 100+ ms now and then)
-                // gets the call again at once; a node the detector holds dead is backed off.
-                if self.net.detector.is_alive(self.target) {
-                    return Err(RPCError::Network(NetworkError::new(&e)));
-                }
-                return Err(RPCError::Unreachable(Unreachable::new(&e)));
-            }
-            Ok(Err(status)) => return Err(status_error(self.target, status)),
-            Ok(Ok(r)) => r.into_inner(),
-        };
-        let decoded: Result<Resp, RaftError<NodeId, E>> = raft_log::codec::decode(&reply.payload)
-            .map_err(|e| {
-            RPCError::Network(NetworkError::new(&TransportError::Decode {
-                node: self.target,
-                text: e.to_string(),
-            }))
-        })?;
-        decoded.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+        match tokio::time::timeout(ttl, call(client, req)).await {
+            Err(_) => Err(self.timed_out(ttl)),
+            Ok(Err(status)) => Err(status_error(self.target, status)),
+            Ok(Ok(r)) => self.decode_reply(&r.into_inner().payload),
+        }
     }
 
     /// Streams `snapshot` and the bodies it indexes; the reply is the
@@ -610,6 +659,14 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        if self.frames_supported() {
+            let payload = raft_log::codec::encode(&rpc).map_err(|e| {
+                RPCError::Network(NetworkError::new(&TransportError::Local(e.to_string())))
+            })?;
+            return self
+                .send_frame(frames::VOTE, payload.into(), option.hard_ttl())
+                .await;
+        }
         self.unary(&rpc, option.hard_ttl(), |mut c, r| async move {
             c.vote(r).await
         })
