@@ -41,20 +41,42 @@ use crate::meta::{QueueKind, QueueRecord, QueueType};
 /// Which of `NodeRestarted` and `Configure` this node (`me`) proposes when it
 /// opens its replica of a queue with `members`: both when the replica held
 /// state here before (a restart: consumers of this node's earlier boots are
-/// gone, spec §2.3, and policy changes made meanwhile apply); for a replica
-/// new here (`fresh`: no log, no vote) only the preferred leader's
-/// `Configure`, which puts the queue's config into its log (and starts its
-/// `x-expires` lease). Every member proposing both cost a new queue six
-/// replicated entries (issue 31). A fresh replica never held an entry, so
-/// consumers of an earlier boot of this node (only if the group ran without
-/// it) are left to the leader's liveness pass (`NodeUp` for records of an
-/// older epoch, `crate::liveness`); later policy changes send their own
-/// `Configure` ([`Queues::refresh_configs`]).
-fn fresh_replica_calls(fresh: bool, members: &[u64], me: u64) -> (bool, bool) {
+/// gone, spec §2.3, and policy changes made meanwhile apply). A replica new
+/// here (`fresh`: no log, no vote) proposes no `NodeRestarted` (it never
+/// held an entry, so consumers of an earlier boot of this node, only if the
+/// group ran without it, are left to the leader's liveness pass, `NodeUp`
+/// for records of an older epoch, `crate::liveness`), and `Configure` only
+/// on the preferred leader (the first member): always for a group started
+/// by election; for one seeded as new (`seeded`, `bootstrap::seed_new_group`)
+/// only when the queue's effective `config` differs from the `initial` one
+/// every replica starts from ([`initial_config`]: a policy applies), or has
+/// an `x-expires` lease to start. Every member proposing both cost a new
+/// queue six replicated entries (issue 31); a seeded queue without a policy
+/// or lease costs none. Later policy changes send their own `Configure`
+/// ([`Queues::refresh_configs`]).
+fn replica_calls(
+    fresh: bool,
+    seeded: bool,
+    config: &QueueConfig,
+    initial: &QueueConfig,
+    members: &[u64],
+    me: u64,
+) -> (bool, bool) {
     if !fresh {
         return (true, true);
     }
-    (false, members.first() == Some(&me))
+    let preferred = members.first() == Some(&me);
+    let needed = !seeded || config != initial || config.expires_ms.is_some();
+    (false, preferred && needed)
+}
+
+/// The configuration a replica of `rec` starts its state machine with, on
+/// every node alike: its declare arguments alone (no policy). What policies
+/// add comes through the log (`Configure`), so replaying the log from its
+/// first entry gives the same state on any member, whenever it opened its
+/// replica (a policy may have changed in between).
+fn initial_config(rec: &QueueRecord) -> QueueConfig {
+    crate::meta::effective::effective_config(&rec.vhost, &rec.name, &rec.arguments, None).0
 }
 
 /// A replica [`Queues::open_replica`] opened.
@@ -428,6 +450,7 @@ impl Queues {
         let me = self.origin.node;
         let (ctx, rx) = self.context(rec);
         let config = self.effective_config(&rec.vhost, &rec.name);
+        let initial = initial_config(rec);
         let max_priority = config.max_priority;
         // Taken by every node (members or not), so the table keeps nothing.
         let newborn = self
@@ -469,7 +492,7 @@ impl Queues {
                     fresh,
                     seeded,
                 } = self
-                    .open_replica(rec.group_id, &ctx, config.clone(), newborn.as_deref())
+                    .open_replica(rec.group_id, &ctx, initial.clone(), newborn.as_deref())
                     .await?;
                 ctx.live.store(true, Ordering::Release);
                 // A seeded group has its leader already. Otherwise the preferred
@@ -508,9 +531,10 @@ impl Queues {
                 );
                 // Consumers of this node's earlier boots are gone (spec §2.3),
                 // and policy changes made while the queue was down apply. A
-                // replica new here (see `fresh_replica_calls`) sends only what a
-                // new queue needs.
-                let (restarted, configure) = fresh_replica_calls(fresh, &rec.members, me);
+                // replica new here (see `replica_calls`) sends only what a new
+                // queue needs.
+                let (restarted, configure) =
+                    replica_calls(fresh, seeded, &config, &initial, &rec.members, me);
                 let h2 = h.clone();
                 let epoch = self.origin.epoch;
                 tokio::spawn(async move {
@@ -572,9 +596,8 @@ impl Queues {
             return;
         }
         if member {
-            let config = self.effective_config(&rec.vhost, &rec.name);
             match self
-                .open_replica(rec.group_id, h.context(), config, None)
+                .open_replica(rec.group_id, h.context(), initial_config(rec), None)
                 .await
             {
                 Ok(OpenedReplica { raft, host, .. }) => {
@@ -906,18 +929,53 @@ impl QueueServices for Queues {
 
 #[cfg(test)]
 mod tests {
-    use super::fresh_replica_calls;
+    use super::replica_calls;
+    use crate::queue::types::QueueConfig;
 
-    /// A new queue's replicas propose one `Configure` (the preferred
-    /// leader's) and no `NodeRestarted`; a reopened replica proposes both.
+    /// A new queue's replicas propose no `NodeRestarted` and at most one
+    /// `Configure` (the preferred leader's); a reopened replica proposes
+    /// both.
     #[test]
     fn only_a_new_queues_preferred_leader_configures_it() {
         let members = [2, 1, 3];
-        assert_eq!(fresh_replica_calls(true, &members, 2), (false, true));
-        assert_eq!(fresh_replica_calls(true, &members, 1), (false, false));
-        assert_eq!(fresh_replica_calls(true, &members, 3), (false, false));
+        let plain = QueueConfig::default();
+        let calls = |fresh, me| replica_calls(fresh, false, &plain, &plain, &members, me);
+        assert_eq!(calls(true, 2), (false, true));
+        assert_eq!(calls(true, 1), (false, false));
+        assert_eq!(calls(true, 3), (false, false));
         for me in members {
-            assert_eq!(fresh_replica_calls(false, &members, me), (true, true));
+            assert_eq!(calls(false, me), (true, true));
+        }
+    }
+
+    /// A seeded new queue needs a `Configure` only for what its arguments
+    /// alone do not give every replica: a policy, or an `x-expires` lease.
+    #[test]
+    fn a_seeded_queue_is_configured_only_for_a_policy_or_a_lease() {
+        let members = [2, 1, 3];
+        let initial = QueueConfig::default();
+        let with_policy = QueueConfig {
+            max_length: Some(10),
+            ..QueueConfig::default()
+        };
+        let leased = QueueConfig {
+            expires_ms: Some(60_000),
+            ..QueueConfig::default()
+        };
+        let calls =
+            |config: &QueueConfig, me| replica_calls(true, true, config, &initial, &members, me);
+        assert_eq!(calls(&initial, 2), (false, false), "arguments alone: none");
+        assert_eq!(calls(&with_policy, 2), (false, true));
+        assert_eq!(
+            calls(&with_policy, 1),
+            (false, false),
+            "not the preferred leader"
+        );
+        let leased_args = replica_calls(true, true, &leased, &leased, &members, 2);
+        assert_eq!(leased_args, (false, true), "the lease starts with it");
+        for me in members {
+            let reopened = replica_calls(false, true, &initial, &initial, &members, me);
+            assert_eq!(reopened, (true, true));
         }
     }
 }
