@@ -106,7 +106,7 @@ PY
 }
 pid_of() { cat "$DATA/node-$1.pid"; }
 # Log lines and bytes node $1 wrote so far (all launches).
-log_count() { cat "$DATA"/node-"$1".count.* 2>/dev/null | awk '{l += $1; b += $2} END {printf "%d %d", l, b}'; }
+log_count() { cat "$DATA"/node-"$1".count.* 2>/dev/null | awk '{l += $1; b += $2} END {printf "%d %d\n", l, b}'; }
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 # Waits (up to $2 s) until node $1's AMQP port accepts a connection.
