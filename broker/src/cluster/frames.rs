@@ -321,6 +321,27 @@ mod tests {
         assert!(link.waiting.lock().unwrap().is_empty());
     }
 
+    /// A peer whose stream ended in UNIMPLEMENTED (an older binary) gets
+    /// unary calls; any other peer keeps frames, over a new link.
+    #[tokio::test]
+    async fn a_peer_that_does_not_know_frames_gets_unary_calls() {
+        let peers = Peers::new(1, 0);
+        peers.set_addr(2, "127.0.0.1:9");
+        peers.set_addr(3, "127.0.0.1:9");
+        let links = FrameLinks::new();
+        for (node, unimplemented) in [(2, true), (3, false)] {
+            let old = Arc::new(Link::new(mpsc::unbounded_channel().0));
+            old.unimplemented.store(unimplemented, Ordering::SeqCst);
+            old.close(&Status::unavailable("gone"));
+            links.links.lock().unwrap().insert(node, old.clone());
+            let new = links.link(&peers, node).unwrap();
+            assert!(!Arc::ptr_eq(&old, &new), "a closed link is replaced");
+        }
+        assert!(!links.supported(2));
+        assert!(links.supported(3));
+        assert!(links.supported(4), "a peer not met yet");
+    }
+
     #[test]
     fn a_reply_nobody_waits_for_is_dropped() {
         let link = Link::new(mpsc::unbounded_channel().0);

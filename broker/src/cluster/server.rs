@@ -154,9 +154,7 @@ impl ClusterServices {
                     f.cluster_id,
                     &f.payload,
                     GroupTable::get_for_append,
-                    |raft, rpc: AppendEntriesRequest<TypeConfig>| async move {
-                        raft.append_entries(rpc).await
-                    },
+                    append,
                 )
                 .await
             }
@@ -176,6 +174,20 @@ impl ClusterServices {
         };
         super::frames::reply(f.id, f.kind, r)
     }
+}
+
+/// An AppendEntries handed to the group's Raft (a unary call's or a frame's),
+/// traced on the `timeline` target.
+async fn append(
+    raft: super::types::Raft,
+    rpc: AppendEntriesRequest<TypeConfig>,
+) -> Result<openraft::raft::AppendEntriesResponse<NodeId>, openraft::error::RaftError<NodeId>> {
+    let last = rpc.entries.last().map_or(0, |e| e.log_id.index);
+    let n = rpc.entries.len();
+    tracing::trace!(target: "timeline", ev = "ae_recv", last, n);
+    let r = raft.append_entries(rpc).await;
+    tracing::trace!(target: "timeline", ev = "ae_resp", last, n);
+    r
 }
 
 /// How long a Raft RPC for a queue group not open on this node waits for it
@@ -219,20 +231,7 @@ impl RaftTransport for ClusterServices {
         req: Request<RaftRequest>,
     ) -> Result<Response<RaftReply>, Status> {
         // Noting the leader's contact: elections wait out its lease.
-        let find = GroupTable::get_for_append;
-        self.raft_rpc(
-            req,
-            find,
-            |raft, rpc: AppendEntriesRequest<TypeConfig>| async move {
-                let last = rpc.entries.last().map_or(0, |e| e.log_id.index);
-                let n = rpc.entries.len();
-                tracing::trace!(target: "timeline", ev = "ae_recv", last, n);
-                let r = raft.append_entries(rpc).await;
-                tracing::trace!(target: "timeline", ev = "ae_resp", last, n);
-                r
-            },
-        )
-        .await
+        self.raft_rpc(req, GroupTable::get_for_append, append).await
     }
 
     async fn append_entries_stream(
