@@ -352,5 +352,5 @@ for i in 1 2 3; do
 done
 for i in 1 2 3; do
   echo "  node $i top messages:"
-  sed -E 's/^[^ ]+ +//' "$DATA/node-$i.log" | cut -c1-110 | sed -E 's/[0-9]+/N/g' | sort | uniq -c | sort -rn | head -4 | sed 's/^/    /'
+  sed -E 's/^[^ ]+ +//' "$DATA/node-$i.log" | cut -c1-110 | sed -E 's/[0-9]+/N/g' | sort | uniq -c | sort -rn | { head -4 || true; } | sed 's/^/    /' || true
 done
