@@ -253,6 +253,37 @@ mod tests {
         Ok(())
     }
 
+    /// A seeded group is what openraft's startup restores as led by the
+    /// preferred leader: its own committed vote there, the same committed
+    /// vote on a follower, and the membership entry at log id 0 on both.
+    #[tokio::test]
+    async fn a_seeded_group_starts_led_by_its_preferred_leader() -> anyhow::Result<()> {
+        use openraft::storage::RaftLogReader;
+        let dir = tempfile::tempdir()?;
+        let store = NodeStore::open(dir.path(), 1 << 20)?;
+        let members = [2, 1, 3];
+        for me in [2, 1] {
+            // One store per node in a real cluster; one group id each here.
+            let mut log = store.log_store::<TypeConfig>(10 + me)?;
+            assert!(is_fresh(&mut log).await);
+            seed_new_group(&mut log, store.flusher(), &members, me).await?;
+            assert!(!is_fresh(&mut log).await, "seeded");
+            assert_eq!(restores_as_leader(&mut log, me).await, me == 2, "node {me}");
+            assert_eq!(log.read_vote().await?, Some(Vote::new_committed(1, 2)));
+            let entries = log.try_get_log_entries(0..1).await?;
+            let [first] = entries.as_slice() else {
+                anyhow::bail!("one entry expected, got {entries:?}");
+            };
+            assert_eq!(first.log_id, openraft::LogId::default());
+            let openraft::EntryPayload::Membership(m) = &first.payload else {
+                anyhow::bail!("not a membership entry: {first:?}");
+            };
+            let voters: Vec<u64> = m.voter_ids().collect();
+            assert_eq!(voters, vec![1, 2, 3]);
+        }
+        Ok(())
+    }
+
     /// A replica is new only while it has neither a vote nor a log entry.
     #[tokio::test]
     async fn fresh_until_a_vote_or_an_entry() -> anyhow::Result<()> {

@@ -25,6 +25,7 @@ use futures::{Stream, StreamExt};
 use quorumq_proto::v1::raft_transport_client::RaftTransportClient;
 use quorumq_proto::v1::RaftFrame;
 use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::Status;
 
 use super::peers::{Peers, MAX_MESSAGE_BYTES};
@@ -53,7 +54,7 @@ pub type ReplyStream = Pin<Box<dyn Stream<Item = Result<RaftFrame, Status>> + Se
 /// gone (the inbound stream ended and every frame was answered).
 pub fn reply_channel() -> (mpsc::UnboundedSender<RaftFrame>, ReplyStream) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (tx, Box::pin(receiver_stream(rx).map(Ok)))
+    (tx, Box::pin(UnboundedReceiverStream::new(rx).map(Ok)))
 }
 
 /// The reply to frame `id` of `kind`: `result`'s payload, or its refusal
@@ -76,13 +77,6 @@ pub fn reply(id: u64, kind: u32, result: Result<Vec<u8>, Status>) -> RaftFrame {
     }
 }
 
-/// A receiver as a `Stream`.
-fn receiver_stream<T: Send + 'static>(
-    rx: mpsc::UnboundedReceiver<T>,
-) -> impl Stream<Item = T> + Send + 'static {
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })
-}
-
 /// This node's frame links, one per peer.
 #[derive(Default)]
 pub struct FrameLinks {
@@ -91,11 +85,14 @@ pub struct FrameLinks {
     unsupported: Mutex<HashMap<u64, Instant>>,
 }
 
+/// The calls waiting for their replies, by frame id.
+type WaitingCalls = HashMap<u64, oneshot::Sender<Result<Bytes, Status>>>;
+
 /// One peer's frame stream: the frames to send, and the calls waiting for
 /// their replies by id.
 struct Link {
     tx: mpsc::UnboundedSender<RaftFrame>,
-    waiting: Mutex<HashMap<u64, oneshot::Sender<Result<Bytes, Status>>>>,
+    waiting: Mutex<WaitingCalls>,
     next_id: AtomicU64,
     /// The stream ended: calls fail at once, the next one opens a new link.
     closed: AtomicBool,
@@ -262,7 +259,7 @@ async fn run(
     mut client: RaftTransportClient<super::secret::PeerChannel>,
     rx: mpsc::UnboundedReceiver<RaftFrame>,
 ) {
-    let status = match client.frames(receiver_stream(rx)).await {
+    let status = match client.frames(UnboundedReceiverStream::new(rx)).await {
         Ok(response) => {
             let mut replies = response.into_inner();
             loop {
@@ -288,43 +285,57 @@ async fn run(
 mod tests {
     use super::*;
 
+    /// The calls waiting on `link`, or an error when its lock is poisoned.
+    fn waiting(link: &Link) -> anyhow::Result<std::sync::MutexGuard<'_, WaitingCalls>> {
+        link.waiting
+            .lock()
+            .map_err(|_| anyhow::anyhow!("waiting calls poisoned"))
+    }
+
     #[test]
-    fn a_refusal_keeps_its_code_and_message() {
+    fn a_refusal_keeps_its_code_and_message() -> anyhow::Result<()> {
         let f = reply(7, APPEND, Err(Status::not_found("group 3 is not open")));
         assert_eq!((f.id, f.kind), (7, APPEND));
         assert_eq!(f.code, tonic::Code::NotFound as u32);
         let link = Link::new(mpsc::unbounded_channel().0);
         let (tx, mut rx) = oneshot::channel();
-        link.waiting.lock().unwrap().insert(7, tx);
+        waiting(&link)?.insert(7, tx);
         link.complete(f);
-        let got = rx.try_recv().unwrap();
-        let status = got.unwrap_err();
+        let status = rx
+            .try_recv()?
+            .err()
+            .ok_or_else(|| anyhow::anyhow!("not refused"))?;
         assert_eq!(status.code(), tonic::Code::NotFound);
         assert_eq!(status.message(), "group 3 is not open");
+        Ok(())
     }
 
     #[test]
-    fn closing_a_link_fails_every_waiting_call() {
+    fn closing_a_link_fails_every_waiting_call() -> anyhow::Result<()> {
         let link = Link::new(mpsc::unbounded_channel().0);
         let mut rxs = Vec::new();
         for id in 0..3 {
             let (tx, rx) = oneshot::channel();
-            link.waiting.lock().unwrap().insert(id, tx);
+            waiting(&link)?.insert(id, tx);
             rxs.push(rx);
         }
         link.close(&Status::unavailable("gone"));
         assert!(link.closed.load(Ordering::SeqCst));
         for mut rx in rxs {
-            let status = rx.try_recv().unwrap().unwrap_err();
+            let status = rx
+                .try_recv()?
+                .err()
+                .ok_or_else(|| anyhow::anyhow!("not failed"))?;
             assert_eq!(status.code(), tonic::Code::Unavailable);
         }
-        assert!(link.waiting.lock().unwrap().is_empty());
+        assert!(waiting(&link)?.is_empty());
+        Ok(())
     }
 
     /// A peer whose stream ended in UNIMPLEMENTED (an older binary) gets
     /// unary calls; any other peer keeps frames, over a new link.
     #[tokio::test]
-    async fn a_peer_that_does_not_know_frames_gets_unary_calls() {
+    async fn a_peer_that_does_not_know_frames_gets_unary_calls() -> anyhow::Result<()> {
         let peers = Peers::new(1, 0);
         peers.set_addr(2, "127.0.0.1:9");
         peers.set_addr(3, "127.0.0.1:9");
@@ -333,27 +344,30 @@ mod tests {
             let old = Arc::new(Link::new(mpsc::unbounded_channel().0));
             old.unimplemented.store(unimplemented, Ordering::SeqCst);
             old.close(&Status::unavailable("gone"));
-            links.links.lock().unwrap().insert(node, old.clone());
-            let new = links.link(&peers, node).unwrap();
+            links
+                .links
+                .lock()
+                .map_err(|_| anyhow::anyhow!("links poisoned"))?
+                .insert(node, old.clone());
+            let new = links.link(&peers, node)?;
             assert!(!Arc::ptr_eq(&old, &new), "a closed link is replaced");
         }
         assert!(!links.supported(2));
         assert!(links.supported(3));
         assert!(links.supported(4), "a peer not met yet");
+        Ok(())
     }
 
     #[test]
-    fn a_reply_nobody_waits_for_is_dropped() {
+    fn a_reply_nobody_waits_for_is_dropped() -> anyhow::Result<()> {
         let link = Link::new(mpsc::unbounded_channel().0);
         {
             let (tx, _rx) = oneshot::channel();
-            link.waiting.lock().unwrap().insert(5, tx);
+            waiting(&link)?.insert(5, tx);
             let _w = Waiting { link: &link, id: 5 };
         }
-        assert!(
-            link.waiting.lock().unwrap().is_empty(),
-            "the guard removed it"
-        );
+        assert!(waiting(&link)?.is_empty(), "the guard removed it");
         link.complete(reply(5, VOTE, Ok(vec![1])));
+        Ok(())
     }
 }

@@ -504,7 +504,7 @@ impl PeerClient {
             }
         };
         let mut client = self.client()?;
-        let stream = tokio_stream_from(rx);
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
         let (reply, ()) = tokio::join!(client.install_snapshot(stream), producer);
         let reply = reply
             .map_err(|status| TransportError::Status {
@@ -552,13 +552,6 @@ pub(super) fn rechunk(pieces: Vec<Bytes>, max: usize) -> Vec<Bytes> {
         out.push(small.freeze());
     }
     out
-}
-
-/// A receiver as a `Stream` (tonic's client-streaming argument).
-fn tokio_stream_from<T: Send + 'static>(
-    rx: tokio::sync::mpsc::Receiver<T>,
-) -> impl futures::Stream<Item = T> + Send + 'static {
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })
 }
 
 /// A gRPC status as an openraft RPC error: connection-level failures are

@@ -450,7 +450,6 @@ impl Queues {
         let me = self.origin.node;
         let (ctx, rx) = self.context(rec);
         let config = self.effective_config(&rec.vhost, &rec.name);
-        let initial = initial_config(rec);
         let max_priority = config.max_priority;
         // Taken by every node (members or not), so the table keeps nothing.
         let newborn = self
@@ -485,6 +484,7 @@ impl Queues {
                 ));
             }
             QueueKind::Quorum => {
+                let initial = initial_config(rec);
                 let OpenedReplica {
                     raft,
                     host,
