@@ -43,6 +43,10 @@ const CACHE_BYTES: u64 = 16 * 1024 * 1024;
 /// How often the log read caches are dropped while the memory alarm is raised.
 const SHRINK_EVERY: Duration = Duration::from_millis(100);
 
+/// How long a starting node waits for its meta replica to apply what the
+/// meta leader committed while it was away, before it serves clients.
+const START_CATCH_UP_FOR: Duration = Duration::from_secs(30);
+
 /// A running node.
 pub struct Broker {
     config: Config,
@@ -297,6 +301,10 @@ impl Broker {
             .await;
         if waited.is_err() {
             tracing::warn!("no meta leader yet (waiting for a majority of the cluster's nodes); serving anyway");
+        } else if !self.meta.catch_up_within(START_CATCH_UP_FOR).await {
+            // A node back from a stop must not serve what it missed as absent
+            // (a publish to a queue declared meanwhile confirmed as unroutable).
+            tracing::warn!("meta replica not caught up with the leader in {START_CATCH_UP_FOR:?}; serving anyway");
         }
         self.queues.drop_own_local_queues().await;
         self.reconcile().await;
@@ -497,15 +505,39 @@ impl Broker {
         self.queues.queue_handles()
     }
 
-    /// Routes a publish: target queue handles, in the topology's order.
-    pub fn route(
+    /// Routes a publish that arrived at meta catch-up stamp `arrived`
+    /// ([`Broker::meta_stamp`]): target queue handles, in the topology's
+    /// order, after a meta catch-up when nothing routes here
+    /// ([`Queues::route`]).
+    ///
+    /// Errors: 404 NOT_FOUND for an unknown exchange.
+    pub async fn route(
         &self,
         vhost: &str,
         exchange: &str,
         routing_keys: &[String],
         headers: Option<&FieldTable>,
+        arrived: u64,
     ) -> Result<Vec<Arc<QueueHandle>>, ProtocolError> {
-        self.queues.route(vhost, exchange, routing_keys, headers)
+        self.queues
+            .route(vhost, exchange, routing_keys, headers, arrived)
+            .await
+    }
+
+    /// The meta catch-up stamp of a request that has arrived by now
+    /// ([`crate::cluster::catch_up::CatchUp::stamp`]).
+    pub fn meta_stamp(&self) -> u64 {
+        self.meta.catch_up_stamp()
+    }
+
+    /// The record and handle of queue `name` for a client that may have
+    /// declared it through another node ([`Queues::find_queue`]).
+    pub async fn find_queue(
+        &self,
+        vhost: &str,
+        name: &str,
+    ) -> Option<(QueueRecord, Arc<QueueHandle>)> {
+        self.queues.find_queue(vhost, name).await
     }
 
     /// Effective configuration of a queue (arguments + policy).

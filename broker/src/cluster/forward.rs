@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::secret::PeerChannel;
 use bytes::Bytes;
 use quorumq_proto::v1::cluster_client::ClusterClient;
-use quorumq_proto::v1::{ProposeRequest, QueryRequest};
+use quorumq_proto::v1::{ProposeRequest, QueryRequest, ReadIndexRequest};
 
 use super::detector::Detector;
 use super::peers::{Peers, MAX_MESSAGE_BYTES};
@@ -27,6 +27,20 @@ pub enum Forwarded {
     /// Unreachable, timed out, went down, or the write failed there; the
     /// proposal may or may not have been applied (resend it: proposals are
     /// de-duplicated).
+    Failed(String),
+}
+
+/// Outcome of one read-index call ([`Forwarder::read_index`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReadIndex {
+    /// The node leads the group and confirmed it with a quorum: its commit
+    /// index (log index) at the time of the call.
+    Index(u64),
+    /// The node does not lead the group; it names the one it knows (0 = none).
+    Leader(u64),
+    /// The node is older than the call (UNIMPLEMENTED).
+    Unsupported,
+    /// Unreachable, timed out, or no quorum there.
     Failed(String),
 }
 
@@ -102,6 +116,41 @@ impl Forwarder {
                     Forwarded::Leader(r.leader_hint)
                 } else {
                     Forwarded::Failed(format!("node {node}: {}", r.error))
+                }
+            }
+        }
+    }
+
+    /// A read index of `group` from `node` (Raft §6.4: what a replica must
+    /// have applied to reflect every write committed before the call),
+    /// waiting at most `timeout` and no longer than `node` is seen alive.
+    pub async fn read_index(&self, node: u64, group: u64, timeout: Duration) -> ReadIndex {
+        let Some(mut client) = self.client(node) else {
+            return ReadIndex::Failed(format!("no address for node {node}"));
+        };
+        let req = ReadIndexRequest {
+            group_id: group,
+            cluster_id: self.peers.cluster_id(),
+        };
+        let call = tokio::time::timeout(timeout, client.read_index(req));
+        let reply = tokio::select! {
+            r = call => r,
+            _ = self.detector.wait_down(node) => {
+                return ReadIndex::Failed(format!("node {node} is down"));
+            }
+        };
+        match reply {
+            Err(_) => ReadIndex::Failed(format!("node {node}: no reply within {timeout:?}")),
+            Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+                ReadIndex::Unsupported
+            }
+            Ok(Err(status)) => ReadIndex::Failed(format!("node {node}: {status}")),
+            Ok(Ok(r)) => {
+                let r = r.into_inner();
+                if r.leader {
+                    ReadIndex::Index(r.log_index)
+                } else {
+                    ReadIndex::Leader(r.leader_hint)
                 }
             }
         }

@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::catch_up::CatchUp;
 use super::forward::{Forwarded, Forwarder};
 use super::types::{GroupCommand, GroupReply, Raft, META_GROUP};
 use crate::amqp::error::ProtocolError;
@@ -30,18 +31,41 @@ pub struct MetaGroup {
     raft: Raft,
     host: Arc<Mutex<MetaHost>>,
     forwarder: Arc<Forwarder>,
+    catch_up: CatchUp,
 }
 
 impl MetaGroup {
     /// This node's (`me`) meta group: its Raft handle, the state machine
-    /// `host` it applies to, and the `forwarder` to the leader.
+    /// `host` it applies to, and the `forwarder` to the leader. Spawns the
+    /// shared catch-up task ([`CatchUp`]): call within a tokio runtime.
     pub fn new(me: u64, raft: Raft, host: Arc<Mutex<MetaHost>>, forwarder: Arc<Forwarder>) -> Self {
+        let catch_up = CatchUp::spawn(me, raft.clone(), forwarder.clone());
         MetaGroup {
             me,
             raft,
             host,
             forwarder,
+            catch_up,
         }
+    }
+
+    /// The catch-up stamp of a request arriving now ([`CatchUp::stamp`]).
+    pub fn catch_up_stamp(&self) -> u64 {
+        self.catch_up.stamp()
+    }
+
+    /// Brings the local replica up to every meta write committed before the
+    /// request stamped `stamp` arrived, sharing rounds with other callers
+    /// ([`CatchUp::wait_since`]): for a lookup that found nothing locally.
+    /// False when it gave up (≤ 2 s).
+    pub async fn catch_up(&self, stamp: u64) -> bool {
+        self.catch_up.wait_since(stamp).await
+    }
+
+    /// [`MetaGroup::catch_up`] on its own, waiting up to `within` (a node
+    /// starting: it may have a long way to go).
+    pub async fn catch_up_within(&self, within: Duration) -> bool {
+        super::catch_up::catch_up(self.me, &self.raft, &self.forwarder, within).await
     }
 
     /// The meta group's Raft handle (cluster membership, topology).

@@ -6,6 +6,7 @@
 //! `bootstrap`), membership changes, and per-group Raft settings.
 
 pub mod bootstrap;
+pub mod catch_up;
 pub mod commit_updates;
 pub mod deliveries;
 pub mod detector;

@@ -16,7 +16,7 @@ use quorumq_proto::v1::raft_transport_server::{RaftTransport, RaftTransportServe
 use quorumq_proto::v1::{
     AppendChunk, Beat, DeliverChunk, DeliverReply, DeliverRequest, JoinReply, JoinRequest,
     ProposeReply, ProposeRequest, QueryReply, QueryRequest, RaftFrame, RaftReply, RaftRequest,
-    SnapshotChunk,
+    ReadIndexReply, ReadIndexRequest, SnapshotChunk,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -478,6 +478,32 @@ impl Cluster for ClusterServices {
             unreadable_bodies: c.unreadable_bodies,
             messages_delayed: c.messages_delayed,
         }))
+    }
+
+    async fn read_index(
+        &self,
+        req: Request<ReadIndexRequest>,
+    ) -> Result<Response<ReadIndexReply>, Status> {
+        let req = req.into_inner();
+        self.check_cluster(req.cluster_id)?;
+        let Some(replica) = self.groups.get(req.group_id) else {
+            return Ok(Response::new(ReadIndexReply::default()));
+        };
+        let reply = match replica.raft().get_read_log_id().await {
+            Ok((read, _applied)) => ReadIndexReply {
+                leader: true,
+                log_index: read.map_or(0, |l| l.index),
+                leader_hint: 0,
+            },
+            Err(openraft::error::RaftError::APIError(
+                openraft::error::CheckIsLeaderError::ForwardToLeader(f),
+            )) => ReadIndexReply {
+                leader_hint: f.leader_id.unwrap_or(0),
+                ..Default::default()
+            },
+            Err(e) => return Err(Status::unavailable(e.to_string())),
+        };
+        Ok(Response::new(reply))
     }
 
     type HeartbeatStream = BeatStream;

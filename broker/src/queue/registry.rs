@@ -79,6 +79,14 @@ fn initial_config(rec: &QueueRecord) -> QueueConfig {
     crate::meta::effective::effective_config(&rec.vhost, &rec.name, &rec.arguments, None).0
 }
 
+/// A queue a publish routes to, on this node.
+enum Routed {
+    /// Its handle here.
+    Open(Arc<QueueHandle>),
+    /// In the topology, but the reconciler has not opened its handle yet.
+    Unopened(QueueRecord),
+}
+
 /// A replica [`Queues::open_replica`] opened.
 struct OpenedReplica {
     raft: Raft,
@@ -219,12 +227,43 @@ impl Queues {
         }
     }
 
-    /// The record and handle of queue `name`.
+    /// The record and handle of queue `name`, as this node sees it now.
     pub fn queue(&self, vhost: &str, name: &str) -> Option<(QueueRecord, Arc<QueueHandle>)> {
         let rec = self
             .meta
             .with_topology(|t| t.queue(vhost, name).cloned())??;
         let handle = self.handles.read().ok()?.get(&rec.group_id).cloned()?;
+        Some((rec, handle))
+    }
+
+    /// The record and handle of queue `name` for a client that may have
+    /// declared it through another node: a queue this node's replica does
+    /// not know yet is looked up again after a meta catch-up
+    /// ([`MetaGroup::catch_up`]), and one whose handle the reconciler has
+    /// not opened yet is opened now ([`Queues::ensure_queue`]). None: no
+    /// such queue (RabbitMQ: 404 NOT_FOUND).
+    pub async fn find_queue(
+        self: &Arc<Self>,
+        vhost: &str,
+        name: &str,
+    ) -> Option<(QueueRecord, Arc<QueueHandle>)> {
+        let arrived = self.meta.catch_up_stamp();
+        if let Some(found) = self.queue(vhost, name) {
+            return Some(found);
+        }
+        let known = |q: &Self| {
+            q.meta
+                .with_topology(|t| t.queue(vhost, name).cloned())
+                .flatten()
+        };
+        let rec = match known(self) {
+            Some(rec) => rec,
+            None => {
+                self.meta.catch_up(arrived).await;
+                known(self)?
+            }
+        };
+        let handle = self.ensure_queue(&rec).await.ok()?;
         Some((rec, handle))
     }
 
@@ -241,33 +280,89 @@ impl Queues {
             .unwrap_or_default()
     }
 
-    /// Routes a publish: target queue handles, in the topology's order.
-    pub fn route(
+    /// Routes a publish that arrived at meta catch-up stamp `arrived`
+    /// ([`MetaGroup::catch_up_stamp`]): target queue handles, in the
+    /// topology's order.
+    ///
+    /// The publisher may have declared its queue, exchange or binding through
+    /// another node: when nothing routes or the exchange is unknown here, the
+    /// meta replica catches up ([`MetaGroup::catch_up`]) and the publish is
+    /// routed again; a routed queue whose handle the reconciler has not
+    /// opened yet is opened now. Otherwise a publish confirmed as unroutable
+    /// would be a confirmed message dropped.
+    ///
+    /// Errors: 404 NOT_FOUND for an unknown exchange (after the catch-up).
+    pub async fn route(
+        self: &Arc<Self>,
+        vhost: &str,
+        exchange: &str,
+        routing_keys: &[String],
+        headers: Option<&FieldTable>,
+        arrived: u64,
+    ) -> Result<Vec<Arc<QueueHandle>>, ProtocolError> {
+        let mut routed = self.route_here(vhost, exchange, routing_keys, headers);
+        let miss = match &routed {
+            Ok(r) => r.is_empty(),
+            Err(ProtocolError::Channel { code, .. }) => *code == 404,
+            Err(_) => false,
+        };
+        if miss && self.meta.catch_up(arrived).await {
+            routed = self.route_here(vhost, exchange, routing_keys, headers);
+        }
+        let mut handles = Vec::new();
+        for target in routed? {
+            match target {
+                Routed::Open(h) => handles.push(h),
+                Routed::Unopened(rec) => {
+                    if let Ok(h) = self.ensure_queue(&rec).await {
+                        handles.push(h);
+                    }
+                }
+            }
+        }
+        Ok(handles)
+    }
+
+    /// [`Queues::route`] on this node's view as it is.
+    fn route_here(
         &self,
         vhost: &str,
         exchange: &str,
         routing_keys: &[String],
         headers: Option<&FieldTable>,
-    ) -> Result<Vec<Arc<QueueHandle>>, ProtocolError> {
-        let names = self
+    ) -> Result<Vec<Routed>, ProtocolError> {
+        let targets = self
             .meta
             .with_topology(|topo| {
                 let names = topo.route(vhost, exchange, routing_keys, headers)?;
                 Ok::<_, ProtocolError>(
                     names
                         .into_iter()
-                        .filter_map(|n| topo.queue(vhost, &n).map(|r| r.group_id))
-                        .collect::<Vec<u64>>(),
+                        .filter_map(|n| topo.queue(vhost, &n).map(|r| (r.group_id, n)))
+                        .collect::<Vec<(u64, String)>>(),
                 )
             })
             .ok_or_else(|| ProtocolError::internal("meta lock poisoned"))??;
-        let queues = self
-            .handles
-            .read()
-            .map_err(|_| ProtocolError::internal("queue table poisoned"))?;
-        Ok(names
-            .iter()
-            .filter_map(|g| queues.get(g).cloned())
+        let opened: Vec<Result<Arc<QueueHandle>, String>> = {
+            let queues = self
+                .handles
+                .read()
+                .map_err(|_| ProtocolError::internal("queue table poisoned"))?;
+            targets
+                .into_iter()
+                .map(|(group, name)| queues.get(&group).cloned().ok_or(name))
+                .collect()
+        };
+        Ok(opened
+            .into_iter()
+            .filter_map(|target| match target {
+                Ok(h) => Some(Routed::Open(h)),
+                Err(name) => self
+                    .meta
+                    .with_topology(|t| t.queue(vhost, &name).cloned())
+                    .flatten()
+                    .map(Routed::Unopened),
+            })
             .collect())
     }
 
@@ -903,7 +998,16 @@ impl QueueServices for Queues {
         routing_keys: &[String],
         headers: Option<&FieldTable>,
     ) -> Result<Vec<Arc<QueueHandle>>, ProtocolError> {
-        Queues::route(self, vhost, exchange, routing_keys, headers)
+        // Dead letters route on this node's view as it is: one that finds no
+        // queue is held and retried when the topology changes.
+        Ok(self
+            .route_here(vhost, exchange, routing_keys, headers)?
+            .into_iter()
+            .filter_map(|t| match t {
+                Routed::Open(h) => Some(h),
+                Routed::Unopened(_) => None,
+            })
+            .collect())
     }
 
     fn events(&self) -> watch::Receiver<u64> {

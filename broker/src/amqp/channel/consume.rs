@@ -32,7 +32,7 @@ impl Channel {
         }
         let name = self.default_queue_name(c.queue.as_str())?;
         self.permit("queue", &name, Perm::Read)?;
-        let (_, handle) = self.lookup_queue(&name)?;
+        let (_, handle) = self.lookup_queue(&name).await?;
         if handle.is_quorum() && self.global_prefetch {
             return Err(ProtocolError::not_implemented(format!(
                 "queue '{name}' in vhost '{}' does not support global qos",
@@ -246,7 +246,7 @@ impl Channel {
     pub(super) async fn on_get(&mut self, g: basic::Get) -> Result<()> {
         let name = self.default_queue_name(g.queue.as_str())?;
         self.permit("queue", &name, Perm::Read)?;
-        let (_, handle) = self.lookup_queue(&name)?;
+        let (_, handle) = self.lookup_queue(&name).await?;
         let sac = handle.is_quorum()
             && self
                 .session

@@ -124,6 +124,10 @@ pub struct Channel {
     /// client closed its channel, perhaps while the old one still releases.
     key: u64,
     session: Arc<Session>,
+    /// The meta catch-up stamp of the inputs being handled, taken when their
+    /// run began (they had all arrived): a publish that routes nowhere
+    /// waits for a catch-up round started after it ([`Broker::route`]).
+    arrived: u64,
     /// Frames written, for the connection to take ([`Channel::output`]).
     out: Output,
     /// Confirm waits started by publishes, for the connection to poll.
@@ -195,6 +199,7 @@ impl Channel {
             get_slots: HashMap::new(),
             prefetch: 0,
             last_queue: None,
+            arrived: 0,
             global_prefetch: false,
             unacked_index: None,
             tx: None,
@@ -221,6 +226,7 @@ impl Channel {
         inputs: VecDeque<Input>,
     ) -> (Box<Self>, Option<Escalation>) {
         let mut confirmed = false;
+        self.arrived = self.session.broker.meta_stamp();
         for input in inputs {
             if self.ended {
                 break;
@@ -572,8 +578,17 @@ impl Channel {
         }
     }
 
-    /// Looks a queue up and checks exclusive ownership (405 RESOURCE_LOCKED).
-    fn lookup_queue(&self, name: &str) -> Result<(QueueRecord, Arc<QueueHandle>)> {
+    /// Looks a queue up (declared through any node: [`Broker::find_queue`])
+    /// and checks exclusive ownership (405 RESOURCE_LOCKED). `&mut`: the
+    /// channel is not `Sync`, and the lookup may wait.
+    ///
+    /// Errors: 404 NOT_FOUND when there is no such queue.
+    async fn lookup_queue(&mut self, name: &str) -> Result<(QueueRecord, Arc<QueueHandle>)> {
+        let found = self
+            .session
+            .broker
+            .find_queue(&self.session.vhost, name)
+            .await;
         let s = &self.session;
         if let Some(r) = s
             .broker
@@ -581,7 +596,7 @@ impl Channel {
         {
             r?;
         }
-        s.broker.queue(&s.vhost, name).ok_or_else(|| {
+        found.ok_or_else(|| {
             ProtocolError::not_found(format!("no queue '{name}' in vhost '{}'", s.vhost))
         })
     }

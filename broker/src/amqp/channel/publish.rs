@@ -155,12 +155,17 @@ impl Channel {
             props.headers().as_ref(),
             props.expiration().as_ref().map(|e| e.as_str()),
         )?;
-        let targets = self.session.broker.route(
-            &self.session.vhost,
-            &exchange,
-            &keys,
-            props.headers().as_ref(),
-        )?;
+        let targets = self
+            .session
+            .broker
+            .route(
+                &self.session.vhost,
+                &exchange,
+                &keys,
+                props.headers().as_ref(),
+                self.arrived,
+            )
+            .await?;
         if !bcc.is_empty() {
             if let Some(mut h) = props.headers().clone() {
                 strip_bcc(&mut h);

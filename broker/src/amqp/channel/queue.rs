@@ -33,7 +33,7 @@ impl Channel {
                     name = self.default_queue_name("")?;
                 }
                 let (handle, created) = if d.passive {
-                    (self.lookup_queue(&name)?.1, false)
+                    (self.lookup_queue(&name).await?.1, false)
                 } else {
                     // rabbit_channel: configure on the queue; with an x-dead-letter-exchange
                     // argument also read on the queue and write on the DLX (the seed's rule:
@@ -86,7 +86,7 @@ impl Channel {
                     .queue(&self.session.vhost, &name)
                     .is_some()
                 {
-                    self.lookup_queue(&name)?;
+                    self.lookup_queue(&name).await?;
                 }
                 self.meta(MetaCommand::Bind {
                     vhost: self.session.vhost.clone(),
@@ -122,7 +122,7 @@ impl Channel {
             queue::AMQPMethod::Purge(p) => {
                 let name = self.default_queue_name(p.queue.as_str())?;
                 self.permit("queue", &name, Perm::Read)?;
-                let (_, handle) = self.lookup_queue(&name)?;
+                let (_, handle) = self.lookup_queue(&name).await?;
                 let reply = handle
                     .call(QueueCommand::Purge {
                         now_ms: crate::now_ms(),
@@ -151,7 +151,7 @@ impl Channel {
                     .queue(&self.session.vhost, &name)
                     .is_some()
                 {
-                    let (_, handle) = self.lookup_queue(&name)?;
+                    let (_, handle) = self.lookup_queue(&name).await?;
                     if handle.refuses_conditional_delete() && (d.if_unused || d.if_empty) {
                         let flag = if d.if_empty { "if-empty" } else { "if-unused" };
                         return Err(ProtocolError::not_implemented(format!(

@@ -183,7 +183,15 @@ async fn publish_message(
         props.headers().as_ref(),
         props.expiration().as_ref().map(|e| e.as_str()),
     )?;
-    let targets = b.route(vhost, exchange, &keys, props.headers().as_ref())?;
+    let targets = b
+        .route(
+            vhost,
+            exchange,
+            &keys,
+            props.headers().as_ref(),
+            b.meta_stamp(),
+        )
+        .await?;
     if !bcc.is_empty() {
         if let Some(mut h) = props.headers().clone() {
             strip_bcc(&mut h);

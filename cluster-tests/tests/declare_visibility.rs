@@ -1,0 +1,182 @@
+//! What a client declares through one node is there at once on every node,
+//! as RabbitMQ's declare-ok promises (its metadata store commits on all
+//! nodes): a publish through another node right after the declare-ok routes
+//! to the new queue (not confirmed as unroutable and dropped), a passive
+//! declare there finds it, and a node restarted after the declare serves it
+//! from its first connection. Found by `disk_full`'s run after a restart.
+
+use cluster_tests::{
+    cluster::{retry, Cluster},
+    confirm_channel, connect, consume_n, durable, open_consumer, publish_confirmed, quorum_args,
+};
+use lapin::{
+    options::{BasicAckOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions},
+    types::FieldTable,
+    BasicProperties, ExchangeKind,
+};
+use std::time::Duration;
+
+fn passive() -> QueueDeclareOptions {
+    QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    }
+}
+
+/// Declares queues (and an exchange bound to each) through node 1 and uses
+/// each at once through nodes 2 and 3, then checks every confirmed publish
+/// is in its queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_declared_through_one_node_is_there_at_once_on_the_others() -> anyhow::Result<()> {
+    let cluster = Cluster::start(3).await?;
+    let r = cluster_tests::bounded(Duration::from_secs(180), async {
+        let uri1 = cluster.uri(1);
+        let c1 = retry(Duration::from_secs(30), "connect to node 1", || {
+            connect(&uri1)
+        })
+        .await?;
+        let c2 = connect(&cluster.uri(2)).await?;
+        let c3 = connect(&cluster.uri(3)).await?;
+        let ch1 = c1.create_channel().await?;
+        retry(Duration::from_secs(30), "a first declare", || async {
+            ch1.queue_declare("vis.warmup".into(), durable(), quorum_args(&[]))
+                .await?;
+            anyhow::Ok(())
+        })
+        .await?;
+        let ch2 = confirm_channel(&c2).await?;
+        let ch3 = confirm_channel(&c3).await?;
+        const QUEUES: usize = 60;
+        for i in 0..QUEUES {
+            let q = format!("vis.q{i}");
+            let x = format!("vis.x{i}");
+            ch1.queue_declare(q.as_str().into(), durable(), quorum_args(&[]))
+                .await?;
+            // Through node 2 on the default exchange, the moment declare-ok is in.
+            publish_confirmed(&ch2, "", &q, b"direct", BasicProperties::default())
+                .await
+                .map_err(|e| anyhow::anyhow!("publish to {q} through node 2: {e:#}"))?;
+            ch3.queue_declare(q.as_str().into(), passive(), FieldTable::default())
+                .await
+                .map_err(|e| anyhow::anyhow!("passive declare of {q} through node 3: {e}"))?;
+            ch1.exchange_declare(
+                x.as_str().into(),
+                ExchangeKind::Fanout,
+                ExchangeDeclareOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+            ch1.queue_bind(
+                q.as_str().into(),
+                x.as_str().into(),
+                "".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+            // Through node 3 on the new exchange and binding.
+            publish_confirmed(&ch3, &x, "", b"bound", BasicProperties::default())
+                .await
+                .map_err(|e| anyhow::anyhow!("publish to {x} through node 3: {e:#}"))?;
+        }
+        for i in 0..QUEUES {
+            let q = format!("vis.q{i}");
+            let (_ch, mut consumer) = open_consumer(&c1, &q, 10).await?;
+            let got = consume_n(&mut consumer, 2, Duration::from_secs(30))
+                .await
+                .map_err(|e| anyhow::anyhow!("{q}: {e:#}"))?;
+            let mut bodies: Vec<String> = got
+                .iter()
+                .map(|d| String::from_utf8_lossy(&d.data).into_owned())
+                .collect();
+            for d in &got {
+                d.ack(BasicAckOptions::default()).await?;
+            }
+            bodies.sort();
+            assert_eq!(
+                bodies,
+                ["bound", "direct"],
+                "both confirmed publishes are in {q}"
+            );
+        }
+        anyhow::Ok(())
+    })
+    .await;
+    if r.is_err() {
+        cluster.print_logs(8_000);
+    }
+    r
+}
+
+/// Node 3 is stopped while queues are declared; a client that connects to
+/// it as soon as it is back finds them and publishes into them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_serves_the_queues_declared_while_it_was_away() -> anyhow::Result<()> {
+    let cluster = Cluster::start(3).await?;
+    let r = cluster_tests::bounded(Duration::from_secs(180), async {
+        let uri1 = cluster.uri(1);
+        let c1 = retry(Duration::from_secs(30), "connect to node 1", || {
+            connect(&uri1)
+        })
+        .await?;
+        let ch1 = c1.create_channel().await?;
+        retry(Duration::from_secs(30), "a first declare", || async {
+            ch1.queue_declare("away.warmup".into(), durable(), quorum_args(&[]))
+                .await?;
+            anyhow::Ok(())
+        })
+        .await?;
+        cluster.stop(3).await?;
+        const QUEUES: usize = 40;
+        for i in 0..QUEUES {
+            retry(
+                Duration::from_secs(30),
+                "declare while node 3 is away",
+                || {
+                    let ch1 = &ch1;
+                    async move {
+                        ch1.queue_declare(
+                            format!("away.q{i}").as_str().into(),
+                            durable(),
+                            quorum_args(&[]),
+                        )
+                        .await?;
+                        anyhow::Ok(())
+                    }
+                },
+            )
+            .await?;
+        }
+        cluster.restart(3).await?;
+        let c3 = connect(&cluster.uri(3)).await?;
+        let ch3 = confirm_channel(&c3).await?;
+        for i in 0..QUEUES {
+            let q = format!("away.q{i}");
+            publish_confirmed(&ch3, "", &q, b"after", BasicProperties::default())
+                .await
+                .map_err(|e| anyhow::anyhow!("publish to {q} through node 3: {e:#}"))?;
+            ch3.queue_declare(q.as_str().into(), passive(), FieldTable::default())
+                .await
+                .map_err(|e| anyhow::anyhow!("passive declare of {q} through node 3: {e}"))?;
+        }
+        for i in 0..QUEUES {
+            let q = format!("away.q{i}");
+            let (_ch, mut consumer) = open_consumer(&c1, &q, 10).await?;
+            let got = consume_n(&mut consumer, 1, Duration::from_secs(30))
+                .await
+                .map_err(|e| anyhow::anyhow!("{q}: {e:#}"))?;
+            assert_eq!(
+                &got[0].data[..],
+                b"after",
+                "the publish through node 3 is in {q}"
+            );
+            got[0].ack(BasicAckOptions::default()).await?;
+        }
+        anyhow::Ok(())
+    })
+    .await;
+    if r.is_err() {
+        cluster.print_logs(8_000);
+    }
+    r
+}
