@@ -180,3 +180,50 @@ async fn a_restarted_node_serves_the_queues_declared_while_it_was_away() -> anyh
     }
     r
 }
+
+/// A queue declared through node 1 and deleted through node 2 right after
+/// is gone (before, node 2 answered delete-ok for a queue it did not know
+/// yet and deleted nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_declared_through_one_node_can_be_deleted_through_another() -> anyhow::Result<()> {
+    let cluster = Cluster::start(3).await?;
+    let r = cluster_tests::bounded(Duration::from_secs(180), async {
+        let uri1 = cluster.uri(1);
+        let c1 = retry(Duration::from_secs(30), "connect to node 1", || {
+            connect(&uri1)
+        })
+        .await?;
+        let c2 = connect(&cluster.uri(2)).await?;
+        let ch1 = c1.create_channel().await?;
+        retry(Duration::from_secs(30), "a first declare", || async {
+            ch1.queue_declare("del.warmup".into(), durable(), quorum_args(&[]))
+                .await?;
+            anyhow::Ok(())
+        })
+        .await?;
+        let ch2 = c2.create_channel().await?;
+        const QUEUES: usize = 40;
+        for i in 0..QUEUES {
+            let q = format!("del.q{i}");
+            ch1.queue_declare(q.as_str().into(), durable(), quorum_args(&[]))
+                .await?;
+            ch2.queue_delete(q.as_str().into(), Default::default())
+                .await?;
+        }
+        for i in 0..QUEUES {
+            let q = format!("del.q{i}");
+            let ch = c1.create_channel().await?;
+            let r = ch
+                .queue_declare(q.as_str().into(), passive(), FieldTable::default())
+                .await;
+            let (code, _) = cluster_tests::expect_amqp_error(r);
+            assert_eq!(code, 404, "{q} deleted through node 2 is gone");
+        }
+        anyhow::Ok(())
+    })
+    .await;
+    if r.is_err() {
+        cluster.print_logs(8_000);
+    }
+    r
+}

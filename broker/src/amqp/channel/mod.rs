@@ -579,26 +579,38 @@ impl Channel {
     }
 
     /// Looks a queue up (declared through any node: [`Broker::find_queue`])
-    /// and checks exclusive ownership (405 RESOURCE_LOCKED). `&mut`: the
-    /// channel is not `Sync`, and the lookup may wait.
+    /// and checks exclusive ownership (405 RESOURCE_LOCKED).
     ///
     /// Errors: 404 NOT_FOUND when there is no such queue.
     async fn lookup_queue(&mut self, name: &str) -> Result<(QueueRecord, Arc<QueueHandle>)> {
+        self.find_queue(name).await?.ok_or_else(|| {
+            ProtocolError::not_found(format!(
+                "no queue '{name}' in vhost '{}'",
+                self.session.vhost
+            ))
+        })
+    }
+
+    /// [`Channel::lookup_queue`], None when there is no such queue.
+    /// `&mut`: the channel is not `Sync`, and the lookup may wait.
+    ///
+    /// Errors: 405 RESOURCE_LOCKED for another connection's exclusive queue.
+    async fn find_queue(&mut self, name: &str) -> Result<Option<(QueueRecord, Arc<QueueHandle>)>> {
         let found = self
             .session
             .broker
             .find_queue(&self.session.vhost, name)
             .await;
         let s = &self.session;
-        if let Some(r) = s
-            .broker
-            .with_topology(|t| t.check_exclusive_access(&s.vhost, name, s.id))
-        {
-            r?;
+        if found.is_some() {
+            if let Some(r) = s
+                .broker
+                .with_topology(|t| t.check_exclusive_access(&s.vhost, name, s.id))
+            {
+                r?;
+            }
         }
-        found.ok_or_else(|| {
-            ProtocolError::not_found(format!("no queue '{name}' in vhost '{}'", s.vhost))
-        })
+        Ok(found)
     }
 
     /// An empty queue name means the channel's last declared queue

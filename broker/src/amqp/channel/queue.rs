@@ -80,14 +80,8 @@ impl Channel {
                 let name = self.default_queue_name(b.queue.as_str())?;
                 self.permit("queue", &name, Perm::Write)?;
                 self.permit("exchange", b.exchange.as_str(), Perm::Read)?;
-                if self
-                    .session
-                    .broker
-                    .queue(&self.session.vhost, &name)
-                    .is_some()
-                {
-                    self.lookup_queue(&name).await?;
-                }
+                // Exclusive ownership; the meta group answers 404 for a missing queue.
+                self.find_queue(&name).await?;
                 self.meta(MetaCommand::Bind {
                     vhost: self.session.vhost.clone(),
                     queue: name,
@@ -145,13 +139,7 @@ impl Channel {
                 let name = self.default_queue_name(d.queue.as_str())?;
                 self.permit("queue", &name, Perm::Configure)?;
                 let mut count = 0;
-                if self
-                    .session
-                    .broker
-                    .queue(&self.session.vhost, &name)
-                    .is_some()
-                {
-                    let (_, handle) = self.lookup_queue(&name).await?;
+                if let Some((_, handle)) = self.find_queue(&name).await? {
                     if handle.refuses_conditional_delete() && (d.if_unused || d.if_empty) {
                         let flag = if d.if_empty { "if-empty" } else { "if-unused" };
                         return Err(ProtocolError::not_implemented(format!(
