@@ -231,7 +231,7 @@ impl Broker {
             meta_changed,
             access_revoked,
             queues,
-            next_connection: AtomicU64::new(1),
+            next_connection: AtomicU64::new(first_connection_id(me, epoch)),
             peers,
             detector,
             alarms,
@@ -428,7 +428,8 @@ impl Broker {
         &self.queues
     }
 
-    /// A fresh connection id.
+    /// A fresh connection id, unique cluster-wide and across boots
+    /// ([`first_connection_id`]).
     pub fn next_connection_id(&self) -> u64 {
         self.next_connection.fetch_add(1, Ordering::Relaxed)
     }
@@ -848,6 +849,17 @@ fn rebuild_hint(
          --join <a member's cluster address> --replaces {me}.",
         raft_dir.parent().unwrap_or(raft_dir).display()
     ))
+}
+
+/// The first connection id of node `node` in boot `epoch`: the node's low 16
+/// bits, then the epoch's low 16 bits, then a 32-bit count from 1. Ids are
+/// unique cluster-wide and across boots, because the meta group records an
+/// exclusive queue's owner by connection id: with a count from 1 on every
+/// node, closing connection 1 on node 2 deleted node 1's exclusive queues of
+/// its connection 1, and node 2's connection 1 passed their exclusive-access
+/// checks. (Node ids 65,536 apart would share ids: node ids are small.)
+fn first_connection_id(node: u64, epoch: u32) -> u64 {
+    ((node & 0xFFFF) << 48) | (u64::from(epoch & 0xFFFF) << 32) | 1
 }
 
 /// Increments and persists the node's boot epoch, durably (power loss included) before any

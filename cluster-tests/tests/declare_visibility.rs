@@ -3,7 +3,9 @@
 //! nodes): a publish through another node right after the declare-ok routes
 //! to the new queue (not confirmed as unroutable and dropped), a passive
 //! declare there finds it, and a node restarted after the declare serves it
-//! from its first connection. Found by `disk_full`'s run after a restart.
+//! from its first connection; a delete through another node deletes; and an
+//! exclusive queue belongs to its connection on every node. Found by
+//! `disk_full`'s run after a restart.
 
 use cluster_tests::{
     cluster::{retry, Cluster},
@@ -219,6 +221,66 @@ async fn a_queue_declared_through_one_node_can_be_deleted_through_another() -> a
             let (code, _) = cluster_tests::expect_amqp_error(r);
             assert_eq!(code, 404, "{q} deleted through node 2 is gone");
         }
+        anyhow::Ok(())
+    })
+    .await;
+    if r.is_err() {
+        cluster.print_logs(8_000);
+    }
+    r
+}
+
+/// An exclusive queue belongs to its connection on every node: another
+/// node's connections get 405 RESOURCE_LOCKED, and closing them leaves the
+/// queue alone (before, connection ids counted from 1 on every node, so
+/// node 2's first connection passed as node 1's first and its close deleted
+/// node 1's exclusive queue).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_queue_belongs_to_its_connection_on_every_node() -> anyhow::Result<()> {
+    let cluster = Cluster::start(3).await?;
+    let r = cluster_tests::bounded(Duration::from_secs(120), async {
+        let uri1 = cluster.uri(1);
+        let owner = retry(Duration::from_secs(30), "connect to node 1", || {
+            connect(&uri1)
+        })
+        .await?;
+        let ch1 = owner.create_channel().await?;
+        let exclusive = QueueDeclareOptions {
+            exclusive: true,
+            ..QueueDeclareOptions::default()
+        };
+        retry(
+            Duration::from_secs(30),
+            "declare the exclusive queue",
+            || async {
+                ch1.queue_declare("excl.q".into(), exclusive, FieldTable::default())
+                    .await?;
+                anyhow::Ok(())
+            },
+        )
+        .await?;
+        for node in [2, 3] {
+            // The first connections of nodes 2 and 3.
+            let other = connect(&cluster.uri(node)).await?;
+            let ch = other.create_channel().await?;
+            let r = ch
+                .queue_declare("excl.q".into(), passive(), FieldTable::default())
+                .await;
+            let (code, _) = cluster_tests::expect_amqp_error(r);
+            assert_eq!(
+                code, 405,
+                "a connection of node {node} may not use node 1's exclusive queue"
+            );
+            other.close(200, "bye".into()).await?;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        ch1.queue_declare("excl.q".into(), passive(), FieldTable::default())
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "the exclusive queue is gone after other nodes' connections closed: {e}"
+                )
+            })?;
         anyhow::Ok(())
     })
     .await;
