@@ -49,7 +49,9 @@ pub async fn run(queues: Weak<Queues>) {
         let now = Instant::now();
         proposed.retain(|_, at| now.duration_since(*at) < Duration::from_millis(RETRY_MS));
         for h in b.queue_handles() {
-            if !h.is_quorum() || !h.is_local_leader() {
+            // A quorum queue's leader, or the home of a node-local queue
+            // (whose consumers may be on other nodes too).
+            if !(h.is_local_here() || h.is_quorum() && h.is_local_leader()) {
                 continue;
             }
             let Some(nodes) = h.read(|host| host.machine().consumer_nodes()) else {

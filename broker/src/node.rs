@@ -210,6 +210,7 @@ impl Broker {
             consumers: consumers.clone(),
             origin,
             seen_calls: Default::default(),
+            queues: Default::default(),
         };
         let meta = Arc::new(MetaGroup::new(me, meta_raft, meta_host, forwarder.clone()));
         let queues = Queues::new(QueuesParts {
@@ -224,6 +225,7 @@ impl Broker {
             detector: detector.clone(),
             forwarder,
         });
+        let _ = services.queues.set(Arc::downgrade(&queues));
         let broker = Arc::new(Broker {
             config,
             store,

@@ -43,6 +43,9 @@ pub struct ClusterServices {
     pub origin: Origin,
     /// `Deliver` calls taken, so a retried one is not delivered twice.
     pub seen_calls: Arc<super::deliveries::SeenCalls>,
+    /// This node's queues, set once they exist: `Propose` and `Query` of a
+    /// node-local queue whose home is this node are served from its handle.
+    pub queues: Arc<std::sync::OnceLock<std::sync::Weak<crate::queue::registry::Queues>>>,
 }
 
 impl ClusterServices {
@@ -100,6 +103,15 @@ impl ClusterServices {
 }
 
 impl ClusterServices {
+    /// The handle of node-local queue `group` when its home is this node.
+    fn local_queue(&self, group: u64) -> Option<Arc<crate::queue::handle::QueueHandle>> {
+        if group == META_GROUP {
+            return None;
+        }
+        let queues = self.queues.get()?.upgrade()?;
+        queues.queue_by_group(group).filter(|h| h.is_local_here())
+    }
+
     /// One group-tagged Raft RPC: check the cluster id, find the group's
     /// replica with `find`, decode the openraft request, call, encode the
     /// result.
@@ -351,6 +363,26 @@ impl RaftTransport for ClusterServices {
     }
 }
 
+/// A command another node forwarded to a node-local queue of this node
+/// (`QueueHandle::local_elsewhere` there), applied on its handle: the reply
+/// as a forwarded proposal's, at log index 0 (a local queue has no log).
+async fn propose_local(
+    local: &crate::queue::handle::QueueHandle,
+    command: &[u8],
+) -> Result<ProposeReply, Status> {
+    let cmd = decode::<QueueCommand>(command)?;
+    Ok(match local.call(cmd).await {
+        Ok(r) => ProposeReply {
+            reply: encode(&super::types::GroupReply::Queue(r))?.into(),
+            ..Default::default()
+        },
+        Err(e) => ProposeReply {
+            error: e.to_string(),
+            ..Default::default()
+        },
+    })
+}
+
 #[tonic::async_trait]
 impl Cluster for ClusterServices {
     async fn propose(
@@ -360,6 +392,9 @@ impl Cluster for ClusterServices {
         let req = req.into_inner();
         self.check_cluster(req.cluster_id)?;
         let Some(replica) = self.groups.get(req.group_id) else {
+            if let Some(local) = self.local_queue(req.group_id) {
+                return Ok(Response::new(propose_local(&local, &req.command).await?));
+            }
             return Ok(Response::new(ProposeReply {
                 no_group: true,
                 ..Default::default()
@@ -465,10 +500,13 @@ impl Cluster for ClusterServices {
 
     async fn query(&self, req: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
         let group = req.into_inner().group_id;
-        let Some(replica) = self.groups.get(group) else {
-            return Ok(Response::new(QueryReply::default()));
+        let c = match self.groups.get(group) {
+            Some(replica) => replica.counts(),
+            None => match self.local_queue(group).and_then(|h| h.local_status()) {
+                Some(status) => status,
+                None => return Ok(Response::new(QueryReply::default())),
+            },
         };
-        let c = replica.counts();
         Ok(Response::new(QueryReply {
             found: true,
             messages_ready: c.messages_ready,

@@ -61,6 +61,9 @@ pub struct QueueHandle {
     /// Declared `x-queue-type: quorum` by the client: `queue.delete` with if-empty /
     /// if-unused is refused as RabbitMQ 3.10 refuses it on quorum queues.
     declared_quorum: bool,
+    /// A node-local queue of another node (its home), reached by forwarding
+    /// every command there ([`Self::local_elsewhere`]).
+    elsewhere: bool,
     /// `x-max-priority` (an argument, fixed for the queue's life): publishes
     /// carry their message priority only to such a queue.
     max_priority: Option<u8>,
@@ -168,6 +171,7 @@ impl QueueHandle {
             stats: Default::default(),
             classic: false,
             declared_quorum: false,
+            elsewhere: false,
             max_priority: None,
         }
     }
@@ -193,13 +197,29 @@ impl QueueHandle {
             stats: Default::default(),
             classic: false,
             declared_quorum: false,
+            elsewhere: false,
             max_priority: None,
         }
     }
 
     /// True for a Raft-replicated quorum queue.
     pub fn is_quorum(&self) -> bool {
-        matches!(self.backend, Backend::Raft { .. })
+        matches!(self.backend, Backend::Raft { .. }) && !self.elsewhere
+    }
+
+    /// Marks a handle made with [`Self::remote`] for a node-local queue
+    /// (non-durable, auto-delete or exclusive) of another node: its
+    /// commands go to the queue's home node as a quorum queue's go to its
+    /// leader, and it behaves as the classic queue it is (RabbitMQ serves a
+    /// classic queue from every node of the cluster).
+    pub fn local_elsewhere(mut self) -> Self {
+        self.elsewhere = true;
+        self
+    }
+
+    /// True for a node-local queue whose home is this node.
+    pub fn is_local_here(&self) -> bool {
+        matches!(self.backend, Backend::Local)
     }
 
     /// True when this node holds a replica (or the queue is local here).

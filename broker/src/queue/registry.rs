@@ -653,6 +653,25 @@ impl Queues {
                 });
                 h
             }
+            QueueKind::Local { node } if node != me => {
+                // Another node's local queue: commands go to its home node,
+                // which serves them from its handle (`cluster::server`).
+                let route = Route::new(rec.group_id, None, vec![node], self.forwarder.clone());
+                return Ok(Arc::new(
+                    QueueHandle::remote(
+                        rec.vhost.clone(),
+                        rec.name.clone(),
+                        ctx,
+                        route,
+                        self.origin,
+                    )
+                    .classic(classic)
+                    .declared_quorum(declared_quorum)
+                    .max_priority(max_priority)
+                    .local_elsewhere()
+                    .with_idle_effects(rx),
+                ));
+            }
             QueueKind::Local { .. } => {
                 let machine = QueueMachine::new(config);
                 let host = QueueHost::new(machine, Box::new(MemBodies::default()), ctx.clone());

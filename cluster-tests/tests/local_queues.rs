@@ -1,0 +1,194 @@
+//! Node-local queues (non-durable, auto-delete: RabbitMQ's classic queues,
+//! unreplicated here) are served from every node, as RabbitMQ serves a
+//! classic queue from any node of its cluster: another node forwards every
+//! command to the queue's home node. Before, another node either did not
+//! know the queue (404, and a publish through it was confirmed as
+//! unroutable and dropped) or, on a re-declare through it, made a second
+//! queue of the same name there.
+
+use cluster_tests::{
+    cluster::{retry, Cluster},
+    confirm_channel, connect, consume_n, expect_amqp_error, publish_confirmed,
+};
+use futures::StreamExt;
+use lapin::{
+    options::{
+        BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicQosOptions,
+        QueueDeclareOptions,
+    },
+    types::FieldTable,
+    BasicProperties,
+};
+use std::time::Duration;
+
+fn transient() -> QueueDeclareOptions {
+    QueueDeclareOptions::default()
+}
+
+fn passive() -> QueueDeclareOptions {
+    QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    }
+}
+
+async fn consumer(
+    conn: &lapin::Connection,
+    q: &str,
+) -> anyhow::Result<(lapin::Channel, lapin::Consumer)> {
+    let ch = conn.create_channel().await?;
+    ch.basic_qos(100, BasicQosOptions::default()).await?;
+    let c = ch
+        .basic_consume(
+            q.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    Ok((ch, c))
+}
+
+/// RabbitMQ's first tutorial across nodes: the consumer declares `hello`
+/// (non-durable) on node 1, the producer declares it again and publishes on
+/// node 2; every message reaches the consumer. Then an auto-delete queue of
+/// node 1 consumed from node 3 is deleted when that consumer cancels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_queue_is_one_queue_on_every_node() -> anyhow::Result<()> {
+    let cluster = Cluster::start(3).await?;
+    let r = cluster_tests::bounded(Duration::from_secs(120), async {
+        let uri1 = cluster.uri(1);
+        let c1 = retry(Duration::from_secs(30), "connect to node 1", || {
+            connect(&uri1)
+        })
+        .await?;
+        let c2 = connect(&cluster.uri(2)).await?;
+        let c3 = connect(&cluster.uri(3)).await?;
+        let ch1 = c1.create_channel().await?;
+        retry(
+            Duration::from_secs(30),
+            "declare hello on node 1",
+            || async {
+                ch1.queue_declare("hello".into(), transient(), FieldTable::default())
+                    .await?;
+                anyhow::Ok(())
+            },
+        )
+        .await?;
+        let (_cch, mut on1) = consumer(&c1, "hello").await?;
+
+        let ch2 = confirm_channel(&c2).await?;
+        let ok = ch2
+            .queue_declare("hello".into(), transient(), FieldTable::default())
+            .await?;
+        assert_eq!(ok.consumer_count(), 1, "node 2 sees node 1's consumer");
+        const N: usize = 20;
+        for i in 0..N {
+            publish_confirmed(
+                &ch2,
+                "",
+                "hello",
+                format!("m{i}").as_bytes(),
+                BasicProperties::default(),
+            )
+            .await?;
+        }
+        let got = consume_n(&mut on1, N, Duration::from_secs(20)).await?;
+        for d in &got {
+            d.ack(BasicAckOptions::default()).await?;
+        }
+        let mut bodies: Vec<String> = got
+            .iter()
+            .map(|d| String::from_utf8_lossy(&d.data).into_owned())
+            .collect();
+        bodies.sort();
+        let mut want: Vec<String> = (0..N).map(|i| format!("m{i}")).collect();
+        want.sort();
+        assert_eq!(bodies, want, "node 1's consumer gets what node 2 published");
+
+        // Auto-delete queue of node 1, consumed on node 3.
+        let opts = QueueDeclareOptions {
+            auto_delete: true,
+            ..QueueDeclareOptions::default()
+        };
+        ch1.queue_declare("ad".into(), opts, FieldTable::default())
+            .await?;
+        let (ch3, mut on3) = consumer(&c3, "ad").await?;
+        let chp = confirm_channel(&c1).await?;
+        publish_confirmed(&chp, "", "ad", b"to node 3", BasicProperties::default()).await?;
+        let got = consume_n(&mut on3, 1, Duration::from_secs(20)).await?;
+        assert_eq!(&got[0].data[..], b"to node 3");
+        got[0].ack(BasicAckOptions::default()).await?;
+        ch3.basic_cancel(on3.tag().as_str().into(), BasicCancelOptions::default())
+            .await?;
+        let gone = retry(
+            Duration::from_secs(10),
+            "the auto-delete queue goes",
+            || async {
+                let ch = c1.create_channel().await?;
+                let r = ch
+                    .queue_declare("ad".into(), passive(), FieldTable::default())
+                    .await;
+                match r {
+                    Ok(_) => anyhow::bail!("still there"),
+                    Err(e) => anyhow::Ok(e),
+                }
+            },
+        )
+        .await?;
+        assert_eq!(expect_amqp_error::<()>(Err(gone)).0, 404);
+        anyhow::Ok(())
+    })
+    .await;
+    if r.is_err() {
+        cluster.print_logs(8_000);
+    }
+    r
+}
+
+/// A consumer on node 2 of node 1's transient queue holds a message unacked
+/// when node 2 is killed: the message returns (redelivered) to a consumer on
+/// node 1, as RabbitMQ returns a dead consumer's messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_remote_consumers_messages_return() -> anyhow::Result<()> {
+    let cluster = Cluster::start(3).await?;
+    let r = cluster_tests::bounded(Duration::from_secs(120), async {
+        let uri1 = cluster.uri(1);
+        let c1 = retry(Duration::from_secs(30), "connect to node 1", || {
+            connect(&uri1)
+        })
+        .await?;
+        let ch1 = confirm_channel(&c1).await?;
+        retry(Duration::from_secs(30), "declare on node 1", || async {
+            ch1.queue_declare("held".into(), transient(), FieldTable::default())
+                .await?;
+            anyhow::Ok(())
+        })
+        .await?;
+        let c2 = connect(&cluster.uri(2)).await?;
+        let (_ch2, mut on2) = consumer(&c2, "held").await?;
+        publish_confirmed(&ch1, "", "held", b"unacked", BasicProperties::default()).await?;
+        let got = consume_n(&mut on2, 1, Duration::from_secs(20)).await?;
+        assert_eq!(&got[0].data[..], b"unacked");
+        cluster.kill9(2);
+        let (_cch, mut on1) = consumer(&c1, "held").await?;
+        let back = tokio::time::timeout(Duration::from_secs(30), on1.next())
+            .await
+            .map_err(|_| anyhow::anyhow!("the dead consumer's message did not return in 30 s"))?
+            .ok_or_else(|| anyhow::anyhow!("consumer ended"))??;
+        assert_eq!(&back.data[..], b"unacked");
+        assert!(back.redelivered, "a returned message is redelivered");
+        back.ack(BasicAckOptions::default()).await?;
+        let ch = c1.create_channel().await?;
+        let left = ch
+            .basic_get("held".into(), BasicGetOptions::default())
+            .await?;
+        assert!(left.is_none(), "nothing else in the queue");
+        anyhow::Ok(())
+    })
+    .await;
+    if r.is_err() {
+        cluster.print_logs(8_000);
+    }
+    r
+}
