@@ -47,6 +47,11 @@ const SHRINK_EVERY: Duration = Duration::from_millis(100);
 /// meta leader committed while it was away, before it serves clients.
 const START_CATCH_UP_FOR: Duration = Duration::from_secs(30);
 
+/// How long a starting node waits to see any other node up (their beats come
+/// every 100 ms) before it takes itself for alone, and its catch-up's bound
+/// then.
+const PEER_GRACE: Duration = Duration::from_secs(2);
+
 /// A running node.
 pub struct Broker {
     config: Config,
@@ -303,10 +308,21 @@ impl Broker {
             .await;
         if waited.is_err() {
             tracing::warn!("no meta leader yet (waiting for a majority of the cluster's nodes); serving anyway");
-        } else if !self.meta.catch_up_within(START_CATCH_UP_FOR).await {
+        } else {
             // A node back from a stop must not serve what it missed as absent
             // (a publish to a queue declared meanwhile confirmed as unroutable).
-            tracing::warn!("meta replica not caught up with the leader in {START_CATCH_UP_FOR:?}; serving anyway");
+            // Alone (the others still down: a whole-cluster restart, one node
+            // at a time) there is nobody to catch up with: a short wait.
+            let within = if single || self.sees_a_peer(PEER_GRACE).await {
+                START_CATCH_UP_FOR
+            } else {
+                PEER_GRACE
+            };
+            if !self.meta.catch_up_within(within).await {
+                tracing::warn!(
+                    "meta replica not caught up with the leader in {within:?}; serving anyway"
+                );
+            }
         }
         self.queues.drop_own_local_queues().await;
         self.reconcile().await;
@@ -320,6 +336,25 @@ impl Broker {
             ));
         }
         Ok(())
+    }
+
+    /// Waits up to `grace` for the failure detector to see another node up.
+    async fn sees_a_peer(&self, grace: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            if self
+                .peers
+                .others()
+                .iter()
+                .any(|n| self.detector.is_alive(*n))
+            {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// This node's id.

@@ -192,3 +192,73 @@ async fn a_dead_remote_consumers_messages_return() -> anyhow::Result<()> {
     }
     r
 }
+
+/// Dead letters of a quorum queue led on node 2 reach a transient queue of
+/// node 1, with either dead-letter strategy (the worker routes them on node
+/// 2, which had not opened node 1's queue: before, at-most-once dropped them
+/// and at-least-once held them forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_reach_another_nodes_transient_queue() -> anyhow::Result<()> {
+    let cluster = Cluster::start(3).await?;
+    let r = cluster_tests::bounded(Duration::from_secs(120), async {
+        let uri1 = cluster.uri(1);
+        let c1 = retry(Duration::from_secs(30), "connect to node 1", || {
+            connect(&uri1)
+        })
+        .await?;
+        let c2 = connect(&cluster.uri(2)).await?;
+        let ch1 = c1.create_channel().await?;
+        retry(
+            Duration::from_secs(30),
+            "declare the DLQ on node 1",
+            || async {
+                ch1.queue_declare("dl.target".into(), transient(), FieldTable::default())
+                    .await?;
+                anyhow::Ok(())
+            },
+        )
+        .await?;
+        let ch2 = confirm_channel(&c2).await?;
+        for strategy in ["at-most-once", "at-least-once"] {
+            let src = format!("dl.src.{strategy}");
+            let mut args = cluster_tests::quorum_args(&[
+                ("x-dead-letter-exchange", cluster_tests::s("")),
+                ("x-dead-letter-routing-key", cluster_tests::s("dl.target")),
+                ("x-dead-letter-strategy", cluster_tests::s(strategy)),
+                ("x-overflow", cluster_tests::s("reject-publish")),
+            ]);
+            args.insert("x-message-ttl".into(), lapin::types::AMQPValue::LongInt(50));
+            ch2.queue_declare(src.as_str().into(), cluster_tests::durable(), args)
+                .await?;
+            publish_confirmed(
+                &ch2,
+                "",
+                &src,
+                strategy.as_bytes(),
+                BasicProperties::default(),
+            )
+            .await?;
+        }
+        let (_ch, mut on1) = consumer(&c1, "dl.target").await?;
+        let got = consume_n(&mut on1, 2, Duration::from_secs(30)).await?;
+        let mut bodies: Vec<String> = got
+            .iter()
+            .map(|d| String::from_utf8_lossy(&d.data).into_owned())
+            .collect();
+        bodies.sort();
+        assert_eq!(
+            bodies,
+            ["at-least-once", "at-most-once"],
+            "both dead letters arrive"
+        );
+        for d in &got {
+            d.ack(BasicAckOptions::default()).await?;
+        }
+        anyhow::Ok(())
+    })
+    .await;
+    if r.is_err() {
+        cluster.print_logs(8_000);
+    }
+    r
+}

@@ -70,10 +70,25 @@ pub async fn publish(
     target: &DeadLetterTarget,
     payload: &Bytes,
 ) {
-    let Some((dl, targets, _)) = prepare(services, source, reason, target, payload) else {
+    let Some((mut dl, mut targets, _)) = prepare(services, source, reason, target, payload) else {
         tracing::debug!(queue = %source.name, id, "dead-letter exchange missing; message dropped");
         return;
     };
+    // A target this node has not opened yet is opened now, then routed to.
+    if targets.is_empty()
+        && services
+            .open_routed(
+                &source.vhost,
+                &target.exchange,
+                &dl.routing_keys,
+                Some(&dl.headers),
+            )
+            .await
+    {
+        if let Some((d, t, _)) = prepare(services, source, reason, target, payload) {
+            (dl, targets) = (d, t);
+        }
+    }
     let Ok(encoded) = dl.message.encode() else {
         return;
     };

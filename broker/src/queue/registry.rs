@@ -79,14 +79,6 @@ fn initial_config(rec: &QueueRecord) -> QueueConfig {
     crate::meta::effective::effective_config(&rec.vhost, &rec.name, &rec.arguments, None).0
 }
 
-/// A queue a publish routes to, on this node.
-enum Routed {
-    /// Its handle here.
-    Open(Arc<QueueHandle>),
-    /// In the topology, but the reconciler has not opened its handle yet.
-    Unopened(QueueRecord),
-}
-
 /// A replica [`Queues::open_replica`] opened.
 struct OpenedReplica {
     raft: Raft,
@@ -144,12 +136,14 @@ pub struct Queues {
     groups: Arc<GroupTable>,
     detector: Arc<Detector>,
     forwarder: Arc<Forwarder>,
+    /// This table itself, for the tasks it starts from `&self`.
+    weak_self: Weak<Queues>,
 }
 
 impl Queues {
     /// No queues yet: [`Queues::reconcile`] opens those of the topology.
     pub fn new(parts: QueuesParts) -> Arc<Queues> {
-        Arc::new(Queues {
+        Arc::new_cyclic(|weak_self| Queues {
             origin: parts.origin,
             bodies_root: parts.bodies_root,
             snapshot_interval: parts.snapshot_interval,
@@ -164,6 +158,7 @@ impl Queues {
             groups: parts.groups,
             detector: parts.detector,
             forwarder: parts.forwarder,
+            weak_self: weak_self.clone(),
         })
     }
 
@@ -302,35 +297,47 @@ impl Queues {
     ) -> Result<Vec<Arc<QueueHandle>>, ProtocolError> {
         let mut routed = self.route_here(vhost, exchange, routing_keys, headers);
         let miss = match &routed {
-            Ok(r) => r.is_empty(),
+            Ok((open, unopened)) => open.is_empty() && unopened.is_empty(),
             Err(ProtocolError::Channel { code, .. }) => *code == 404,
             Err(_) => false,
         };
         if miss && self.meta.catch_up(arrived).await {
             routed = self.route_here(vhost, exchange, routing_keys, headers);
         }
-        let mut handles = Vec::new();
-        for target in routed? {
-            match target {
-                Routed::Open(h) => handles.push(h),
-                Routed::Unopened(rec) => {
-                    if let Ok(h) = self.ensure_queue(&rec).await {
-                        handles.push(h);
-                    }
-                }
+        let (mut handles, unopened) = routed?;
+        for rec in self.records(vhost, unopened) {
+            if let Ok(h) = self.ensure_queue(&rec).await {
+                handles.push(h);
             }
         }
         Ok(handles)
     }
 
-    /// [`Queues::route`] on this node's view as it is.
+    /// The records of queues `names` of `vhost` (those still there).
+    fn records(&self, vhost: &str, names: Vec<String>) -> Vec<QueueRecord> {
+        if names.is_empty() {
+            return Vec::new();
+        }
+        self.meta
+            .with_topology(|t| {
+                names
+                    .iter()
+                    .filter_map(|n| t.queue(vhost, n).cloned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// [`Queues::route`] on this node's view as it is: the handles of the
+    /// queues a publish routes to, in the topology's order, and the names
+    /// of those whose handles the reconciler has not opened yet.
     fn route_here(
         &self,
         vhost: &str,
         exchange: &str,
         routing_keys: &[String],
         headers: Option<&FieldTable>,
-    ) -> Result<Vec<Routed>, ProtocolError> {
+    ) -> Result<(Vec<Arc<QueueHandle>>, Vec<String>), ProtocolError> {
         let targets = self
             .meta
             .with_topology(|topo| {
@@ -343,27 +350,19 @@ impl Queues {
                 )
             })
             .ok_or_else(|| ProtocolError::internal("meta lock poisoned"))??;
-        let opened: Vec<Result<Arc<QueueHandle>, String>> = {
-            let queues = self
-                .handles
-                .read()
-                .map_err(|_| ProtocolError::internal("queue table poisoned"))?;
-            targets
-                .into_iter()
-                .map(|(group, name)| queues.get(&group).cloned().ok_or(name))
-                .collect()
-        };
-        Ok(opened
-            .into_iter()
-            .filter_map(|target| match target {
-                Ok(h) => Some(Routed::Open(h)),
-                Err(name) => self
-                    .meta
-                    .with_topology(|t| t.queue(vhost, &name).cloned())
-                    .flatten()
-                    .map(Routed::Unopened),
-            })
-            .collect())
+        let queues = self
+            .handles
+            .read()
+            .map_err(|_| ProtocolError::internal("queue table poisoned"))?;
+        let mut open = Vec::with_capacity(targets.len());
+        let mut unopened = Vec::new();
+        for (group, name) in targets {
+            match queues.get(&group) {
+                Some(h) => open.push(h.clone()),
+                None => unopened.push(name),
+            }
+        }
+        Ok((open, unopened))
     }
 
     /// Effective configuration of a queue (arguments + policy).
@@ -1018,15 +1017,49 @@ impl QueueServices for Queues {
         headers: Option<&FieldTable>,
     ) -> Result<Vec<Arc<QueueHandle>>, ProtocolError> {
         // Dead letters route on this node's view as it is: one that finds no
-        // queue is held and retried when the topology changes.
-        Ok(self
-            .route_here(vhost, exchange, routing_keys, headers)?
-            .into_iter()
-            .filter_map(|t| match t {
-                Routed::Open(h) => Some(h),
-                Routed::Unopened(_) => None,
-            })
-            .collect())
+        // queue is held and retried when the topology changes. A target not
+        // opened here yet (e.g. another node's classic queue) is opened in
+        // the background and the dead letter held until it is (routing it to
+        // the other targets alone would settle it without this one); the
+        // open signals a topology change, which retries it.
+        let (opened, unopened) = self.route_here(vhost, exchange, routing_keys, headers)?;
+        if unopened.is_empty() {
+            return Ok(opened);
+        }
+        let unopened = self.records(vhost, unopened);
+        if let Some(queues) = self.weak_self.upgrade() {
+            tokio::spawn(async move {
+                for rec in unopened {
+                    if let Err(e) = queues.ensure_queue(&rec).await {
+                        tracing::warn!(queue = %rec.name, error = ?e, "dead-letter target not opened");
+                    }
+                }
+            });
+        }
+        Ok(Vec::new())
+    }
+
+    fn open_routed<'a>(
+        &'a self,
+        vhost: &'a str,
+        exchange: &'a str,
+        routing_keys: &'a [String],
+        headers: Option<&'a FieldTable>,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            let Ok((_, unopened)) = self.route_here(vhost, exchange, routing_keys, headers) else {
+                return false;
+            };
+            let unopened = self.records(vhost, unopened);
+            let Some(queues) = self.weak_self.upgrade() else {
+                return false;
+            };
+            let mut any = false;
+            for rec in unopened {
+                any |= queues.ensure_queue(&rec).await.is_ok();
+            }
+            any
+        })
     }
 
     fn events(&self) -> watch::Receiver<u64> {

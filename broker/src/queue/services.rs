@@ -30,6 +30,18 @@ pub trait QueueServices: Send + Sync {
         headers: Option<&FieldTable>,
     ) -> Result<Vec<Arc<QueueHandle>>, ProtocolError>;
 
+    /// Opens this node's handles of the queues a publish routes to that it
+    /// has not opened yet (e.g. another node's classic queue, which no node
+    /// opens before it is used); true when there were any, so that routing
+    /// again finds them. For a dead letter that found no target.
+    fn open_routed<'a>(
+        &'a self,
+        vhost: &'a str,
+        exchange: &'a str,
+        routing_keys: &'a [String],
+        headers: Option<&'a FieldTable>,
+    ) -> BoxFuture<'a, bool>;
+
     /// Subscribes to the events a held dead letter may be waiting for
     /// (topology changes, a queue regaining room).
     fn events(&self) -> watch::Receiver<u64>;
