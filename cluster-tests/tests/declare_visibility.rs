@@ -18,6 +18,26 @@ use lapin::{
 };
 use std::time::Duration;
 
+/// The status code of `GET path` on the HTTP API at `addr` (as guest), over
+/// a fresh connection: quick enough to race a meta commit's announcement.
+async fn http_status(addr: &str, path: &str) -> anyhow::Result<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.set_nodelay(true)?;
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await?;
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).await?;
+    let line = String::from_utf8_lossy(&head);
+    Ok(line
+        .split_whitespace()
+        .nth(1)
+        .ok_or_else(|| anyhow::anyhow!("no status in {line:?}"))?
+        .parse()?)
+}
+
 fn passive() -> QueueDeclareOptions {
     QueueDeclareOptions {
         passive: true,
@@ -26,11 +46,13 @@ fn passive() -> QueueDeclareOptions {
 }
 
 /// Declares queues (and an exchange bound to each) through node 1 and uses
-/// each at once through nodes 2 and 3, then checks every confirmed publish
-/// is in its queue.
+/// each at once through nodes 2 and 3 (and node 2's HTTP API), then checks
+/// every confirmed publish is in its queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_declared_through_one_node_is_there_at_once_on_the_others() -> anyhow::Result<()> {
     let cluster = Cluster::start(3).await?;
+    let http2 = format!("127.0.0.1:{}", cluster_tests::free_port()?);
+    cluster.restart_with(2, &["--http-listen", &http2]).await?;
     let r = cluster_tests::bounded(Duration::from_secs(180), async {
         let uri1 = cluster.uri(1);
         let c1 = retry(Duration::from_secs(30), "connect to node 1", || {
@@ -54,6 +76,11 @@ async fn a_queue_declared_through_one_node_is_there_at_once_on_the_others() -> a
             let x = format!("vis.x{i}");
             ch1.queue_declare(q.as_str().into(), durable(), quorum_args(&[]))
                 .await?;
+            let status = http_status(&http2, &format!("/api/queues/%2F/{q}")).await?;
+            assert_eq!(
+                status, 200,
+                "node 2's HTTP API shows {q} right after its declare-ok"
+            );
             // Through node 2 on the default exchange, the moment declare-ok is in.
             publish_confirmed(&ch2, "", &q, b"direct", BasicProperties::default())
                 .await

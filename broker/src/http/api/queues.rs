@@ -195,11 +195,21 @@ pub(super) async fn queues_of(
 
 pub(super) async fn queue(api: Api, Path((vhost, name)): Path<(String, String)>) -> ApiResult {
     readable_vhost(&api, &vhost)?;
-    let rec = api
+    // A queue declared through another node a moment ago is found after a
+    // meta catch-up, as an AMQP lookup finds it.
+    let known = api
         .broker
         .with_topology(|t| t.queue(&vhost, &name).cloned())
-        .flatten()
-        .ok_or_else(ApiError::not_found)?;
+        .flatten();
+    let rec = match known {
+        Some(rec) => rec,
+        None => api
+            .broker
+            .find_queue(&vhost, &name)
+            .await
+            .map(|(rec, _)| rec)
+            .ok_or_else(ApiError::not_found)?,
+    };
     let st = api.broker.queue_status(&rec).await;
     ok(queue_json(&api.broker, &rec, &st))
 }
