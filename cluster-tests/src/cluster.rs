@@ -558,6 +558,37 @@ impl Cluster {
         dlx::run(dlx::quorumqctl(&admin, args), CTL_TIMEOUT).await
     }
 
+    /// A connection to node `id` once the cluster takes a declare: retries
+    /// the connection and the declare of quorum queue `warmup` (kept) for up
+    /// to 30 s (a cluster just started may still be electing its meta leader).
+    ///
+    /// Errors: neither succeeded within 30 s.
+    pub async fn ready_connection(
+        &self,
+        id: u64,
+        warmup: &str,
+    ) -> anyhow::Result<lapin::Connection> {
+        let uri = self.uri(id);
+        let conn = retry(Duration::from_secs(30), "connect", || crate::connect(&uri)).await?;
+        let ch = conn.create_channel().await?;
+        retry(Duration::from_secs(30), "a first declare", || async {
+            ch.queue_declare(warmup.into(), crate::durable(), crate::quorum_args(&[]))
+                .await?;
+            anyhow::Ok(())
+        })
+        .await?;
+        Ok(conn)
+    }
+
+    /// Returns `r`, having printed the last `max_bytes` of every node's log
+    /// when it is an error (a panic prints them on drop already).
+    pub fn logs_on_error<T>(&self, r: anyhow::Result<T>, max_bytes: u64) -> anyhow::Result<T> {
+        if r.is_err() {
+            self.print_logs(max_bytes);
+        }
+        r
+    }
+
     /// Queue `name` in vhost "/" as node `via` lists it (`quorumqctl
     /// list_queues --formatter json`). The counts are the queue leader's,
     /// asked over the network when it is elsewhere; the answering node's own

@@ -54,20 +54,10 @@ async fn a_queue_declared_through_one_node_is_there_at_once_on_the_others() -> a
     let http2 = format!("127.0.0.1:{}", cluster_tests::free_port()?);
     cluster.restart_with(2, &["--http-listen", &http2]).await?;
     let r = cluster_tests::bounded(Duration::from_secs(180), async {
-        let uri1 = cluster.uri(1);
-        let c1 = retry(Duration::from_secs(30), "connect to node 1", || {
-            connect(&uri1)
-        })
-        .await?;
+        let c1 = cluster.ready_connection(1, "vis.warmup").await?;
         let c2 = connect(&cluster.uri(2)).await?;
         let c3 = connect(&cluster.uri(3)).await?;
         let ch1 = c1.create_channel().await?;
-        retry(Duration::from_secs(30), "a first declare", || async {
-            ch1.queue_declare("vis.warmup".into(), durable(), quorum_args(&[]))
-                .await?;
-            anyhow::Ok(())
-        })
-        .await?;
         let ch2 = confirm_channel(&c2).await?;
         let ch3 = confirm_channel(&c3).await?;
         const QUEUES: usize = 60;
@@ -131,10 +121,7 @@ async fn a_queue_declared_through_one_node_is_there_at_once_on_the_others() -> a
         anyhow::Ok(())
     })
     .await;
-    if r.is_err() {
-        cluster.print_logs(8_000);
-    }
-    r
+    cluster.logs_on_error(r, 8_000)
 }
 
 /// Node 3 is stopped while queues are declared; a client that connects to
@@ -143,18 +130,8 @@ async fn a_queue_declared_through_one_node_is_there_at_once_on_the_others() -> a
 async fn a_restarted_node_serves_the_queues_declared_while_it_was_away() -> anyhow::Result<()> {
     let cluster = Cluster::start(3).await?;
     let r = cluster_tests::bounded(Duration::from_secs(180), async {
-        let uri1 = cluster.uri(1);
-        let c1 = retry(Duration::from_secs(30), "connect to node 1", || {
-            connect(&uri1)
-        })
-        .await?;
+        let c1 = cluster.ready_connection(1, "away.warmup").await?;
         let ch1 = c1.create_channel().await?;
-        retry(Duration::from_secs(30), "a first declare", || async {
-            ch1.queue_declare("away.warmup".into(), durable(), quorum_args(&[]))
-                .await?;
-            anyhow::Ok(())
-        })
-        .await?;
         cluster.stop(3).await?;
         const QUEUES: usize = 40;
         for i in 0..QUEUES {
@@ -204,10 +181,7 @@ async fn a_restarted_node_serves_the_queues_declared_while_it_was_away() -> anyh
         anyhow::Ok(())
     })
     .await;
-    if r.is_err() {
-        cluster.print_logs(8_000);
-    }
-    r
+    cluster.logs_on_error(r, 8_000)
 }
 
 /// A queue declared through node 1 and deleted through node 2 right after
@@ -217,19 +191,9 @@ async fn a_restarted_node_serves_the_queues_declared_while_it_was_away() -> anyh
 async fn a_queue_declared_through_one_node_can_be_deleted_through_another() -> anyhow::Result<()> {
     let cluster = Cluster::start(3).await?;
     let r = cluster_tests::bounded(Duration::from_secs(180), async {
-        let uri1 = cluster.uri(1);
-        let c1 = retry(Duration::from_secs(30), "connect to node 1", || {
-            connect(&uri1)
-        })
-        .await?;
+        let c1 = cluster.ready_connection(1, "del.warmup").await?;
         let c2 = connect(&cluster.uri(2)).await?;
         let ch1 = c1.create_channel().await?;
-        retry(Duration::from_secs(30), "a first declare", || async {
-            ch1.queue_declare("del.warmup".into(), durable(), quorum_args(&[]))
-                .await?;
-            anyhow::Ok(())
-        })
-        .await?;
         let ch2 = c2.create_channel().await?;
         const QUEUES: usize = 40;
         for i in 0..QUEUES {
@@ -251,10 +215,7 @@ async fn a_queue_declared_through_one_node_can_be_deleted_through_another() -> a
         anyhow::Ok(())
     })
     .await;
-    if r.is_err() {
-        cluster.print_logs(8_000);
-    }
-    r
+    cluster.logs_on_error(r, 8_000)
 }
 
 /// An exclusive queue belongs to its connection on every node: another
@@ -266,26 +227,15 @@ async fn a_queue_declared_through_one_node_can_be_deleted_through_another() -> a
 async fn an_exclusive_queue_belongs_to_its_connection_on_every_node() -> anyhow::Result<()> {
     let cluster = Cluster::start(3).await?;
     let r = cluster_tests::bounded(Duration::from_secs(120), async {
-        let uri1 = cluster.uri(1);
-        let owner = retry(Duration::from_secs(30), "connect to node 1", || {
-            connect(&uri1)
-        })
-        .await?;
+        // The first connection of node 1, as the first of nodes 2 and 3 below.
+        let owner = cluster.ready_connection(1, "excl.warmup").await?;
         let ch1 = owner.create_channel().await?;
         let exclusive = QueueDeclareOptions {
             exclusive: true,
             ..QueueDeclareOptions::default()
         };
-        retry(
-            Duration::from_secs(30),
-            "declare the exclusive queue",
-            || async {
-                ch1.queue_declare("excl.q".into(), exclusive, FieldTable::default())
-                    .await?;
-                anyhow::Ok(())
-            },
-        )
-        .await?;
+        ch1.queue_declare("excl.q".into(), exclusive, FieldTable::default())
+            .await?;
         for node in [2, 3] {
             // The first connections of nodes 2 and 3.
             let other = connect(&cluster.uri(node)).await?;
@@ -311,8 +261,5 @@ async fn an_exclusive_queue_belongs_to_its_connection_on_every_node() -> anyhow:
         anyhow::Ok(())
     })
     .await;
-    if r.is_err() {
-        cluster.print_logs(8_000);
-    }
-    r
+    cluster.logs_on_error(r, 8_000)
 }

@@ -8,14 +8,11 @@
 
 use cluster_tests::{
     cluster::{retry, Cluster},
-    confirm_channel, connect, consume_n, expect_amqp_error, publish_confirmed,
+    confirm_channel, connect, consume_n, expect_amqp_error, open_consumer, publish_confirmed,
 };
 use futures::StreamExt;
 use lapin::{
-    options::{
-        BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicQosOptions,
-        QueueDeclareOptions,
-    },
+    options::{BasicAckOptions, BasicCancelOptions, BasicGetOptions, QueueDeclareOptions},
     types::FieldTable,
     BasicProperties,
 };
@@ -32,23 +29,6 @@ fn passive() -> QueueDeclareOptions {
     }
 }
 
-async fn consumer(
-    conn: &lapin::Connection,
-    q: &str,
-) -> anyhow::Result<(lapin::Channel, lapin::Consumer)> {
-    let ch = conn.create_channel().await?;
-    ch.basic_qos(100, BasicQosOptions::default()).await?;
-    let c = ch
-        .basic_consume(
-            q.into(),
-            "".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
-    Ok((ch, c))
-}
-
 /// RabbitMQ's first tutorial across nodes: the consumer declares `hello`
 /// (non-durable) on node 1, the producer declares it again and publishes on
 /// node 2; every message reaches the consumer. Then an auto-delete queue of
@@ -57,25 +37,13 @@ async fn consumer(
 async fn a_transient_queue_is_one_queue_on_every_node() -> anyhow::Result<()> {
     let cluster = Cluster::start(3).await?;
     let r = cluster_tests::bounded(Duration::from_secs(120), async {
-        let uri1 = cluster.uri(1);
-        let c1 = retry(Duration::from_secs(30), "connect to node 1", || {
-            connect(&uri1)
-        })
-        .await?;
+        let c1 = cluster.ready_connection(1, "lq.warmup").await?;
         let c2 = connect(&cluster.uri(2)).await?;
         let c3 = connect(&cluster.uri(3)).await?;
         let ch1 = c1.create_channel().await?;
-        retry(
-            Duration::from_secs(30),
-            "declare hello on node 1",
-            || async {
-                ch1.queue_declare("hello".into(), transient(), FieldTable::default())
-                    .await?;
-                anyhow::Ok(())
-            },
-        )
-        .await?;
-        let (_cch, mut on1) = consumer(&c1, "hello").await?;
+        ch1.queue_declare("hello".into(), transient(), FieldTable::default())
+            .await?;
+        let (_cch, mut on1) = open_consumer(&c1, "hello", 100).await?;
 
         let ch2 = confirm_channel(&c2).await?;
         let ok = ch2
@@ -113,7 +81,7 @@ async fn a_transient_queue_is_one_queue_on_every_node() -> anyhow::Result<()> {
         };
         ch1.queue_declare("ad".into(), opts, FieldTable::default())
             .await?;
-        let (ch3, mut on3) = consumer(&c3, "ad").await?;
+        let (ch3, mut on3) = open_consumer(&c3, "ad", 100).await?;
         let chp = confirm_channel(&c1).await?;
         publish_confirmed(&chp, "", "ad", b"to node 3", BasicProperties::default()).await?;
         let got = consume_n(&mut on3, 1, Duration::from_secs(20)).await?;
@@ -140,10 +108,7 @@ async fn a_transient_queue_is_one_queue_on_every_node() -> anyhow::Result<()> {
         anyhow::Ok(())
     })
     .await;
-    if r.is_err() {
-        cluster.print_logs(8_000);
-    }
-    r
+    cluster.logs_on_error(r, 8_000)
 }
 
 /// A consumer on node 2 of node 1's transient queue holds a message unacked
@@ -153,25 +118,17 @@ async fn a_transient_queue_is_one_queue_on_every_node() -> anyhow::Result<()> {
 async fn a_dead_remote_consumers_messages_return() -> anyhow::Result<()> {
     let cluster = Cluster::start(3).await?;
     let r = cluster_tests::bounded(Duration::from_secs(120), async {
-        let uri1 = cluster.uri(1);
-        let c1 = retry(Duration::from_secs(30), "connect to node 1", || {
-            connect(&uri1)
-        })
-        .await?;
+        let c1 = cluster.ready_connection(1, "lq.warmup").await?;
         let ch1 = confirm_channel(&c1).await?;
-        retry(Duration::from_secs(30), "declare on node 1", || async {
-            ch1.queue_declare("held".into(), transient(), FieldTable::default())
-                .await?;
-            anyhow::Ok(())
-        })
-        .await?;
+        ch1.queue_declare("held".into(), transient(), FieldTable::default())
+            .await?;
         let c2 = connect(&cluster.uri(2)).await?;
-        let (_ch2, mut on2) = consumer(&c2, "held").await?;
+        let (_ch2, mut on2) = open_consumer(&c2, "held", 100).await?;
         publish_confirmed(&ch1, "", "held", b"unacked", BasicProperties::default()).await?;
         let got = consume_n(&mut on2, 1, Duration::from_secs(20)).await?;
         assert_eq!(&got[0].data[..], b"unacked");
         cluster.kill9(2);
-        let (_cch, mut on1) = consumer(&c1, "held").await?;
+        let (_cch, mut on1) = open_consumer(&c1, "held", 100).await?;
         let back = tokio::time::timeout(Duration::from_secs(30), on1.next())
             .await
             .map_err(|_| anyhow::anyhow!("the dead consumer's message did not return in 30 s"))?
@@ -187,10 +144,7 @@ async fn a_dead_remote_consumers_messages_return() -> anyhow::Result<()> {
         anyhow::Ok(())
     })
     .await;
-    if r.is_err() {
-        cluster.print_logs(8_000);
-    }
-    r
+    cluster.logs_on_error(r, 8_000)
 }
 
 /// Dead letters of a quorum queue led on node 2 reach a transient queue of
@@ -201,23 +155,11 @@ async fn a_dead_remote_consumers_messages_return() -> anyhow::Result<()> {
 async fn dead_letters_reach_another_nodes_transient_queue() -> anyhow::Result<()> {
     let cluster = Cluster::start(3).await?;
     let r = cluster_tests::bounded(Duration::from_secs(120), async {
-        let uri1 = cluster.uri(1);
-        let c1 = retry(Duration::from_secs(30), "connect to node 1", || {
-            connect(&uri1)
-        })
-        .await?;
+        let c1 = cluster.ready_connection(1, "lq.warmup").await?;
         let c2 = connect(&cluster.uri(2)).await?;
         let ch1 = c1.create_channel().await?;
-        retry(
-            Duration::from_secs(30),
-            "declare the DLQ on node 1",
-            || async {
-                ch1.queue_declare("dl.target".into(), transient(), FieldTable::default())
-                    .await?;
-                anyhow::Ok(())
-            },
-        )
-        .await?;
+        ch1.queue_declare("dl.target".into(), transient(), FieldTable::default())
+            .await?;
         let ch2 = confirm_channel(&c2).await?;
         for strategy in ["at-most-once", "at-least-once"] {
             let src = format!("dl.src.{strategy}");
@@ -239,7 +181,7 @@ async fn dead_letters_reach_another_nodes_transient_queue() -> anyhow::Result<()
             )
             .await?;
         }
-        let (_ch, mut on1) = consumer(&c1, "dl.target").await?;
+        let (_ch, mut on1) = open_consumer(&c1, "dl.target", 100).await?;
         let got = consume_n(&mut on1, 2, Duration::from_secs(30)).await?;
         let mut bodies: Vec<String> = got
             .iter()
@@ -257,8 +199,5 @@ async fn dead_letters_reach_another_nodes_transient_queue() -> anyhow::Result<()
         anyhow::Ok(())
     })
     .await;
-    if r.is_err() {
-        cluster.print_logs(8_000);
-    }
-    r
+    cluster.logs_on_error(r, 8_000)
 }

@@ -553,30 +553,26 @@ impl Queues {
         // Declared classic, or local (untyped non-durable/exclusive/auto-delete).
         let classic = QueueType::of_args(&rec.arguments) != QueueType::Quorum;
         let declared_quorum = crate::meta::queue_args::declared_quorum(&rec.arguments);
-        let handle = match rec.kind {
-            QueueKind::Quorum if !rec.members.contains(&me) => {
-                let route = Route::new(
-                    rec.group_id,
-                    None,
-                    rec.members.clone(),
-                    self.forwarder.clone(),
-                );
-                // No replica here: nothing to run but the forwarding proposer
-                // (the runtime starts if this node becomes a member).
-                return Ok(Arc::new(
-                    QueueHandle::remote(
-                        rec.vhost.clone(),
-                        rec.name.clone(),
-                        ctx,
-                        route,
-                        self.origin,
-                    )
+        // No replica here: a forwarding handle, nothing to run but its
+        // proposer. For a quorum queue the members' leader answers (the
+        // runtime starts if this node becomes a member); for another node's
+        // local queue its home node does, from its handle (`cluster::server`).
+        let forward_to = match rec.kind {
+            QueueKind::Quorum if !rec.members.contains(&me) => Some((rec.members.clone(), false)),
+            QueueKind::Local { node } if node != me => Some((vec![node], true)),
+            _ => None,
+        };
+        if let Some((members, elsewhere)) = forward_to {
+            let route = Route::new(rec.group_id, None, members, self.forwarder.clone());
+            let h =
+                QueueHandle::remote(rec.vhost.clone(), rec.name.clone(), ctx, route, self.origin)
                     .classic(classic)
                     .declared_quorum(declared_quorum)
-                    .max_priority(max_priority)
-                    .with_idle_effects(rx),
-                ));
-            }
+                    .max_priority(max_priority);
+            let h = if elsewhere { h.local_elsewhere() } else { h };
+            return Ok(Arc::new(h.with_idle_effects(rx)));
+        }
+        let handle = match rec.kind {
             QueueKind::Quorum => {
                 let initial = initial_config(rec);
                 let OpenedReplica {
@@ -651,25 +647,6 @@ impl Queues {
                     }
                 });
                 h
-            }
-            QueueKind::Local { node } if node != me => {
-                // Another node's local queue: commands go to its home node,
-                // which serves them from its handle (`cluster::server`).
-                let route = Route::new(rec.group_id, None, vec![node], self.forwarder.clone());
-                return Ok(Arc::new(
-                    QueueHandle::remote(
-                        rec.vhost.clone(),
-                        rec.name.clone(),
-                        ctx,
-                        route,
-                        self.origin,
-                    )
-                    .classic(classic)
-                    .declared_quorum(declared_quorum)
-                    .max_priority(max_priority)
-                    .local_elsewhere()
-                    .with_idle_effects(rx),
-                ));
             }
             QueueKind::Local { .. } => {
                 let machine = QueueMachine::new(config);
