@@ -48,9 +48,9 @@ const SHRINK_EVERY: Duration = Duration::from_millis(100);
 const START_CATCH_UP_FOR: Duration = Duration::from_secs(30);
 
 /// How long a starting node waits to see any other node up (their beats come
-/// every 100 ms) before it takes itself for alone, and its catch-up's bound
-/// then.
-const PEER_GRACE: Duration = Duration::from_secs(2);
+/// every 100 ms) before it takes itself for alone and serves without a meta
+/// catch-up.
+const PEER_GRACE: Duration = Duration::from_secs(1);
 
 /// A running node.
 pub struct Broker {
@@ -312,16 +312,13 @@ impl Broker {
             // A node back from a stop must not serve what it missed as absent
             // (a publish to a queue declared meanwhile confirmed as unroutable).
             // Alone (the others still down: a whole-cluster restart, one node
-            // at a time) there is nobody to catch up with: a short wait.
-            let within = if single || self.sees_a_peer(PEER_GRACE).await {
-                START_CATCH_UP_FOR
-            } else {
-                PEER_GRACE
-            };
-            if !self.meta.catch_up_within(within).await {
+            // at a time) there is nobody to catch up with.
+            if !single && !self.sees_a_peer(PEER_GRACE).await {
                 tracing::warn!(
-                    "meta replica not caught up with the leader in {within:?}; serving anyway"
+                    "no other node seen up in {PEER_GRACE:?}: serving without a meta catch-up"
                 );
+            } else if !self.meta.catch_up_within(START_CATCH_UP_FOR).await {
+                tracing::warn!("meta replica not caught up with the leader in {START_CATCH_UP_FOR:?}; serving anyway");
             }
         }
         self.queues.drop_own_local_queues().await;
