@@ -565,6 +565,12 @@ impl Broker {
         self.meta.catch_up_stamp()
     }
 
+    /// The record of queue `name` for a client that may have declared it
+    /// through another node ([`Queues::find_record`]).
+    pub async fn find_record(&self, vhost: &str, name: &str) -> Option<QueueRecord> {
+        self.queues.find_record(vhost, name).await
+    }
+
     /// The record and handle of queue `name` for a client that may have
     /// declared it through another node ([`Queues::find_queue`]).
     pub async fn find_queue(

@@ -98,6 +98,20 @@ async fn a_queue_declared_through_one_node_is_there_at_once_on_the_others() -> a
                 .await
                 .map_err(|e| anyhow::anyhow!("publish to {x} through node 3: {e:#}"))?;
         }
+        // Node 2 paused while a queue is declared: just resumed, its replica
+        // lags (the leader's appends to it back off), so only a catch-up
+        // finds the queue there.
+        cluster.sigstop(2)?;
+        let declared = ch1
+            .queue_declare("vis.lagging".into(), durable(), quorum_args(&[]))
+            .await;
+        cluster.sigcont(2)?;
+        declared?;
+        let status = http_status(&http2, "/api/queues/%2F/vis.lagging").await?;
+        assert_eq!(
+            status, 200,
+            "node 2's HTTP API shows a queue declared while it was paused"
+        );
         for i in 0..QUEUES {
             let q = format!("vis.q{i}");
             let (_ch, mut consumer) = open_consumer(&c1, &q, 10).await?;

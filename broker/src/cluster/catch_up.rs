@@ -113,7 +113,7 @@ impl CatchUp {
 /// replica applied it. A leader that cannot answer yet (no leader known, a
 /// node just started whose detector has not heard its peers, an election)
 /// is asked again every [`RETRY_EVERY`]. False when it could not in time,
-/// or the leader is older than the call (see [`CatchUp::wait`]).
+/// or the leader is older than the call (see [`CatchUp::wait_since`]).
 pub async fn catch_up(me: u64, raft: &Raft, forwarder: &Forwarder, within: Duration) -> bool {
     tokio::time::timeout(within, async {
         let mut hint: Option<u64> = None;
@@ -121,23 +121,22 @@ pub async fn catch_up(me: u64, raft: &Raft, forwarder: &Forwarder, within: Durat
             let leader = hint.take().or(raft.metrics().borrow().current_leader);
             let index = match leader {
                 None => None,
-                Some(l) if l == me => match raft.get_read_log_id().await {
-                    Ok((read, _applied)) => Some(read.map_or(0, |l| l.index)),
-                    Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
-                        hint = f.leader_id.filter(|l| *l != me);
-                        None
+                Some(l) => {
+                    let answer = if l == me {
+                        read_index_here(raft).await
+                    } else {
+                        forwarder.read_index(l, META_GROUP, within).await
+                    };
+                    match answer {
+                        ReadIndex::Index(i) => Some(i),
+                        ReadIndex::Leader(h) => {
+                            hint = (h != 0 && h != l).then_some(h);
+                            None
+                        }
+                        ReadIndex::Unsupported => return false,
+                        ReadIndex::Failed(_) => None,
                     }
-                    Err(_) => None,
-                },
-                Some(l) => match forwarder.read_index(l, META_GROUP, within).await {
-                    ReadIndex::Index(i) => Some(i),
-                    ReadIndex::Leader(h) => {
-                        hint = (h != 0 && h != l).then_some(h);
-                        None
-                    }
-                    ReadIndex::Unsupported => return false,
-                    ReadIndex::Failed(_) => None,
-                },
+                }
             };
             if let Some(index) = index {
                 return raft
@@ -153,4 +152,18 @@ pub async fn catch_up(me: u64, raft: &Raft, forwarder: &Forwarder, within: Durat
     })
     .await
     .unwrap_or(false)
+}
+
+/// This node's read index of the group `raft` runs (Raft §6.4): its commit
+/// index once a quorum confirmed its leadership, or the leader it knows
+/// (0 = none) when it does not lead. Served to other nodes by the cluster
+/// service's `ReadIndex`, and used as is when this node leads meta.
+pub async fn read_index_here(raft: &Raft) -> ReadIndex {
+    match raft.get_read_log_id().await {
+        Ok((read, _applied)) => ReadIndex::Index(read.map_or(0, |l| l.index)),
+        Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+            ReadIndex::Leader(f.leader_id.unwrap_or(0))
+        }
+        Err(e) => ReadIndex::Failed(e.to_string()),
+    }
 }

@@ -21,6 +21,7 @@ use quorumq_proto::v1::{
 use tonic::{Request, Response, Status, Streaming};
 
 use super::detector::{BeatStream, Detector};
+use super::forward::ReadIndex;
 use super::groups::{GroupReplica, GroupTable};
 use super::peers::{Peers, MAX_MESSAGE_BYTES};
 use super::types::{GroupCommand, NodeId, Origin, TypeConfig, META_GROUP};
@@ -527,19 +528,18 @@ impl Cluster for ClusterServices {
         let Some(replica) = self.groups.get(req.group_id) else {
             return Ok(Response::new(ReadIndexReply::default()));
         };
-        let reply = match replica.raft().get_read_log_id().await {
-            Ok((read, _applied)) => ReadIndexReply {
+        let reply = match super::catch_up::read_index_here(replica.raft()).await {
+            ReadIndex::Index(log_index) => ReadIndexReply {
                 leader: true,
-                log_index: read.map_or(0, |l| l.index),
+                log_index,
                 leader_hint: 0,
             },
-            Err(openraft::error::RaftError::APIError(
-                openraft::error::CheckIsLeaderError::ForwardToLeader(f),
-            )) => ReadIndexReply {
-                leader_hint: f.leader_id.unwrap_or(0),
+            ReadIndex::Leader(leader_hint) => ReadIndexReply {
+                leader_hint,
                 ..Default::default()
             },
-            Err(e) => return Err(Status::unavailable(e.to_string())),
+            ReadIndex::Failed(e) => return Err(Status::unavailable(e)),
+            ReadIndex::Unsupported => return Err(Status::unimplemented("read index")),
         };
         Ok(Response::new(reply))
     }

@@ -231,33 +231,37 @@ impl Queues {
         Some((rec, handle))
     }
 
+    /// The record of queue `name` for a client that may have declared it
+    /// through another node: a queue this node's replica does not know yet
+    /// is looked up again after a meta catch-up ([`MetaGroup::catch_up`]).
+    /// None: no such queue (RabbitMQ: 404 NOT_FOUND).
+    pub async fn find_record(&self, vhost: &str, name: &str) -> Option<QueueRecord> {
+        let arrived = self.meta.catch_up_stamp();
+        let known = || {
+            self.meta
+                .with_topology(|t| t.queue(vhost, name).cloned())
+                .flatten()
+        };
+        if let Some(rec) = known() {
+            return Some(rec);
+        }
+        self.meta.catch_up(arrived).await;
+        known()
+    }
+
     /// The record and handle of queue `name` for a client that may have
-    /// declared it through another node: a queue this node's replica does
-    /// not know yet is looked up again after a meta catch-up
-    /// ([`MetaGroup::catch_up`]), and one whose handle the reconciler has
-    /// not opened yet is opened now ([`Queues::ensure_queue`]). None: no
-    /// such queue (RabbitMQ: 404 NOT_FOUND).
+    /// declared it through another node ([`Queues::find_record`]); a handle
+    /// the reconciler has not opened yet is opened now
+    /// ([`Queues::ensure_queue`]). None: no such queue.
     pub async fn find_queue(
         self: &Arc<Self>,
         vhost: &str,
         name: &str,
     ) -> Option<(QueueRecord, Arc<QueueHandle>)> {
-        let arrived = self.meta.catch_up_stamp();
         if let Some(found) = self.queue(vhost, name) {
             return Some(found);
         }
-        let known = |q: &Self| {
-            q.meta
-                .with_topology(|t| t.queue(vhost, name).cloned())
-                .flatten()
-        };
-        let rec = match known(self) {
-            Some(rec) => rec,
-            None => {
-                self.meta.catch_up(arrived).await;
-                known(self)?
-            }
-        };
+        let rec = self.find_record(vhost, name).await?;
         let handle = self.ensure_queue(&rec).await.ok()?;
         Some((rec, handle))
     }
@@ -311,6 +315,22 @@ impl Queues {
             }
         }
         Ok(handles)
+    }
+
+    /// Opens this node's handles of `records` (dead-letter targets not
+    /// opened yet); true when any opened. Each open signals a topology
+    /// change, which retries held dead letters.
+    async fn open_records(self: Arc<Self>, records: Vec<QueueRecord>) -> bool {
+        let mut any = false;
+        for rec in records {
+            match self.ensure_queue(&rec).await {
+                Ok(_) => any = true,
+                Err(e) => {
+                    tracing::warn!(queue = %rec.name, error = ?e, "dead-letter target not opened")
+                }
+            }
+        }
+        any
     }
 
     /// The records of queues `names` of `vhost` (those still there).
@@ -1005,13 +1025,7 @@ impl QueueServices for Queues {
         }
         let unopened = self.records(vhost, unopened);
         if let Some(queues) = self.weak_self.upgrade() {
-            tokio::spawn(async move {
-                for rec in unopened {
-                    if let Err(e) = queues.ensure_queue(&rec).await {
-                        tracing::warn!(queue = %rec.name, error = ?e, "dead-letter target not opened");
-                    }
-                }
-            });
+            tokio::spawn(async move { queues.open_records(unopened).await });
         }
         Ok(Vec::new())
     }
@@ -1028,14 +1042,10 @@ impl QueueServices for Queues {
                 return false;
             };
             let unopened = self.records(vhost, unopened);
-            let Some(queues) = self.weak_self.upgrade() else {
-                return false;
-            };
-            let mut any = false;
-            for rec in unopened {
-                any |= queues.ensure_queue(&rec).await.is_ok();
+            match self.weak_self.upgrade() {
+                Some(queues) => queues.open_records(unopened).await,
+                None => false,
             }
-            any
         })
     }
 

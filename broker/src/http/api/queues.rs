@@ -197,19 +197,11 @@ pub(super) async fn queue(api: Api, Path((vhost, name)): Path<(String, String)>)
     readable_vhost(&api, &vhost)?;
     // A queue declared through another node a moment ago is found after a
     // meta catch-up, as an AMQP lookup finds it.
-    let known = api
+    let rec = api
         .broker
-        .with_topology(|t| t.queue(&vhost, &name).cloned())
-        .flatten();
-    let rec = match known {
-        Some(rec) => rec,
-        None => api
-            .broker
-            .find_queue(&vhost, &name)
-            .await
-            .map(|(rec, _)| rec)
-            .ok_or_else(ApiError::not_found)?,
-    };
+        .find_record(&vhost, &name)
+        .await
+        .ok_or_else(ApiError::not_found)?;
     let st = api.broker.queue_status(&rec).await;
     ok(queue_json(&api.broker, &rec, &st))
 }
