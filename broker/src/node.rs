@@ -498,6 +498,22 @@ impl Broker {
         self.meta.with_topology(f)
     }
 
+    /// `find` on the local replica's topology; when it finds nothing, again
+    /// after a meta catch-up ([`MetaGroup::catch_up`]): an object created
+    /// through another node a moment ago is found, as an AMQP lookup finds
+    /// it. None: `find` found nothing either time.
+    pub async fn find_in_topology<R>(
+        &self,
+        find: impl Fn(&crate::meta::Topology) -> Option<R>,
+    ) -> Option<R> {
+        let arrived = self.meta.catch_up_stamp();
+        if let Some(found) = self.meta.with_topology(&find).flatten() {
+            return Some(found);
+        }
+        self.meta.catch_up(arrived).await;
+        self.meta.with_topology(&find).flatten()
+    }
+
     /// Proposes a topology change to the meta group ([`MetaGroup::write`]):
     /// on this node when it leads, else forwarded to the leader; returns once
     /// the local replica applied it too (so this node's routing sees its own

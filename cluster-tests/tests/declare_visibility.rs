@@ -45,6 +45,38 @@ fn passive() -> QueueDeclareOptions {
     }
 }
 
+/// Declares `what` of the paused-node checks through `ch`: the queue
+/// `vis.lagging`, the exchange `vis.lagging.x`, or the binding of the one to
+/// the other with routing key `k`.
+async fn declare_lagging(ch: &lapin::Channel, what: &str) -> anyhow::Result<()> {
+    match what {
+        "a queue" => {
+            ch.queue_declare("vis.lagging".into(), durable(), quorum_args(&[]))
+                .await?;
+        }
+        "an exchange" => {
+            ch.exchange_declare(
+                "vis.lagging.x".into(),
+                ExchangeKind::Direct,
+                ExchangeDeclareOptions::default(),
+                FieldTable::default(),
+            )
+            .await?
+        }
+        _ => {
+            ch.queue_bind(
+                "vis.lagging".into(),
+                "vis.lagging.x".into(),
+                "k".into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?
+        }
+    }
+    Ok(())
+}
+
 /// Declares queues (and an exchange bound to each) through node 1 and uses
 /// each at once through nodes 2 and 3 (and node 2's HTTP API), then checks
 /// every confirmed publish is in its queue.
@@ -98,20 +130,27 @@ async fn a_queue_declared_through_one_node_is_there_at_once_on_the_others() -> a
                 .await
                 .map_err(|e| anyhow::anyhow!("publish to {x} through node 3: {e:#}"))?;
         }
-        // Node 2 paused while a queue is declared: just resumed, its replica
-        // lags (the leader's appends to it back off), so only a catch-up
-        // finds the queue there.
-        cluster.sigstop(2)?;
-        let declared = ch1
-            .queue_declare("vis.lagging".into(), durable(), quorum_args(&[]))
-            .await;
-        cluster.sigcont(2)?;
-        declared?;
-        let status = http_status(&http2, "/api/queues/%2F/vis.lagging").await?;
-        assert_eq!(
-            status, 200,
-            "node 2's HTTP API shows a queue declared while it was paused"
-        );
+        // Node 2 paused while each object is declared: just resumed, its
+        // replica lags (the leader's appends to it back off), so only a
+        // catch-up finds the object there.
+        for (what, path) in [
+            ("a queue", "/api/queues/%2F/vis.lagging"),
+            ("an exchange", "/api/exchanges/%2F/vis.lagging.x"),
+            (
+                "a binding",
+                "/api/bindings/%2F/e/vis.lagging.x/q/vis.lagging/k",
+            ),
+        ] {
+            cluster.sigstop(2)?;
+            let declared = declare_lagging(&ch1, what).await;
+            cluster.sigcont(2)?;
+            declared?;
+            let status = http_status(&http2, path).await?;
+            assert_eq!(
+                status, 200,
+                "node 2's HTTP API shows {what} declared while it was paused ({path})"
+            );
+        }
         for i in 0..QUEUES {
             let q = format!("vis.q{i}");
             let (_ch, mut consumer) = open_consumer(&c1, &q, 10).await?;

@@ -280,23 +280,25 @@ pub(super) async fn bind_exchange(
 /// The explicit bindings of `source` to `destination` (a queue, or an exchange when
 /// `to_exchange`); the default exchange's implicit binding of a queue too
 /// (`rabbit_mgmt_wm_bindings` lists it; it cannot be deleted).
-fn bindings_between(
+async fn bindings_between(
     b: &Broker,
     vhost: &str,
     source: &str,
     destination: &str,
     to_exchange: bool,
 ) -> Result<Vec<Value>, ApiError> {
-    b.with_topology(|t| {
-        let source_exists = t.exchange(vhost, source).is_some();
+    // Both ends, after a meta catch-up if this node does not know them yet.
+    b.find_in_topology(|t| {
         let dest_exists = if to_exchange {
             t.exchange(vhost, destination).is_some()
         } else {
             t.queue(vhost, destination).is_some()
         };
-        if !source_exists || !dest_exists {
-            return Err(ApiError::not_found());
-        }
+        (t.exchange(vhost, source).is_some() && dest_exists).then_some(())
+    })
+    .await
+    .ok_or_else(ApiError::not_found)?;
+    b.with_topology(|t| {
         let mut out = Vec::new();
         if source.is_empty() && !to_exchange {
             out.push(
@@ -317,7 +319,7 @@ fn bindings_between(
 }
 
 /// The binding `props` (its `properties_key`) of `source` to `destination`.
-fn find_binding(
+async fn find_binding(
     b: &Broker,
     vhost: &str,
     source: &str,
@@ -325,7 +327,7 @@ fn find_binding(
     to_exchange: bool,
     props: &str,
 ) -> Option<Binding> {
-    b.with_topology(|t| {
+    b.find_in_topology(|t| {
         t.bindings(vhost, source)
             .iter()
             .find(|bd| {
@@ -335,7 +337,7 @@ fn find_binding(
             })
             .cloned()
     })
-    .flatten()
+    .await
 }
 
 pub(super) async fn queue_bindings_between(
@@ -343,13 +345,9 @@ pub(super) async fn queue_bindings_between(
     Path((vhost, source, dest)): Path<(String, String, String)>,
 ) -> ApiResult {
     readable_vhost(&api, &vhost)?;
-    ok(Value::Array(bindings_between(
-        &api.broker,
-        &vhost,
-        &source,
-        &dest,
-        false,
-    )?))
+    ok(Value::Array(
+        bindings_between(&api.broker, &vhost, &source, &dest, false).await?,
+    ))
 }
 
 pub(super) async fn exchange_bindings_between(
@@ -357,13 +355,9 @@ pub(super) async fn exchange_bindings_between(
     Path((vhost, source, dest)): Path<(String, String, String)>,
 ) -> ApiResult {
     readable_vhost(&api, &vhost)?;
-    ok(Value::Array(bindings_between(
-        &api.broker,
-        &vhost,
-        &source,
-        &dest,
-        true,
-    )?))
+    ok(Value::Array(
+        bindings_between(&api.broker, &vhost, &source, &dest, true).await?,
+    ))
 }
 
 async fn one_binding(
@@ -373,7 +367,7 @@ async fn one_binding(
 ) -> ApiResult {
     let (vhost, source, dest, props) = path;
     readable_vhost(&api, &vhost)?;
-    match find_binding(&api.broker, &vhost, &source, &dest, to_exchange, &props) {
+    match find_binding(&api.broker, &vhost, &source, &dest, to_exchange, &props).await {
         Some(bd) => ok(binding_json(&vhost, &bd)),
         None => Err(ApiError::not_found()),
     }
@@ -400,6 +394,7 @@ async fn unbind(api: Api, path: (String, String, String, String), to_exchange: b
     api.caller.require_writer()?;
     readable_vhost(&api, &vhost)?;
     let bd = find_binding(&api.broker, &vhost, &source, &dest, to_exchange, &props)
+        .await
         .ok_or_else(ApiError::not_found)?;
     let cmd = if to_exchange {
         MetaCommand::UnbindExchange {

@@ -88,8 +88,8 @@ pub(super) async fn exchange(api: Api, Path((vhost, name)): Path<(String, String
     };
     let mut e = api
         .broker
-        .with_topology(|t| t.exchange(&vhost, &name).map(|e| exchange_json(&vhost, e)))
-        .flatten()
+        .find_in_topology(|t| t.exchange(&vhost, &name).map(|e| exchange_json(&vhost, e)))
+        .await
         .ok_or_else(ApiError::not_found)?;
     with_stats(&api.broker, &mut e);
     ok(e)
@@ -151,8 +151,9 @@ pub(super) async fn delete_exchange(
     // RabbitMQ answers 404 for a missing exchange (`resource_exists`), not 204.
     let exists = api
         .broker
-        .with_topology(|t| t.exchange(&vhost, &name).is_some())
-        .unwrap_or(false);
+        .find_in_topology(|t| t.exchange(&vhost, &name).map(|_| ()))
+        .await
+        .is_some();
     if !exists {
         return Err(ApiError::not_found());
     }
