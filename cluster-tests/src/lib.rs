@@ -29,6 +29,7 @@ use lapin::{
     BasicProperties, Channel, Connection, ConnectionProperties, Consumer, ErrorKind,
 };
 use std::{
+    collections::BTreeSet,
     fs::File,
     future::Future,
     io::{Read, Seek, SeekFrom},
@@ -36,6 +37,7 @@ use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::atomic::{AtomicU64, Ordering},
+    sync::Mutex,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -311,9 +313,44 @@ pub fn quorumq_bin() -> PathBuf {
     ws.join("target").join("debug").join("quorumq")
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A port that was free a moment ago on 127.0.0.1, below the kernel's
+/// ephemeral range (`/proc/sys/net/ipv4/ip_local_port_range`), and not handed
+/// out before by this process. A node's ports stay its own while it is down:
+/// an ephemeral port can become the local port of any outgoing connection
+/// meanwhile, and the node's restart then failed ("binding cluster listener",
+/// `dlx_exactly_once` with its two tests running side by side).
 pub fn free_port() -> std::io::Result<u16> {
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    const LOWEST: u32 = 10_000;
+    let below = ephemeral_start().unwrap_or(32_768);
+    if below > LOWEST + 1_000 {
+        let span = below - LOWEST;
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let mut x = u64::from(nanos) << 20 ^ u64::from(std::process::id()) | 1;
+        let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..500 {
+            // xorshift64: spreads the processes that run at once apart.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let Ok(port) = u16::try_from(LOWEST + (x % u64::from(span)) as u32) else {
+                continue;
+            };
+            if !handed.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                handed.insert(port);
+                return Ok(port);
+            }
+        }
+    }
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The first port of the kernel's ephemeral range, if it can be read.
+fn ephemeral_start() -> Option<u32> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
 }
 
 /// Opens a process's log for appending: the file, and its length now (where

@@ -90,9 +90,10 @@ async fn reject_all(c: Arc<Cluster>, q: String, rejects: Arc<AtomicU64>, stop: A
     let mut node = 1;
     while !stop.load(Ordering::Acquire) {
         node = node % 3 + 1;
-        if !c.is_running(node) {
+        let Some(pid) = c.pid(node) else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
             continue;
-        }
+        };
         let Ok(Ok(conn)) =
             tokio::time::timeout(Duration::from_secs(10), connect(&c.uri(node))).await
         else {
@@ -106,17 +107,36 @@ async fn reject_all(c: Arc<Cluster>, q: String, rejects: Arc<AtomicU64>, stop: A
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         };
+        eprintln!("rejecting consumer on node {node}");
         while !stop.load(Ordering::Acquire) {
             let d = match tokio::time::timeout(Duration::from_millis(500), deliveries.next()).await
             {
+                // lapin does not always end a consumer's stream when the
+                // node at the other end is killed (no delivery, no error,
+                // for minutes): a consumer whose node process is gone is.
+                Err(_) if c.pid(node) != Some(pid) => {
+                    eprintln!(
+                        "rejecting consumer on node {node}: its process is gone, lapin's stream is still open (connected: {})",
+                        conn.status().connected()
+                    );
+                    break;
+                }
                 Err(_) => continue,
                 Ok(Some(Ok(d))) => d,
-                Ok(_) => break,
+                Ok(end) => {
+                    eprintln!("rejecting consumer on node {node} ended: {end:?}");
+                    break;
+                }
             };
-            if d.reject(BasicRejectOptions { requeue: false })
-                .await
-                .is_err()
-            {
+            // A reject in flight when the node is killed can wait forever
+            // in lapin, as the stream can (above).
+            let rejected = tokio::time::timeout(
+                Duration::from_secs(5),
+                d.reject(BasicRejectOptions { requeue: false }),
+            )
+            .await;
+            if !matches!(rejected, Ok(Ok(_))) {
+                eprintln!("rejecting consumer on node {node}: reject failed: {rejected:?}");
                 break;
             }
             rejects.fetch_add(1, Ordering::AcqRel);
