@@ -21,11 +21,18 @@ use std::time::Duration;
 /// The status code of `GET path` on the HTTP API at `addr` (as guest), over
 /// a fresh connection: quick enough to race a meta commit's announcement.
 async fn http_status(addr: &str, path: &str) -> anyhow::Result<u16> {
+    http_request(addr, "GET", path, "").await
+}
+
+/// The status code of `method path` with JSON `body` on the HTTP API at
+/// `addr` (as guest), over a fresh connection.
+async fn http_request(addr: &str, method: &str, path: &str, body: &str) -> anyhow::Result<u16> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await?;
     s.set_nodelay(true)?;
     let req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Basic Z3Vlc3Q6Z3Vlc3Q=\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     );
     s.write_all(req.as_bytes()).await?;
     let mut head = [0u8; 12];
@@ -46,12 +53,22 @@ fn passive() -> QueueDeclareOptions {
 }
 
 /// Declares `what` of the paused-node checks through `ch`: the queue
-/// `vis.lagging`, the exchange `vis.lagging.x`, or the binding of the one to
-/// the other with routing key `k`.
+/// `vis.lagging` (or `vis.lagging.get`, `vis.lagging.purge`), the exchange
+/// `vis.lagging.x`, or the binding of the one to the other with routing key
+/// `k`.
 async fn declare_lagging(ch: &lapin::Channel, what: &str) -> anyhow::Result<()> {
     match what {
         "a queue" => {
             ch.queue_declare("vis.lagging".into(), durable(), quorum_args(&[]))
+                .await?;
+        }
+        "a queue to read" | "a queue to purge" => {
+            let q = if what.ends_with("read") {
+                "vis.lagging.get"
+            } else {
+                "vis.lagging.purge"
+            };
+            ch.queue_declare(q.into(), durable(), quorum_args(&[]))
                 .await?;
         }
         "an exchange" => {
@@ -133,22 +150,46 @@ async fn a_queue_declared_through_one_node_is_there_at_once_on_the_others() -> a
         // Node 2 paused while each object is declared: just resumed, its
         // replica lags (the leader's appends to it back off), so only a
         // catch-up finds the object there.
-        for (what, path) in [
-            ("a queue", "/api/queues/%2F/vis.lagging"),
-            ("an exchange", "/api/exchanges/%2F/vis.lagging.x"),
+        const GET_ONE: &str = r#"{"count":1,"ackmode":"ack_requeue_true","encoding":"auto"}"#;
+        for (what, method, path, body, expected) in [
+            ("a queue", "GET", "/api/queues/%2F/vis.lagging", "", 200),
+            (
+                "an exchange",
+                "GET",
+                "/api/exchanges/%2F/vis.lagging.x",
+                "",
+                200,
+            ),
             (
                 "a binding",
+                "GET",
                 "/api/bindings/%2F/e/vis.lagging.x/q/vis.lagging/k",
+                "",
+                200,
+            ),
+            (
+                "a queue to read",
+                "POST",
+                "/api/queues/%2F/vis.lagging.get/get",
+                GET_ONE,
+                200,
+            ),
+            (
+                "a queue to purge",
+                "DELETE",
+                "/api/queues/%2F/vis.lagging.purge/contents",
+                "",
+                204,
             ),
         ] {
             cluster.sigstop(2)?;
             let declared = declare_lagging(&ch1, what).await;
             cluster.sigcont(2)?;
             declared?;
-            let status = http_status(&http2, path).await?;
+            let status = http_request(&http2, method, path, body).await?;
             assert_eq!(
-                status, 200,
-                "node 2's HTTP API shows {what} declared while it was paused ({path})"
+                status, expected,
+                "node 2's HTTP API finds {what} declared while it was paused ({method} {path})"
             );
         }
         for i in 0..QUEUES {

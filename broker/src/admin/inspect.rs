@@ -134,10 +134,10 @@ pub async fn queue_read(
             format!("Target queue was not found in virtual host '{vhost}'"),
         )
     };
+    // Declared through another node a moment ago: found after a catch-up.
     let rec = queues
-        .meta()
-        .with_topology(|t| t.queue(vhost, name).cloned())
-        .flatten()
+        .find_record(vhost, name)
+        .await
         .ok_or_else(not_found)?;
     let me = queues.node_id();
     let handle = queues.queue_by_group(rec.group_id);

@@ -296,16 +296,16 @@ pub async fn redrive(
             format!("Target queue was not found in virtual host '{vhost}'"),
         )
     };
+    // Declared through another node a moment ago: found after a catch-up.
     let rec = queues
-        .meta()
-        .with_topology(|t| t.queue(vhost, name).cloned())
-        .flatten()
+        .find_record(vhost, name)
+        .await
         .ok_or_else(not_found)?;
     if let Some(to) = &opts.to {
         if to == name {
             return Err(err(400, "cannot redrive a queue into itself"));
         }
-        queues.queue(vhost, to).ok_or_else(not_found)?;
+        queues.find_queue(vhost, to).await.ok_or_else(not_found)?;
     }
     let started = Instant::now();
     let none = Summary::default();

@@ -111,7 +111,8 @@ pub(super) async fn get_messages(
     readable_vhost(&api, &vhost)?;
     let (_, handle) = api
         .broker
-        .queue(&vhost, &name)
+        .find_queue(&vhost, &name)
+        .await
         .ok_or_else(ApiError::not_found)?;
     let m = body_object(&body)?;
     let ackmode = required(&m, "ackmode")?
@@ -229,7 +230,8 @@ pub(super) async fn purge(api: Api, Path((vhost, name)): Path<(String, String)>)
     readable_vhost(&api, &vhost)?;
     let (_, handle) = api
         .broker
-        .queue(&vhost, &name)
+        .find_queue(&vhost, &name)
+        .await
         .ok_or_else(ApiError::not_found)?;
     permit(&api, &vhost, "queue", &name, Perm::Read)?;
     handle
