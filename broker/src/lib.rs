@@ -21,6 +21,7 @@ pub mod node_counters;
 pub mod queue;
 pub mod tls;
 pub mod tracking;
+pub mod transient_queues;
 pub mod utc;
 
 /// Milliseconds since the Unix epoch: the timestamp the proposer stamps

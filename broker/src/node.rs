@@ -325,6 +325,7 @@ impl Broker {
         self.reconcile().await;
         tokio::spawn(reconciler(Arc::downgrade(self)));
         tokio::spawn(crate::liveness::run(Arc::downgrade(&self.queues)));
+        tokio::spawn(crate::transient_queues::run(Arc::downgrade(&self.queues)));
         tokio::spawn(membership_watch(Arc::downgrade(self)));
         if let Some(old) = self.config.replaces {
             tokio::spawn(crate::cluster::membership::replace(

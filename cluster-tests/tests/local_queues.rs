@@ -4,7 +4,8 @@
 //! command to the queue's home node. Before, another node either did not
 //! know the queue (404, and a publish through it was confirmed as
 //! unroutable and dropped) or, on a re-declare through it, made a second
-//! queue of the same name there.
+//! queue of the same name there. A killed node's transient queues are
+//! deleted, as RabbitMQ deletes them when a node goes down.
 
 use cluster_tests::{
     cluster::{retry, Cluster},
@@ -20,6 +21,13 @@ use std::time::Duration;
 
 fn transient() -> QueueDeclareOptions {
     QueueDeclareOptions::default()
+}
+
+fn exclusive() -> QueueDeclareOptions {
+    QueueDeclareOptions {
+        exclusive: true,
+        ..QueueDeclareOptions::default()
+    }
 }
 
 fn passive() -> QueueDeclareOptions {
@@ -196,6 +204,81 @@ async fn dead_letters_reach_another_nodes_transient_queue() -> anyhow::Result<()
         for d in &got {
             d.ack(BasicAckOptions::default()).await?;
         }
+        anyhow::Ok(())
+    })
+    .await;
+    cluster.logs_on_error(r, 8_000)
+}
+
+/// Node 1 holds an exclusive queue (an RPC client's fixed-name reply queue)
+/// and a transient queue consumed from node 2. Node 1 is killed: as
+/// RabbitMQ's `on_node_down` does, the cluster deletes both. Node 2's
+/// consumer is cancelled (basic.cancel), the transient queue is 404 through
+/// node 3, and the RPC client, reconnected to node 2, declares its reply
+/// queue again there and gets replies in it (before: 405 RESOURCE_LOCKED
+/// until node 1 came back). Node 1 back does not touch node 2's new queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_nodes_transient_queues_are_deleted() -> anyhow::Result<()> {
+    let cluster = Cluster::start(3).await?;
+    let r = cluster_tests::bounded(Duration::from_secs(120), async {
+        let c1 = cluster.ready_connection(1, "lq.warmup").await?;
+        let ch1 = c1.create_channel().await?;
+        ch1.queue_declare("rpc.reply".into(), exclusive(), FieldTable::default())
+            .await?;
+        ch1.queue_declare("tq".into(), transient(), FieldTable::default())
+            .await?;
+        let c2 = connect(&cluster.uri(2)).await?;
+        let (_cch2, mut on2) = open_consumer(&c2, "tq", 10).await?;
+        let locked = c2
+            .create_channel()
+            .await?
+            .queue_declare("rpc.reply".into(), exclusive(), FieldTable::default())
+            .await;
+        assert_eq!(
+            expect_amqp_error(locked).0,
+            405,
+            "node 1's exclusive queue is locked while node 1 is up"
+        );
+
+        cluster.kill9(1);
+        match tokio::time::timeout(Duration::from_secs(30), on2.next()).await {
+            Ok(None) => {}
+            other => anyhow::bail!("node 2's consumer of tq not cancelled in 30 s: {other:?}"),
+        }
+        let c3 = connect(&cluster.uri(3)).await?;
+        let gone = c3
+            .create_channel()
+            .await?
+            .queue_declare("tq".into(), passive(), FieldTable::default())
+            .await;
+        assert_eq!(expect_amqp_error(gone).0, 404, "tq is gone with node 1");
+        let ch2 = c2.create_channel().await?;
+        let ok = ch2
+            .queue_declare("rpc.reply".into(), exclusive(), FieldTable::default())
+            .await?;
+        assert_eq!(ok.message_count(), 0, "a new, empty reply queue");
+        let (_rch, mut replies) = open_consumer(&c2, "rpc.reply", 10).await?;
+        let ch3 = confirm_channel(&c3).await?;
+        publish_confirmed(&ch3, "", "rpc.reply", b"reply", BasicProperties::default()).await?;
+        let got = consume_n(&mut replies, 1, Duration::from_secs(20)).await?;
+        assert_eq!(&got[0].data[..], b"reply");
+        got[0].ack(BasicAckOptions::default()).await?;
+
+        cluster.restart(1).await?;
+        let c1 = connect(&cluster.uri(1)).await?;
+        let locked = c1
+            .create_channel()
+            .await?
+            .queue_declare("rpc.reply".into(), exclusive(), FieldTable::default())
+            .await;
+        assert_eq!(
+            expect_amqp_error(locked).0,
+            405,
+            "node 2's new reply queue survives node 1's return"
+        );
+        publish_confirmed(&ch3, "", "rpc.reply", b"again", BasicProperties::default()).await?;
+        let got = consume_n(&mut replies, 1, Duration::from_secs(20)).await?;
+        assert_eq!(&got[0].data[..], b"again");
         anyhow::Ok(())
     })
     .await;
