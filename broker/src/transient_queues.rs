@@ -64,7 +64,7 @@ pub async fn run(queues: Weak<Queues>) {
             .with_topology(|t| {
                 t.queues()
                     .filter(|r| !deleted.contains_key(&r.group_id))
-                    .filter(|r| home_is_gone(r, me, &detector))
+                    .filter(|r| home_is_gone(r, me, |n| home(&detector, n)))
                     .cloned()
                     .collect()
             })
@@ -76,20 +76,44 @@ pub async fn run(queues: Weak<Queues>) {
     }
 }
 
-/// Whether `rec` is a transient queue of a node other than `me` that the
-/// detector takes for gone (see the module docs).
-fn home_is_gone(rec: &QueueRecord, me: u64, detector: &Detector) -> bool {
+/// What the failure detector says of a queue's home node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Home {
+    /// Up, or not known to be down.
+    Up,
+    /// Down with its stream closed: killed, stopped, restarting.
+    Closed,
+    /// Down because its beats stopped this long ago (ms), its stream open.
+    Silent { for_ms: u64 },
+}
+
+/// The detector's view of `node` as a [`Home`].
+fn home(detector: &Detector, node: u64) -> Home {
+    if detector.is_down(node) {
+        Home::Closed
+    } else if detector.is_silent(node) {
+        Home::Silent {
+            for_ms: detector.last_seen_ms(node).unwrap_or(0),
+        }
+    } else {
+        Home::Up
+    }
+}
+
+/// Whether `rec` is a transient queue of a node other than `me` that is
+/// gone by `home_of` (see the module docs).
+fn home_is_gone(rec: &QueueRecord, me: u64, home_of: impl Fn(u64) -> Home) -> bool {
     let QueueKind::Local { node } = rec.kind else {
         return false;
     };
     if rec.durable || node == me {
         return false;
     }
-    detector.is_down(node)
-        || detector.is_silent(node)
-            && detector
-                .last_seen_ms(node)
-                .is_some_and(|ms| ms >= SILENT_FOR_MS)
+    match home_of(node) {
+        Home::Up => false,
+        Home::Closed => true,
+        Home::Silent { for_ms } => for_ms >= SILENT_FOR_MS,
+    }
 }
 
 /// Deletes `rec`'s queue if the record of that name is still this
@@ -108,5 +132,51 @@ async fn delete(q: &Arc<Queues>, rec: &QueueRecord) {
     tracing::info!(queue = %rec.name, vhost = %rec.vhost, node, "home node down: its transient queue is deleted (RabbitMQ on_node_down)");
     if let Err(e) = q.delete_queue(&rec.vhost, &rec.name).await {
         tracing::warn!(queue = %rec.name, error = ?e, "deleting a down node's transient queue failed; the next sweep retries");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::queue::QueueKind;
+
+    fn record(kind: QueueKind, durable: bool) -> QueueRecord {
+        QueueRecord {
+            vhost: "/".into(),
+            name: "q".into(),
+            durable,
+            exclusive_owner: None,
+            auto_delete: false,
+            arguments: Default::default(),
+            kind,
+            group_id: 7,
+            members: vec![2],
+        }
+    }
+
+    /// Only a non-durable local queue of another node, whose home is closed
+    /// or silent for [`SILENT_FOR_MS`], is gone (RabbitMQ `on_node_down`).
+    #[test]
+    fn only_a_gone_nodes_transient_queues_are_gone() {
+        let local2 = record(QueueKind::Local { node: 2 }, false);
+        let silent = |ms| move |_| Home::Silent { for_ms: ms };
+        assert!(home_is_gone(&local2, 1, |_| Home::Closed));
+        assert!(!home_is_gone(&local2, 1, |_| Home::Up));
+        assert!(!home_is_gone(&local2, 1, silent(SILENT_FOR_MS - 1)));
+        assert!(home_is_gone(&local2, 1, silent(SILENT_FOR_MS)));
+        assert!(
+            !home_is_gone(&local2, 2, |_| Home::Closed),
+            "a node's own queues are its own business"
+        );
+        let durable = record(QueueKind::Local { node: 2 }, true);
+        assert!(
+            !home_is_gone(&durable, 1, |_| Home::Closed),
+            "a durable local queue waits for its node"
+        );
+        let quorum = record(QueueKind::Quorum, false);
+        assert!(
+            !home_is_gone(&quorum, 1, |_| Home::Closed),
+            "a quorum queue has other replicas"
+        );
     }
 }
