@@ -35,7 +35,7 @@
 //! the batches whose progress the dead leader never reported (each message
 //! is still in exactly one place), and `skipped` is the last walk's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -522,6 +522,7 @@ async fn run(
         .read(|host| host.machine().ready_message_ids(usize::MAX))
         .ok_or_else(gone)?;
     let mut pacer = Pacer::new(opts.rate);
+    let mut handles: HashMap<String, Option<Arc<QueueHandle>>> = HashMap::new();
     let mut last_progress = Instant::now();
     let mut cursor = 0;
     while cursor < ids.len() && summary.moved < max {
@@ -554,13 +555,30 @@ async fn run(
                 summary.skip(Skip::DeliveredToConsumer);
                 continue;
             }
-            match destination(queues, vhost, name, opts, &body) {
-                Ok((dest, dh, msg)) => {
-                    let b = batches.entry(dest).or_insert_with(|| (dh, Vec::new()));
-                    b.1.push(Move { id, msg });
+            let (dest, msg) = match destination(name, opts, &body) {
+                Ok(found) => found,
+                Err(why) => {
+                    summary.skip(why);
+                    continue;
                 }
-                Err(why) => summary.skip(why),
-            }
+            };
+            // Once per destination and walk; a queue declared through
+            // another node a moment ago is found after a catch-up.
+            let dh = match handles.get(&dest) {
+                Some(dh) => dh.clone(),
+                None => {
+                    let dh = queues.find_queue(vhost, &dest).await.map(|(_, h)| h);
+                    handles.insert(dest.clone(), dh.clone());
+                    dh
+                }
+            };
+            let Some(dh) = dh else {
+                summary.skip(Skip::SourceQueueNotFound);
+                continue;
+            };
+            let msg = enqueue_msg(&dh, &body, &msg);
+            let b = batches.entry(dest).or_insert_with(|| (dh, Vec::new()));
+            b.1.push(Move { id, msg });
         }
         let n: usize = batches.values().map(|(_, m)| m.len()).sum();
         if n == 0 {
@@ -616,16 +634,14 @@ fn stopped(summary: &Summary, why: &str) -> ReadError {
     )
 }
 
-/// Where the stored message `body` goes and how it is enqueued there:
-/// `opts.to`, else the queue of its last death (broker history, else the
-/// first `x-death` entry, [`last_death`]).
+/// Where the stored message `body` goes: `opts.to`, else the queue of its
+/// last death (broker history, else the first `x-death` entry,
+/// [`last_death`]), with the message decoded.
 fn destination(
-    queues: &Queues,
-    vhost: &str,
     name: &str,
     opts: &Options,
     body: &bytes::Bytes,
-) -> Result<(String, Arc<QueueHandle>, PrioritizedMsg), Skip> {
+) -> Result<(String, TrackedMessage), Skip> {
     let msg = TrackedMessage::decode(body).map_err(|_| Skip::Unreadable)?;
     let dest = match &opts.to {
         Some(to) => to.clone(),
@@ -634,9 +650,13 @@ fn destination(
     if dest == name {
         return Err(Skip::DestinationIsThisQueue);
     }
-    let (_, dh) = queues
-        .queue(vhost, &dest)
-        .ok_or(Skip::SourceQueueNotFound)?;
+    Ok((dest, msg))
+}
+
+/// How the stored message `body` (decoded: `msg`) is enqueued into `dest`:
+/// the stored bytes as they are (the death history goes along), its TTL
+/// and its priority there.
+fn enqueue_msg(dest: &QueueHandle, body: &bytes::Bytes, msg: &TrackedMessage) -> PrioritizedMsg {
     let props = basic::parse_properties(&msg.properties[..])
         .map(|(_, p)| p)
         .unwrap_or_default();
@@ -644,17 +664,14 @@ fn destination(
         .expiration()
         .as_ref()
         .and_then(|e| crate::meta::publish::parse_expiration(e.as_str()).ok());
-    let priority = dh.message_priority(props.priority().unwrap_or(0));
-    let msg = PrioritizedMsg {
+    PrioritizedMsg {
         msg: EnqueueMsg {
-            // The stored bytes as they are: the death history goes along.
             payload: body.clone(),
             body_size: msg.body.len() as u32,
             ttl_ms,
         },
-        priority,
-    };
-    Ok((dest, dh, msg))
+        priority: dest.message_priority(props.priority().unwrap_or(0)),
+    }
 }
 
 /// Marks a redrive's source key in the destination's de-duplication
