@@ -7,11 +7,13 @@
 //! queue got 405 RESOURCE_LOCKED), and their commands to it waited for the
 //! node's return.
 //!
-//! The meta leader deletes such a record once the failure detector sees its
-//! home node down with its stream closed (killed, stopped, restarting: at
-//! once, as RabbitMQ's `nodedown` comes at once when the node's connection
-//! closes), or silent for [`SILENT_FOR_MS`] (paused or cut off: RabbitMQ's
-//! default `net_ticktime` before it takes a node for down). A home node that
+//! The meta leader deletes such a record once the failure detector has seen
+//! its home node down with its stream closed for [`CLOSED_FOR_MS`] (killed,
+//! stopped, restarting; RabbitMQ's `nodedown` comes at once when the node's
+//! connection closes, but a beat stream that breaks and reconnects under
+//! load must not take a live node's queues), or silent for
+//! [`SILENT_FOR_MS`] (paused or cut off: RabbitMQ's default `net_ticktime`
+//! before it takes a node for down). A home node that
 //! comes back drops what it still has of them when it applies the
 //! deletion; a restarted one drops its earlier boot's local queues itself
 //! (`Queues::drop_own_local_queues`). Durable node-local queues (durable
@@ -26,6 +28,9 @@ use crate::cluster::detector::Detector;
 use crate::meta::queue::{QueueKind, QueueRecord};
 use crate::queue::registry::Queues;
 
+/// A home node down with its stream closed this long (ms) is taken for
+/// gone (a killed node's last beat is this old).
+pub const CLOSED_FOR_MS: u64 = 5_000;
 /// A home node silent this long (ms) while its stream stays open (paused,
 /// partitioned) is taken for gone: RabbitMQ's default `net_ticktime`.
 pub const SILENT_FOR_MS: u64 = 60_000;
@@ -81,20 +86,20 @@ pub async fn run(queues: Weak<Queues>) {
 enum Home {
     /// Up, or not known to be down.
     Up,
-    /// Down with its stream closed: killed, stopped, restarting.
-    Closed,
+    /// Down with its stream closed (killed, stopped, restarting), its last
+    /// beat this long ago (ms).
+    Closed { for_ms: u64 },
     /// Down because its beats stopped this long ago (ms), its stream open.
     Silent { for_ms: u64 },
 }
 
 /// The detector's view of `node` as a [`Home`].
 fn home(detector: &Detector, node: u64) -> Home {
+    let for_ms = detector.last_seen_ms(node).unwrap_or(0);
     if detector.is_down(node) {
-        Home::Closed
+        Home::Closed { for_ms }
     } else if detector.is_silent(node) {
-        Home::Silent {
-            for_ms: detector.last_seen_ms(node).unwrap_or(0),
-        }
+        Home::Silent { for_ms }
     } else {
         Home::Up
     }
@@ -111,7 +116,7 @@ fn home_is_gone(rec: &QueueRecord, me: u64, home_of: impl Fn(u64) -> Home) -> bo
     }
     match home_of(node) {
         Home::Up => false,
-        Home::Closed => true,
+        Home::Closed { for_ms } => for_ms >= CLOSED_FOR_MS,
         Home::Silent { for_ms } => for_ms >= SILENT_FOR_MS,
     }
 }
@@ -155,27 +160,33 @@ mod tests {
     }
 
     /// Only a non-durable local queue of another node, whose home is closed
-    /// or silent for [`SILENT_FOR_MS`], is gone (RabbitMQ `on_node_down`).
+    /// for [`CLOSED_FOR_MS`] or silent for [`SILENT_FOR_MS`], is gone
+    /// (RabbitMQ `on_node_down`).
     #[test]
     fn only_a_gone_nodes_transient_queues_are_gone() {
         let local2 = record(QueueKind::Local { node: 2 }, false);
         let silent = |ms| move |_| Home::Silent { for_ms: ms };
-        assert!(home_is_gone(&local2, 1, |_| Home::Closed));
+        let closed = |ms| move |_| Home::Closed { for_ms: ms };
+        assert!(home_is_gone(&local2, 1, closed(CLOSED_FOR_MS)));
+        assert!(
+            !home_is_gone(&local2, 1, closed(CLOSED_FOR_MS - 1)),
+            "a beat stream that broke a moment ago may reconnect"
+        );
         assert!(!home_is_gone(&local2, 1, |_| Home::Up));
         assert!(!home_is_gone(&local2, 1, silent(SILENT_FOR_MS - 1)));
         assert!(home_is_gone(&local2, 1, silent(SILENT_FOR_MS)));
         assert!(
-            !home_is_gone(&local2, 2, |_| Home::Closed),
+            !home_is_gone(&local2, 2, closed(CLOSED_FOR_MS)),
             "a node's own queues are its own business"
         );
         let durable = record(QueueKind::Local { node: 2 }, true);
         assert!(
-            !home_is_gone(&durable, 1, |_| Home::Closed),
+            !home_is_gone(&durable, 1, closed(CLOSED_FOR_MS)),
             "a durable local queue waits for its node"
         );
         let quorum = record(QueueKind::Quorum, false);
         assert!(
-            !home_is_gone(&quorum, 1, |_| Home::Closed),
+            !home_is_gone(&quorum, 1, closed(CLOSED_FOR_MS)),
             "a quorum queue has other replicas"
         );
     }
