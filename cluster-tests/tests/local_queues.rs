@@ -210,6 +210,18 @@ async fn dead_letters_reach_another_nodes_transient_queue() -> anyhow::Result<()
     cluster.logs_on_error(r, 8_000)
 }
 
+/// Asserts that an exclusive declare of `queue` through `conn` is refused
+/// with 405 RESOURCE_LOCKED (another connection owns it): `what` names it.
+async fn assert_locked(conn: &lapin::Connection, queue: &str, what: &str) -> anyhow::Result<()> {
+    let declared = conn
+        .create_channel()
+        .await?
+        .queue_declare(queue.into(), exclusive(), FieldTable::default())
+        .await;
+    assert_eq!(expect_amqp_error(declared).0, 405, "{what} is locked");
+    Ok(())
+}
+
 /// Node 1 holds an exclusive queue (an RPC client's fixed-name reply queue)
 /// and a transient queue consumed from node 2. Node 1 is killed: as
 /// RabbitMQ's `on_node_down` does, the cluster deletes both. Node 2's
@@ -229,16 +241,12 @@ async fn a_killed_nodes_transient_queues_are_deleted() -> anyhow::Result<()> {
             .await?;
         let c2 = connect(&cluster.uri(2)).await?;
         let (_cch2, mut on2) = open_consumer(&c2, "tq", 10).await?;
-        let locked = c2
-            .create_channel()
-            .await?
-            .queue_declare("rpc.reply".into(), exclusive(), FieldTable::default())
-            .await;
-        assert_eq!(
-            expect_amqp_error(locked).0,
-            405,
-            "node 1's exclusive queue is locked while node 1 is up"
-        );
+        assert_locked(
+            &c2,
+            "rpc.reply",
+            "node 1's exclusive queue, while node 1 is up",
+        )
+        .await?;
 
         cluster.kill9(1);
         match tokio::time::timeout(Duration::from_secs(30), on2.next()).await {
@@ -266,16 +274,12 @@ async fn a_killed_nodes_transient_queues_are_deleted() -> anyhow::Result<()> {
 
         cluster.restart(1).await?;
         let c1 = connect(&cluster.uri(1)).await?;
-        let locked = c1
-            .create_channel()
-            .await?
-            .queue_declare("rpc.reply".into(), exclusive(), FieldTable::default())
-            .await;
-        assert_eq!(
-            expect_amqp_error(locked).0,
-            405,
-            "node 2's new reply queue survives node 1's return"
-        );
+        assert_locked(
+            &c1,
+            "rpc.reply",
+            "node 2's new reply queue, after node 1's return",
+        )
+        .await?;
         publish_confirmed(&ch3, "", "rpc.reply", b"again", BasicProperties::default()).await?;
         let got = consume_n(&mut replies, 1, Duration::from_secs(20)).await?;
         assert_eq!(&got[0].data[..], b"again");
