@@ -684,3 +684,29 @@ pub async fn close_connection(conn: &Connection) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Test ports are bindable, never handed out twice by a process, below
+    /// the kernel's ephemeral range (where an outgoing connection could take
+    /// a stopped node's port), and never RabbitMQ's.
+    #[test]
+    fn free_ports_are_unique_and_below_the_ephemeral_range() -> std::io::Result<()> {
+        let below = ephemeral_start().unwrap_or(32_768);
+        let mut seen = BTreeSet::new();
+        for _ in 0..200 {
+            let port = free_port()?;
+            assert!(seen.insert(port), "port {port} handed out twice");
+            // (A range starting below 11,000 leaves no room: ports then come from it.)
+            assert!(
+                below <= 11_000 || u32::from(port) < below,
+                "port {port} in the ephemeral range"
+            );
+            assert!(![15672, 15692, 25672].contains(&port));
+            TcpListener::bind(("127.0.0.1", port))?;
+        }
+        Ok(())
+    }
+}
