@@ -9,6 +9,37 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 
+/// A cluster root whose node `node` keeps its data on powerfs: `root`
+/// (for `Cluster::start_placed*`) with `data/node-<node>` the mount point,
+/// and `disk`, a temporary directory apart holding the backing directory
+/// (`platters`) and powerfs's log. Both directories go when dropped (drop
+/// `fs` first: it unmounts).
+pub struct PoweredRoot {
+    pub root: tempfile::TempDir,
+    pub disk: tempfile::TempDir,
+    pub fs: PowerFs,
+}
+
+impl PoweredRoot {
+    /// Makes both directories (named `<prefix>…` and `<prefix>disk-…`) and
+    /// mounts powerfs (`bin`, a test's `env!("CARGO_BIN_EXE_powerfs")`) at
+    /// node `node`'s data directory.
+    ///
+    /// Errors: a directory cannot be made; the mount fails ([`PowerFs::mount`]).
+    pub fn mount(bin: &str, prefix: &str, node: u64) -> anyhow::Result<PoweredRoot> {
+        let disk = tempfile::Builder::new()
+            .prefix(&format!("{prefix}disk-"))
+            .tempdir()?;
+        let backing = disk.path().join("platters");
+        std::fs::create_dir_all(&backing)?;
+        let root = tempfile::Builder::new().prefix(prefix).tempdir()?;
+        let mnt = root.path().join("data").join(format!("node-{node}"));
+        std::fs::create_dir_all(&mnt)?;
+        let fs = PowerFs::mount(bin, &backing, &mnt, &[], &disk.path().join("powerfs.log"))?;
+        Ok(PoweredRoot { root, disk, fs })
+    }
+}
+
 /// A mounted powerfs and its process.
 pub struct PowerFs {
     /// The mount point (canonical).

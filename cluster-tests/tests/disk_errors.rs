@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use cluster_tests::cluster::{distinct_free_ports, wait_for, Cluster, Placement};
-use cluster_tests::powerfs::PowerFs;
+use cluster_tests::powerfs::PoweredRoot;
 use cluster_tests::*;
 use lapin::options::{BasicAckOptions, BasicPublishOptions};
 use lapin::BasicProperties;
@@ -223,23 +223,11 @@ async fn a_node_whose_disk_fails_stops_and_the_others_lose_nothing() -> anyhow::
 
 async fn run() -> anyhow::Result<()> {
     let started = Instant::now();
-    let disk = tempfile::Builder::new()
-        .prefix("quorumq-diskerr-disk-")
-        .tempdir()?;
-    let backing = disk.path().join("platters");
-    std::fs::create_dir_all(&backing)?;
-    let root = tempfile::Builder::new()
-        .prefix("quorumq-diskerr-")
-        .tempdir()?;
-    let mnt = root.path().join("data").join("node-3");
-    std::fs::create_dir_all(&mnt)?;
-    let fs = PowerFs::mount(
-        env!("CARGO_BIN_EXE_powerfs"),
-        &backing,
-        &mnt,
-        &[],
-        &disk.path().join("powerfs.log"),
-    )?;
+    let PoweredRoot {
+        root,
+        disk: _disk,
+        fs,
+    } = PoweredRoot::mount(env!("CARGO_BIN_EXE_powerfs"), "quorumq-diskerr-", 3)?;
     let places = distinct_free_ports(6)?
         .chunks(2)
         .map(|p| Placement::loopback(p[0], p[1]))

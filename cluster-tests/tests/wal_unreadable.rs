@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context};
 use cluster_tests::cluster::{distinct_free_ports, Cluster, Placement};
-use cluster_tests::powerfs::PowerFs;
+use cluster_tests::powerfs::{PowerFs, PoweredRoot};
 use cluster_tests::*;
 use lapin::options::{BasicAckOptions, BasicGetOptions};
 use lapin::BasicProperties;
@@ -68,23 +68,12 @@ async fn an_unreadable_wal_segment_is_cut_at_the_operators_request() -> anyhow::
 }
 
 async fn run() -> anyhow::Result<()> {
-    let disk = tempfile::Builder::new()
-        .prefix("quorumq-walread-disk-")
-        .tempdir()?;
-    let backing = disk.path().join("platters");
-    std::fs::create_dir_all(&backing)?;
-    let root = tempfile::Builder::new()
-        .prefix("quorumq-walread-")
-        .tempdir()?;
-    let mnt = root.path().join("data").join("node-1");
-    std::fs::create_dir_all(&mnt)?;
-    let fs = PowerFs::mount(
-        env!("CARGO_BIN_EXE_powerfs"),
-        &backing,
-        &mnt,
-        &[],
-        &disk.path().join("powerfs.log"),
-    )?;
+    let PoweredRoot {
+        root,
+        disk: _disk,
+        fs,
+    } = PoweredRoot::mount(env!("CARGO_BIN_EXE_powerfs"), "quorumq-walread-", 1)?;
+    let mnt = fs.mnt.clone();
     let ports = distinct_free_ports(2)?;
     let cluster = Cluster::start_placed_with_args(
         root,
