@@ -499,20 +499,14 @@ impl Broker {
         self.meta.with_topology(f)
     }
 
-    /// `find` on the local replica's topology; when it finds nothing, again
-    /// after a meta catch-up ([`MetaGroup::catch_up`]): an object created
-    /// through another node a moment ago is found, as an AMQP lookup finds
-    /// it. None: `find` found nothing either time.
+    /// `find` on the local replica's topology, again after a meta catch-up
+    /// when it finds nothing ([`MetaGroup::find`]): an object created through
+    /// another node a moment ago is found, as an AMQP lookup finds it.
     pub async fn find_in_topology<R>(
         &self,
         find: impl Fn(&crate::meta::Topology) -> Option<R>,
     ) -> Option<R> {
-        let arrived = self.meta.catch_up_stamp();
-        if let Some(found) = self.meta.with_topology(&find).flatten() {
-            return Some(found);
-        }
-        self.meta.catch_up(arrived).await;
-        self.meta.with_topology(&find).flatten()
+        self.meta.find(find).await
     }
 
     /// Proposes a topology change to the meta group ([`MetaGroup::write`]):

@@ -78,6 +78,19 @@ impl MetaGroup {
         self.host.lock().ok().map(|m| f(m.topology()))
     }
 
+    /// `find` on the local replica's topology; when it finds nothing, again
+    /// after a catch-up ([`MetaGroup::catch_up`]) stamped before the first
+    /// look: an object created through another node a moment ago is found.
+    /// None: `find` found nothing either time.
+    pub async fn find<R>(&self, find: impl Fn(&crate::meta::Topology) -> Option<R>) -> Option<R> {
+        let arrived = self.catch_up_stamp();
+        if let Some(found) = self.with_topology(&find).flatten() {
+            return Some(found);
+        }
+        self.catch_up(arrived).await;
+        self.with_topology(&find).flatten()
+    }
+
     /// The queue records the local replica changed since the last call
     /// ([`MetaHost::take_queue_changes`]); a full change when the lock is
     /// poisoned.

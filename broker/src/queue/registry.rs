@@ -233,20 +233,10 @@ impl Queues {
 
     /// The record of queue `name` for a client that may have declared it
     /// through another node: a queue this node's replica does not know yet
-    /// is looked up again after a meta catch-up ([`MetaGroup::catch_up`]).
+    /// is looked up again after a meta catch-up ([`MetaGroup::find`]).
     /// None: no such queue (RabbitMQ: 404 NOT_FOUND).
     pub async fn find_record(&self, vhost: &str, name: &str) -> Option<QueueRecord> {
-        let arrived = self.meta.catch_up_stamp();
-        let known = || {
-            self.meta
-                .with_topology(|t| t.queue(vhost, name).cloned())
-                .flatten()
-        };
-        if let Some(rec) = known() {
-            return Some(rec);
-        }
-        self.meta.catch_up(arrived).await;
-        known()
+        self.meta.find(|t| t.queue(vhost, name).cloned()).await
     }
 
     /// The record and handle of queue `name` for a client that may have
