@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::secret::PeerChannel;
 use bytes::Bytes;
 use quorumq_proto::v1::cluster_client::ClusterClient;
-use quorumq_proto::v1::{ProposeRequest, QueryRequest, ReadIndexRequest};
+use quorumq_proto::v1::{ProposeRequest, QueryRequest, ReadIndexRequest, WaitAppliedRequest};
 
 use super::detector::Detector;
 use super::peers::{Peers, MAX_MESSAGE_BYTES};
@@ -153,6 +153,36 @@ impl Forwarder {
                     ReadIndex::Leader(r.leader_hint)
                 }
             }
+        }
+    }
+
+    /// Waits until `node`'s replica of `group` applied log index `index`:
+    /// true once it did, or when `node` is too old to tell (UNIMPLEMENTED);
+    /// false when `within` ran out, `node` was seen down, or it holds no
+    /// replica of `group`.
+    pub async fn wait_applied(&self, node: u64, group: u64, index: u64, within: Duration) -> bool {
+        let Some(mut client) = self.client(node) else {
+            return false;
+        };
+        let req = WaitAppliedRequest {
+            group_id: group,
+            log_index: index,
+            cluster_id: self.peers.cluster_id(),
+            timeout_ms: u32::try_from(within.as_millis()).unwrap_or(u32::MAX),
+        };
+        // A little more than the node's own wait, for the round trip.
+        let call = tokio::time::timeout(
+            within + Duration::from_millis(200),
+            client.wait_applied(req),
+        );
+        let reply = tokio::select! {
+            r = call => r,
+            _ = self.detector.wait_down(node) => return false,
+        };
+        match reply {
+            Ok(Ok(r)) => r.into_inner().applied,
+            Ok(Err(status)) => status.code() == tonic::Code::Unimplemented,
+            Err(_) => false,
         }
     }
 

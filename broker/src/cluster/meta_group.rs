@@ -24,6 +24,10 @@ pub async fn announce_commit(raft: &Raft) {
 /// How long a meta write waits for a leader (elections, forwarding).
 const META_WRITE_FOR: Duration = Duration::from_secs(30);
 
+/// How long a binding change waits for one other node to apply it
+/// ([`MetaGroup::write`]): a node slower than this is left to catch up.
+pub const APPLIED_EVERYWHERE_FOR: Duration = Duration::from_secs(2);
+
 /// This node's member of the meta group: its Raft handle, its replica's
 /// state machine, and the forwarder that reaches the leader.
 pub struct MetaGroup {
@@ -131,7 +135,9 @@ impl MetaGroup {
                         Ok(resp) => {
                             announce_commit(&self.raft).await;
                             return match resp.data {
-                                GroupReply::Meta(r) => Ok(r),
+                                GroupReply::Meta(r) => {
+                                    Ok(self.settle(&cmd, r, resp.log_id.index).await)
+                                }
                                 _ => Err(ProtocolError::internal("unexpected meta reply")),
                             };
                         }
@@ -154,7 +160,7 @@ impl MetaGroup {
                     {
                         Forwarded::Reply(GroupReply::Meta(r), index) => {
                             self.await_applied(index).await;
-                            return Ok(r);
+                            return Ok(self.settle(&cmd, r, index).await);
                         }
                         Forwarded::Reply(..) => {
                             return Err(ProtocolError::internal("unexpected meta reply"))
@@ -167,6 +173,46 @@ impl MetaGroup {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Err(ProtocolError::internal(format!("meta group: {last}")))
+    }
+
+    /// The reply to `cmd`, committed at log index `index` and applied here,
+    /// once every running node applied it too if it changed bindings
+    /// ([`MetaCommand::changes_bindings`]; RabbitMQ's binding changes commit
+    /// on every running node before their ok).
+    async fn settle(&self, cmd: &MetaCommand, reply: MetaReply, index: u64) -> MetaReply {
+        if cmd.changes_bindings() && !matches!(reply, MetaReply::Error(_)) {
+            self.applied_everywhere(index).await;
+        }
+        reply
+    }
+
+    /// Waits until every other member of the meta group applied log index
+    /// `index`, each for at most [`APPLIED_EVERYWHERE_FOR`] and no longer
+    /// than the failure detector sees it up (Mnesia's `sync_transaction`
+    /// waits for the running nodes alike, until `net_ticktime` gives up on
+    /// one). A node that does not answer in time is logged and left: it
+    /// catches up as any lagging follower does.
+    async fn applied_everywhere(&self, index: u64) {
+        let others: Vec<u64> = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .filter(|id| *id != self.me)
+            .collect();
+        let waits = others.iter().map(|node| {
+            self.forwarder
+                .wait_applied(*node, META_GROUP, index, APPLIED_EVERYWHERE_FOR)
+        });
+        let applied = futures::future::join_all(waits).await;
+        for (node, ok) in others.iter().zip(applied) {
+            if !ok {
+                tracing::debug!(node, index, "a binding change is not applied on a node yet");
+            }
+        }
     }
 
     /// Waits (≤ 5 s) until the local meta replica applied log index

@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::io::Cursor;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use openraft::error::ClientWriteError;
@@ -16,7 +17,7 @@ use quorumq_proto::v1::raft_transport_server::{RaftTransport, RaftTransportServe
 use quorumq_proto::v1::{
     AppendChunk, Beat, DeliverChunk, DeliverReply, DeliverRequest, JoinReply, JoinRequest,
     ProposeReply, ProposeRequest, QueryReply, QueryRequest, RaftFrame, RaftReply, RaftRequest,
-    ReadIndexReply, ReadIndexRequest, SnapshotChunk,
+    ReadIndexReply, ReadIndexRequest, SnapshotChunk, WaitAppliedReply, WaitAppliedRequest,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -207,7 +208,10 @@ async fn append(
 /// to open: less than the leader's append timeout (openraft's
 /// `heartbeat_interval`, 100 ms), so the leader hears "not open" rather than
 /// a timeout, and backs off (`transport`).
-const OPEN_WAIT: std::time::Duration = std::time::Duration::from_millis(80);
+const OPEN_WAIT: Duration = Duration::from_millis(80);
+
+/// Longest a `WaitApplied` call waits, whatever its caller asks.
+const WAIT_APPLIED_AT_MOST: Duration = Duration::from_secs(5);
 
 /// Streams a peer may reset before the cluster server accepted them, on one
 /// connection, before the server closes it (hyper's `max_pending_accept_reset_streams`,
@@ -542,6 +546,25 @@ impl Cluster for ClusterServices {
             ReadIndex::Unsupported => return Err(Status::unimplemented("read index")),
         };
         Ok(Response::new(reply))
+    }
+
+    async fn wait_applied(
+        &self,
+        req: Request<WaitAppliedRequest>,
+    ) -> Result<Response<WaitAppliedReply>, Status> {
+        let req = req.into_inner();
+        self.check_cluster(req.cluster_id)?;
+        let Some(replica) = self.groups.get(req.group_id) else {
+            return Ok(Response::new(WaitAppliedReply::default()));
+        };
+        let within = Duration::from_millis(u64::from(req.timeout_ms)).min(WAIT_APPLIED_AT_MOST);
+        let applied = replica
+            .raft()
+            .wait(Some(within))
+            .applied_index_at_least(Some(req.log_index), "a peer's write applied here")
+            .await
+            .is_ok();
+        Ok(Response::new(WaitAppliedReply { applied }))
     }
 
     type HeartbeatStream = BeatStream;

@@ -114,6 +114,24 @@ pub enum MetaCommand {
     ClearPermissions { user: String, vhost: String },
 }
 
+impl MetaCommand {
+    /// True for a binding change (queue.bind/unbind, exchange.bind/unbind,
+    /// and the HTTP API's): its ok waits until every running node applied it
+    /// ([`crate::cluster::meta_group::MetaGroup::write`]), as RabbitMQ's
+    /// binding changes commit on every running node before their ok. A node
+    /// whose view lacks a binding would still route a publish elsewhere, so
+    /// no catch-up on a miss would find it.
+    pub fn changes_bindings(&self) -> bool {
+        matches!(
+            self,
+            MetaCommand::Bind { .. }
+                | MetaCommand::Unbind { .. }
+                | MetaCommand::BindExchange { .. }
+                | MetaCommand::UnbindExchange { .. }
+        )
+    }
+}
+
 /// Result of a [`MetaCommand`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum MetaReply {
