@@ -334,12 +334,14 @@ async fn while_paused(
 
 /// A binding made or removed through node 1 routes at once through node 2,
 /// also on an exchange that already routes elsewhere (where node 2's stale
-/// view would still route, so no catch-up on a miss would help): RabbitMQ's
-/// bind-ok and unbind-ok cover every running node. Node 2 is paused while
+/// view would still route, so no catch-up on a miss would help), and a
+/// queue deleted through node 1 is gone from node 2's routing: RabbitMQ's
+/// bind-ok, unbind-ok and delete-ok cover every running node. Node 2 is paused while
 /// each change is proposed and resumed before the change's ok; a publish
 /// through node 2 right after that ok must see the change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_binding_made_through_one_node_routes_at_once_through_the_others() -> anyhow::Result<()> {
+async fn bindings_and_deletes_through_one_node_hold_at_once_through_the_others(
+) -> anyhow::Result<()> {
     let cluster = Cluster::start(3).await?;
     let r = cluster_tests::bounded(Duration::from_secs(180), async {
         let c1 = cluster.ready_connection(1, "bindvis.warmup").await?;
@@ -423,6 +425,44 @@ async fn a_binding_made_through_one_node_routes_at_once_through_the_others() -> 
             )
             .await?;
         }
+        // A queue deleted through node 1: a mandatory publish to it through
+        // node 2 right after the delete-ok is returned as unroutable and
+        // confirmed, as RabbitMQ does (a stale view routed it into the
+        // deleted queue and nacked it).
+        let deleted = queues[2].clone();
+        let delete = {
+            let ch1 = ch1.clone();
+            let q = deleted.clone();
+            async move {
+                ch1.queue_delete(q.as_str().into(), Default::default())
+                    .await
+                    .map(|_| ())
+            }
+        };
+        while_paused(&cluster, 2, delete).await?;
+        let confirm = ch2
+            .basic_publish(
+                "".into(),
+                deleted.as_str().into(),
+                lapin::options::BasicPublishOptions {
+                    mandatory: true,
+                    ..Default::default()
+                },
+                b"after delete",
+                BasicProperties::default(),
+            )
+            .await?
+            .await?;
+        assert!(
+            confirm.is_ack(),
+            "a publish to {deleted} right after its delete-ok is confirmed, not nacked"
+        );
+        let returned = confirm.take_message().map(|m| m.reply_code);
+        assert_eq!(
+            returned,
+            Some(312),
+            "a publish to {deleted} right after its delete-ok is returned NO_ROUTE"
+        );
         anyhow::Ok(())
     })
     .await;

@@ -24,7 +24,7 @@ pub async fn announce_commit(raft: &Raft) {
 /// How long a meta write waits for a leader (elections, forwarding).
 const META_WRITE_FOR: Duration = Duration::from_secs(30);
 
-/// How long a binding change waits for one other node to apply it
+/// How long a binding change or a deletion waits for one other node to apply it
 /// ([`MetaGroup::write`]): a node slower than this is left to catch up.
 pub const APPLIED_EVERYWHERE_FOR: Duration = Duration::from_secs(2);
 
@@ -176,11 +176,13 @@ impl MetaGroup {
     }
 
     /// The reply to `cmd`, committed at log index `index` and applied here,
-    /// once every running node applied it too if it changed bindings
-    /// ([`MetaCommand::changes_bindings`]; RabbitMQ's binding changes commit
-    /// on every running node before their ok).
+    /// once every running node applied it too where a stale view would get
+    /// it wrong ([`MetaCommand::must_reach_every_node`]; RabbitMQ's metadata
+    /// changes commit on every running node before their ok).
     async fn settle(&self, cmd: &MetaCommand, reply: MetaReply, index: u64) -> MetaReply {
-        if cmd.changes_bindings() && !matches!(reply, MetaReply::Error(_)) {
+        if cmd.must_reach_every_node()
+            && !matches!(reply, MetaReply::Error(_) | MetaReply::QueueDeleted(None))
+        {
             self.applied_everywhere(index).await;
         }
         reply
@@ -210,7 +212,11 @@ impl MetaGroup {
         let applied = futures::future::join_all(waits).await;
         for (node, ok) in others.iter().zip(applied) {
             if !ok {
-                tracing::debug!(node, index, "a binding change is not applied on a node yet");
+                tracing::debug!(
+                    node,
+                    index,
+                    "a topology change is not applied on a node yet"
+                );
             }
         }
     }

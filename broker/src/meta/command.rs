@@ -115,19 +115,25 @@ pub enum MetaCommand {
 }
 
 impl MetaCommand {
-    /// True for a binding change (queue.bind/unbind, exchange.bind/unbind,
-    /// and the HTTP API's): its ok waits until every running node applied it
+    /// True for a change a node's stale view would get wrong without
+    /// noticing: a binding change (queue.bind/unbind, exchange.bind/unbind,
+    /// and the HTTP API's), and a queue or exchange deletion. Its ok waits
+    /// until every running node applied it
     /// ([`crate::cluster::meta_group::MetaGroup::write`]), as RabbitMQ's
-    /// binding changes commit on every running node before their ok. A node
-    /// whose view lacks a binding would still route a publish elsewhere, so
-    /// no catch-up on a miss would find it.
-    pub fn changes_bindings(&self) -> bool {
+    /// metadata changes commit on every running node before their ok. A
+    /// catch-up on a miss cannot help here: a node whose view lacks a new
+    /// binding still routes a publish elsewhere, and one that still holds a
+    /// deleted queue routes a publish into it (nacked, where RabbitMQ
+    /// returns it as unroutable).
+    pub fn must_reach_every_node(&self) -> bool {
         matches!(
             self,
             MetaCommand::Bind { .. }
                 | MetaCommand::Unbind { .. }
                 | MetaCommand::BindExchange { .. }
                 | MetaCommand::UnbindExchange { .. }
+                | MetaCommand::DeleteQueue { .. }
+                | MetaCommand::DeleteExchange { .. }
         )
     }
 }
