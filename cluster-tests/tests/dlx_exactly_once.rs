@@ -436,3 +436,162 @@ impl DeadLetterRun {
         Ok(())
     }
 }
+
+/// Polls node `via`'s view of `q` until `ok` holds for it (≤ [`WAIT`]).
+async fn view_until(
+    c: &Cluster,
+    via: u64,
+    q: &str,
+    what: &str,
+    ok: impl Fn(&cluster::QueueView) -> bool,
+) -> anyhow::Result<()> {
+    cluster::retry(WAIT, what, || async {
+        let v = c.queue_view(via, q).await?;
+        anyhow::ensure!(ok(&v), "{q} via node {via}: {v:?}");
+        Ok(())
+    })
+    .await
+}
+
+/// A source leader paused while it holds dead letters, and resumed after
+/// its successor forwarded and settled them, forwards none of them again
+/// (issue 32 item 5). Its stale replica still holds them; the target has
+/// forgotten their ids (its floor rose past them) and its floor has since
+/// dropped below them (an older message, checked out all along, was
+/// dead-lettered last), so only the worker can tell: it forwards only what
+/// it reads as the leader's latest state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_deposed_source_leader_forwards_no_settled_dead_letter() -> anyhow::Result<()> {
+    with_cluster(|c, _| async move {
+        let (source, target) = ("dlxstale.s", "dlxstale.t");
+        // The target refuses dead letters (max-length 0, reject-publish)
+        // until the policy goes: the source holds them.
+        c.set_policy(2, "full", "^dlxstale\\.t$", r#"{"max-length":0}"#)
+            .await?;
+        let c2 = connect(&c.uri(2)).await?;
+        let ch2 = confirm_channel(&c2).await?;
+        cluster::declare_durable(
+            &ch2,
+            target,
+            quorum_args(&[("x-overflow", s("reject-publish"))]),
+        )
+        .await?;
+        let c1 = connect(&c.uri(1)).await?;
+        let ch1 = confirm_channel(&c1).await?;
+        let source_args = quorum_args(&[
+            ("x-dead-letter-exchange", s("")),
+            ("x-dead-letter-routing-key", s(target)),
+            ("x-dead-letter-strategy", s("at-least-once")),
+            ("x-overflow", s("reject-publish")),
+        ]);
+        cluster::declare_durable(&ch1, source, source_args).await?;
+        assert_eq!(
+            c.wait_queue_leader(1, source, WAIT).await?,
+            1,
+            "node 1 leads the source"
+        );
+        assert_ne!(
+            c.wait_queue_leader(2, target, WAIT).await?,
+            1,
+            "node 1 does not lead the target"
+        );
+        let publish = |ch: Channel, id: u64| async move {
+            let confirm = ch
+                .basic_publish(
+                    "".into(),
+                    source.into(),
+                    BasicPublishOptions::default(),
+                    id.to_string().as_bytes(),
+                    BasicProperties::default().with_delivery_mode(2),
+                )
+                .await?
+                .await?;
+            anyhow::ensure!(confirm.is_ack(), "publish {id} nacked");
+            anyhow::Ok(())
+        };
+        for id in 0..=100 {
+            publish(ch1.clone(), id).await?;
+        }
+        // Message 0 stays checked out to node 3's client; 1..=100 are
+        // rejected into the held area.
+        let c3 = connect(&c.uri(3)).await?;
+        let keeper = c3.create_channel().await?;
+        let first = keeper
+            .basic_get(source.into(), Default::default())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no message 0"))?;
+        anyhow::ensure!(first.delivery.data == b"0", "message 0 comes first");
+        let rejecter = c3.create_channel().await?;
+        for _ in 1..=100 {
+            let m = rejecter
+                .basic_get(source.into(), Default::default())
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("fewer than 100 messages"))?;
+            m.delivery
+                .reject(BasicRejectOptions { requeue: false })
+                .await?;
+        }
+        // As in RabbitMQ, a queue at its limit rejects only once over it:
+        // the target took the first dead letter, the source holds 99.
+        view_until(&c, 2, target, "1 in the target", |v| v.messages_ready == 1).await?;
+        for via in [1, 2, 3] {
+            view_until(&c, via, source, "99 dead letters held", |v| {
+                v.dead_letter_held == 99
+            })
+            .await?;
+        }
+        c.sigstop(1)?;
+        let resumed = async {
+            let leader = c.wait_queue_leader(2, source, WAIT).await?;
+            eprintln!("node 1 paused; node {leader} leads the source");
+            // The target takes them now: the new leader forwards and settles.
+            c.ctl(2, &["clear_policy", "full"]).await?;
+            view_until(&c, 2, target, "100 in the target", |v| {
+                v.messages_ready == 100
+            })
+            .await?;
+            view_until(&c, 2, source, "none held", |v| v.dead_letter_held == 0).await?;
+            // One more, forwarded with a floor above 1..=100: the target
+            // forgets their ids.
+            publish(ch2.clone(), 101).await?;
+            let m = rejecter
+                .basic_get(source.into(), Default::default())
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("no message 101"))?;
+            m.delivery
+                .reject(BasicRejectOptions { requeue: false })
+                .await?;
+            view_until(&c, 2, target, "101 in the target", |v| {
+                v.messages_ready == 101
+            })
+            .await?;
+            // Message 0, older than all: the source's floor drops to it.
+            first
+                .delivery
+                .reject(BasicRejectOptions { requeue: false })
+                .await?;
+            view_until(&c, 2, target, "102 in the target", |v| {
+                v.messages_ready == 102
+            })
+            .await?;
+            anyhow::Ok(())
+        }
+        .await;
+        c.sigcont(1)?;
+        resumed?;
+        // Node 1's worker wakes on its stale replica (held: 1..=100).
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let v = c.queue_view(2, target).await?;
+            assert_eq!(
+                v.messages_ready, 102,
+                "the target holds each dead letter once after node 1 resumed"
+            );
+        }
+        view_until(&c, 1, source, "node 1 follows the new leader", |v| {
+            v.leader.is_some_and(|l| l != 1) && v.dead_letter_held == 0
+        })
+        .await
+    })
+    .await
+}

@@ -30,6 +30,9 @@ use crate::queue::types::{
 const ROUND: usize = 512;
 /// Retry interval when nothing signals a change (ms). RabbitMQ: 180 000.
 const FALLBACK_MS: u64 = 1000;
+/// Longest a round waits to confirm it reads the leader's latest state
+/// ([`reads_latest`]); then it waits for the next wake-up.
+const READ_INDEX_FOR: Duration = Duration::from_secs(5);
 
 /// Handle to a running worker; dropping it stops the task.
 pub struct Worker {
@@ -97,7 +100,9 @@ async fn run(services: Weak<dyn QueueServices>, queue: Arc<QueueHandle>, wake: A
             }
         }
         led = leads;
-        let progress = leads && forward_round(&*b, &queue, &mut settled_targets).await;
+        let progress = leads
+            && reads_latest(&queue).await
+            && forward_round(&*b, &queue, &mut settled_targets).await;
         drop(b);
         if progress {
             continue;
@@ -112,6 +117,39 @@ async fn run(services: Weak<dyn QueueServices>, queue: Arc<QueueHandle>, wake: A
             r = events.changed(), if holding => { if r.is_err() { return; } }
             _ = tokio::time::sleep(Duration::from_millis(FALLBACK_MS)), if holding => {}
         }
+    }
+}
+
+/// True once this node's replica of `queue` may be read as the leader's
+/// latest state: it still leads (a heartbeat round a quorum answered) and
+/// has applied every entry committed before (a read index, Raft §6.4;
+/// openraft `ensure_linearizable`). A queue without a replica (node-local)
+/// always may.
+///
+/// Why: a round forwards the held dead letters it reads, with the source's
+/// floor. A new leader still applying its predecessor's entries, or a
+/// deposed leader resumed after a pause, would read dead letters the
+/// source settled long ago. Their floor's older version makes the target
+/// ignore it, and once the target's floor has dropped (a message with a
+/// lower id was held since, e.g. one returned and then expired), those ids
+/// are neither below it nor in the window any more: the target would
+/// enqueue them again (issue 32 item 5's bursts of second copies, a new
+/// leader of the source forwarding as held what its predecessor had
+/// settled).
+async fn reads_latest(queue: &QueueHandle) -> bool {
+    let Some(route) = queue.route() else {
+        return true;
+    };
+    let Some(raft) = route.local_leader() else {
+        return false;
+    };
+    match tokio::time::timeout(READ_INDEX_FOR, raft.ensure_linearizable()).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
+            tracing::debug!(queue = %queue.name, error = %e, "dead-letter worker: not reading as the leader");
+            false
+        }
+        Err(_) => false,
     }
 }
 
