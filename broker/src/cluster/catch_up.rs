@@ -139,11 +139,7 @@ pub async fn catch_up(me: u64, raft: &Raft, forwarder: &Forwarder, within: Durat
                 }
             };
             if let Some(index) = index {
-                return raft
-                    .wait(None)
-                    .applied_index_at_least(Some(index), "meta replica caught up")
-                    .await
-                    .is_ok();
+                return applied_here(raft, index, None).await;
             }
             if hint.is_none() {
                 tokio::time::sleep(RETRY_EVERY).await;
@@ -152,6 +148,17 @@ pub async fn catch_up(me: u64, raft: &Raft, forwarder: &Forwarder, within: Durat
     })
     .await
     .unwrap_or(false)
+}
+
+/// Waits until this node's replica of the group `raft` runs applied log
+/// index `index`: true once it did, false when `within` (None: no bound)
+/// ran out or the group shut down. Behind the meta catch-up, a forwarded
+/// meta write's local apply and the cluster service's `WaitApplied`.
+pub async fn applied_here(raft: &Raft, index: u64, within: Option<Duration>) -> bool {
+    raft.wait(within)
+        .applied_index_at_least(Some(index), "log index applied here")
+        .await
+        .is_ok()
 }
 
 /// This node's read index of the group `raft` runs (Raft §6.4): its commit

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::catch_up::CatchUp;
+use super::catch_up::{applied_here, CatchUp};
 use super::forward::{Forwarded, Forwarder};
 use super::types::{GroupCommand, GroupReply, Raft, META_GROUP};
 use crate::amqp::error::ProtocolError;
@@ -26,7 +26,7 @@ const META_WRITE_FOR: Duration = Duration::from_secs(30);
 
 /// How long a binding change or a deletion waits for one other node to apply it
 /// ([`MetaGroup::write`]): a node slower than this is left to catch up.
-pub const APPLIED_EVERYWHERE_FOR: Duration = Duration::from_secs(2);
+const APPLIED_EVERYWHERE_FOR: Duration = Duration::from_secs(2);
 
 /// This node's member of the meta group: its Raft handle, its replica's
 /// state machine, and the forwarder that reaches the leader.
@@ -224,10 +224,6 @@ impl MetaGroup {
     /// Waits (≤ 5 s) until the local meta replica applied log index
     /// `index` (a write this node forwarded), so its routing sees it.
     async fn await_applied(&self, index: u64) {
-        let _ = self
-            .raft
-            .wait(Some(Duration::from_secs(5)))
-            .applied_index_at_least(Some(index), "forwarded meta write applied locally")
-            .await;
+        applied_here(&self.raft, index, Some(Duration::from_secs(5))).await;
     }
 }

@@ -558,12 +558,8 @@ impl Cluster for ClusterServices {
             return Ok(Response::new(WaitAppliedReply::default()));
         };
         let within = Duration::from_millis(u64::from(req.timeout_ms)).min(WAIT_APPLIED_AT_MOST);
-        let applied = replica
-            .raft()
-            .wait(Some(within))
-            .applied_index_at_least(Some(req.log_index), "a peer's write applied here")
-            .await
-            .is_ok();
+        let applied =
+            super::catch_up::applied_here(replica.raft(), req.log_index, Some(within)).await;
         Ok(Response::new(WaitAppliedReply { applied }))
     }
 

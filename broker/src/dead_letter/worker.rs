@@ -100,7 +100,10 @@ async fn run(services: Weak<dyn QueueServices>, queue: Arc<QueueHandle>, wake: A
             }
         }
         led = leads;
+        // A round with nothing held confirms no leadership (a heartbeat
+        // round each time a burst ends would buy nothing).
         let progress = leads
+            && holds_any(&queue)
             && reads_latest(&queue).await
             && forward_round(&*b, &queue, &mut settled_targets).await;
         drop(b);
@@ -109,15 +112,20 @@ async fn run(services: Weak<dyn QueueServices>, queue: Arc<QueueHandle>, wake: A
         }
         // Topology events and the fallback retry matter only while messages
         // are held: an idle queue's worker sleeps until woken.
-        let holding = queue
-            .read(|h| h.machine().held_count() > 0)
-            .unwrap_or(false);
+        let holding = holds_any(&queue);
         tokio::select! {
             _ = wake.notified() => {}
             r = events.changed(), if holding => { if r.is_err() { return; } }
             _ = tokio::time::sleep(Duration::from_millis(FALLBACK_MS)), if holding => {}
         }
     }
+}
+
+/// True when this node's replica of `queue` holds at-least-once dead letters.
+fn holds_any(queue: &QueueHandle) -> bool {
+    queue
+        .read(|h| h.machine().held_count() > 0)
+        .unwrap_or(false)
 }
 
 /// True once this node's replica of `queue` may be read as the leader's
