@@ -133,12 +133,16 @@ const SEEDED_TERM: u64 = 1;
 /// `members` (preferred leader first) in the state an election of the
 /// preferred leader in term 1 would leave it: the membership entry
 /// openraft's `initialize` writes (log id 0, the same bytes on every
-/// member) and the vote of term 1 for the preferred leader, committed.
-/// openraft then starts the preferred leader as leader
-/// (`Engine::startup`: its own committed vote) and the others as its
-/// followers, with no initialization, no vote round and no blank entry:
-/// a new queue costs its members one replicated entry (the leader's
-/// `Configure`) instead of an election, a blank entry and it (issue 31).
+/// member), the vote of term 1 for the preferred leader, committed, and
+/// the blank entry that leader appends first in term 1 (log id 1, the same
+/// bytes on every member). openraft then starts the preferred leader as
+/// leader (`Engine::startup`: its own committed vote; the blank entry is
+/// already its term's first, so `become_leader` appends none) and the
+/// others as its followers, with no initialization, no vote round and no
+/// entry to replicate: the leader's first append finds every entry in
+/// place, and commits the blank entry on its answers (issue 31: the blank
+/// entry openraft appended itself cost every member an append and a sync
+/// per new queue). Returns the index of the last entry written (1).
 ///
 /// Safe because the term-1 vote is granted by construction, not by a vote:
 /// every member of the creation takes it, and only for a group whose
@@ -147,8 +151,11 @@ const SEEDED_TERM: u64 = 1;
 /// opened with nothing stored. The preferred leader waits for the seed's
 /// sync before its Raft starts, so it never leads term 1 from a state a
 /// crash can take away (were it fresh again, it would start by election, in
-/// a later term). A follower does not wait: its seed lost to a crash is
-/// what the leader's first append or a later election gives it again.
+/// a later term). A follower's Raft starts at once, but it answers no
+/// append before its seed is durable ([`SeedSync`]): a blank entry the
+/// leader commits on its answer is durable on a majority, as an appended
+/// one would be. A follower's seed lost to a crash before that is what the
+/// leader's first append or a later election gives it again.
 ///
 /// Errors: the WAL refuses the writes, or the sync fails.
 pub async fn seed_new_group(
@@ -156,7 +163,7 @@ pub async fn seed_new_group(
     flusher: &raft_log::Flusher,
     members: &[u64],
     me: u64,
-) -> Result<(), NodeError> {
+) -> Result<u64, NodeError> {
     let Some(&leader) = members.first() else {
         return Err(NodeError::Raft("a new group needs members".into()));
     };
@@ -166,8 +173,15 @@ pub async fn seed_new_group(
         log_id: openraft::LogId::default(),
         payload: openraft::EntryPayload::Membership(openraft::Membership::from(voters)),
     };
+    let blank = openraft::Entry::<TypeConfig> {
+        log_id: openraft::LogId::new(
+            openraft::CommittedLeaderId::new(SEEDED_TERM, leader),
+            SEEDED_LAST_INDEX,
+        ),
+        payload: openraft::EntryPayload::Blank,
+    };
     let vote = openraft::Vote::new_committed(SEEDED_TERM, leader);
-    log.seed(&vote, [first])
+    log.seed(&vote, [first, blank])
         .map_err(|e| NodeError::Raft(e.to_string()))?;
     if leader == me {
         flusher
@@ -175,7 +189,48 @@ pub async fn seed_new_group(
             .await
             .map_err(|e| NodeError::Raft(e.to_string()))?;
     }
-    Ok(())
+    Ok(SEEDED_LAST_INDEX)
+}
+
+/// The index of the last entry [`seed_new_group`] writes (its blank entry).
+const SEEDED_LAST_INDEX: u64 = 1;
+
+/// A follower's wait for its seed ([`seed_new_group`]) to be durable before
+/// it answers the leader's first append: its answer acknowledges the seeded
+/// entries, and the leader commits on it. Done once; later appends go
+/// through openraft's own append, which answers after the sync.
+pub struct SeedSync {
+    durable: raft_log::DurableIndex<u64>,
+    last: u64,
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl SeedSync {
+    /// The wait for log index `last` (the seed's last entry) to be durable in
+    /// the replica whose durable mark is `durable`.
+    pub fn new(durable: raft_log::DurableIndex<u64>, last: u64) -> Self {
+        SeedSync {
+            durable,
+            last,
+            done: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Returns once the seed is durable (at once after the first time).
+    ///
+    /// Errors: the sync failed (the node stops on a failed sync).
+    pub async fn wait(&self) -> Result<(), NodeError> {
+        use std::sync::atomic::Ordering;
+        if self.done.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.durable
+            .wait_for(self.last)
+            .await
+            .map_err(|e| NodeError::Raft(e.to_string()))?;
+        self.done.store(true, Ordering::Release);
+        Ok(())
+    }
 }
 
 /// True when this replica holds nothing yet: no vote, no log entry, no
@@ -270,10 +325,16 @@ mod tests {
             assert!(!is_fresh(&mut log).await, "seeded");
             assert_eq!(restores_as_leader(&mut log, me).await, me == 2, "node {me}");
             assert_eq!(log.read_vote().await?, Some(Vote::new_committed(1, 2)));
-            let entries = log.try_get_log_entries(0..1).await?;
-            let [first] = entries.as_slice() else {
-                anyhow::bail!("one entry expected, got {entries:?}");
+            let entries = log.try_get_log_entries(0..3).await?;
+            let [first, blank] = entries.as_slice() else {
+                anyhow::bail!("two entries expected, got {entries:?}");
             };
+            assert_eq!(
+                blank.log_id,
+                openraft::LogId::new(openraft::CommittedLeaderId::new(1, 2), 1),
+                "the blank entry of the preferred leader's term 1"
+            );
+            assert!(matches!(blank.payload, openraft::EntryPayload::Blank));
             assert_eq!(first.log_id, openraft::LogId::default());
             let openraft::EntryPayload::Membership(m) = &first.payload else {
                 anyhow::bail!("not a membership entry: {first:?}");

@@ -19,6 +19,13 @@ pub trait GroupReplica: Send + Sync + 'static {
     /// The group's Raft handle.
     fn raft(&self) -> &Raft;
 
+    /// A follower seeded as a member of a new group
+    /// ([`super::bootstrap::seed_new_group`]): what it waits for before it
+    /// answers an append. None for other replicas.
+    fn seed_sync(&self) -> Option<&super::bootstrap::SeedSync> {
+        None
+    }
+
     /// Counts of the local replica (queue groups; zeros for the meta group).
     fn counts(&self) -> QueueStatus {
         QueueStatus::default()

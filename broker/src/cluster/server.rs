@@ -153,8 +153,15 @@ impl ClusterServices {
         Fut: std::future::Future<Output = Resp>,
     {
         self.check_cluster(cluster)?;
-        let raft = self.find_replica(group, find).await?.raft().clone();
-        let r = call(raft, decode_shared(payload)?).await;
+        let replica = self.find_replica(group, find).await?;
+        // A seeded follower answers once its seed is durable (an answer
+        // acknowledges the seeded entries: `bootstrap::SeedSync`).
+        if let Some(seed) = replica.seed_sync() {
+            seed.wait()
+                .await
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+        }
+        let r = call(replica.raft().clone(), decode_shared(payload)?).await;
         encode(&r)
     }
 

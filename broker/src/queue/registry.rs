@@ -490,14 +490,19 @@ impl Queues {
             .ack_own_entries(me);
         let restored_leader = bootstrap::restores_as_leader(&mut log, me).await;
         let fresh = bootstrap::is_fresh(&mut log).await;
-        let seeded = match newborn {
+        let seeded_last = match newborn {
             Some(members) if fresh => {
-                bootstrap::seed_new_group(&mut log, self.store.flusher(), members, me).await?;
-                true
+                Some(bootstrap::seed_new_group(&mut log, self.store.flusher(), members, me).await?)
             }
-            _ => false,
+            _ => None,
         };
+        let seeded = seeded_last.is_some();
         let durable = log.durable();
+        // The preferred leader waited for its seed's sync; a follower waits
+        // before its first answer to the leader.
+        let seed_sync = seeded_last
+            .filter(|_| newborn.and_then(|m| m.first()) != Some(&me))
+            .map(|last| bootstrap::SeedSync::new(durable.clone(), last));
         let sm = self
             .store
             .state_machine::<TypeConfig, QueueHost>(group, host)?
@@ -531,6 +536,7 @@ impl Queues {
             Arc::new(QueueReplica {
                 raft: raft.clone(),
                 host: host.clone(),
+                seed_sync,
             }),
         );
         Ok(OpenedReplica {

@@ -19,11 +19,18 @@ pub struct QueueReplica {
     pub raft: Raft,
     /// The state machine and body store.
     pub host: Arc<Mutex<QueueHost>>,
+    /// A follower seeded as a member of a new group: its wait for the seed
+    /// to be durable before it answers the leader.
+    pub seed_sync: Option<crate::cluster::bootstrap::SeedSync>,
 }
 
 impl GroupReplica for QueueReplica {
     fn raft(&self) -> &Raft {
         &self.raft
+    }
+
+    fn seed_sync(&self) -> Option<&crate::cluster::bootstrap::SeedSync> {
+        self.seed_sync.as_ref()
     }
 
     fn counts(&self) -> QueueStatus {

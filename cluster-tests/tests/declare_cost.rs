@@ -1,0 +1,162 @@
+//! What a new quorum queue costs its members in write-ahead-log syncs
+//! (issue 31 item 1: declares on three nodes are bound by CPU, and each
+//! `fdatasync` costs a VM exit). Three nodes; [`QUEUES`] quorum queues
+//! declared one after another through node 1; every node's WAL syncs
+//! (`quorumq_wal_fsync_seconds_count`) counted from before the first declare
+//! until every replica applied its group's first entries.
+//!
+//! A new queue needs two syncs per node: the meta entry that records it and
+//! the seed of its replica (`cluster::bootstrap::seed_new_group`). Before the
+//! seed held the leader's blank entry, openraft appended that entry when the
+//! preferred leader started, and every follower appended and synced it: a
+//! third sync per node per queue.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use cluster_tests::cluster::{declare_durable, wait_for, Cluster};
+use cluster_tests::*;
+use lapin::options::{BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions};
+use lapin::BasicProperties;
+
+/// Queues declared (a debug build declares a few hundred a second).
+const QUEUES: usize = 100;
+
+/// Most WAL syncs a node may make per declared queue: two, and some slack
+/// for rounds the meta group or a late replica make on their own.
+const MAX_SYNCS_PER_QUEUE: f64 = 2.5;
+
+/// The body of `GET http://addr/path` (the Prometheus endpoints need no login).
+fn get(addr: &str, path: &str) -> anyhow::Result<String> {
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-S", "--max-time", "30"])
+        .arg(format!("http://{addr}{path}"))
+        .output()?;
+    anyhow::ensure!(out.status.success(), "curl {path} failed");
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The value of the unlabelled series `name` in a Prometheus text scrape.
+fn value(scrape: &str, name: &str) -> Option<f64> {
+    scrape.lines().find_map(|line| {
+        let (series, v) = line.split_once(' ')?;
+        (series == name).then(|| v.trim().parse().ok())?
+    })
+}
+
+/// WAL sync rounds node `addr` made since it started.
+fn syncs(addr: &str) -> anyhow::Result<f64> {
+    let scrape = get(addr, "/metrics")?;
+    value(&scrape, "quorumq_wal_fsync_seconds_count")
+        .ok_or_else(|| anyhow::anyhow!("no WAL sync count on {addr}"))
+}
+
+/// Queues (named `prefix…`) whose replica on node `addr` applied log index 1
+/// or later (the blank entry of their leader's first term).
+fn applied_first_term(addr: &str, prefix: &str) -> anyhow::Result<usize> {
+    let scrape = get(addr, "/metrics/per-object")?;
+    let mut applied: HashMap<&str, f64> = HashMap::new();
+    for line in scrape.lines() {
+        let Some(rest) = line.strip_prefix("rabbitmq_raft_log_last_applied_index{") else {
+            continue;
+        };
+        let Some((labels, v)) = rest.split_once("} ") else {
+            continue;
+        };
+        let Some(queue) = labels
+            .split("queue=\"")
+            .nth(1)
+            .and_then(|q| q.split('"').next())
+        else {
+            continue;
+        };
+        if queue.starts_with(prefix) {
+            applied.insert(queue, v.trim().parse().unwrap_or(0.0));
+        }
+    }
+    Ok(applied.values().filter(|v| **v >= 1.0).count())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_quorum_queue_costs_each_node_two_wal_syncs() -> anyhow::Result<()> {
+    bounded(Duration::from_secs(300), async {
+        let cluster = Cluster::start(3).await?;
+        let mut http = Vec::new();
+        for id in 1..=3 {
+            let addr = format!("127.0.0.1:{}", free_port()?);
+            cluster.restart_with(id, &["--http-listen", &addr]).await?;
+            http.push(addr);
+        }
+        let conn = cluster.ready_connection(1, "cost-warmup").await?;
+        let ch = conn.create_channel().await?;
+        // Every node up and its meta replica current: the warm-up queue's
+        // replicas applied their first term.
+        wait_for(
+            Duration::from_secs(30),
+            "the warm-up queue's replicas",
+            || {
+                let http = http.clone();
+                async move {
+                    http.iter()
+                        .all(|a| applied_first_term(a, "cost-warmup").ok() == Some(1))
+                }
+            },
+        )
+        .await?;
+        let before: Vec<f64> = http.iter().map(|a| syncs(a)).collect::<Result<_, _>>()?;
+        for i in 0..QUEUES {
+            declare_durable(&ch, &format!("cost-{i}"), quorum_args(&[])).await?;
+        }
+        // Counted once every replica holds its queue's first term: a sync
+        // made for a declare later would only be counted against it.
+        wait_for(Duration::from_secs(60), "every replica applied", || {
+            let http = http.clone();
+            async move {
+                http.iter()
+                    .all(|a| applied_first_term(a, "cost-").ok() == Some(QUEUES + 1))
+            }
+        })
+        .await?;
+        let after: Vec<f64> = http.iter().map(|a| syncs(a)).collect::<Result<_, _>>()?;
+        for (node, (b, a)) in before.iter().zip(&after).enumerate() {
+            let per_queue = (a - b) / QUEUES as f64;
+            println!(
+                "node {}: {} WAL syncs, {per_queue:.2} per queue",
+                node + 1,
+                a - b
+            );
+            assert!(
+                per_queue <= MAX_SYNCS_PER_QUEUE,
+                "node {} made {per_queue:.2} WAL syncs per declared queue",
+                node + 1
+            );
+        }
+        // The queues work: published through node 2, read through node 3.
+        let pub_conn = connect(&cluster.uri(2)).await?;
+        let pch = pub_conn.create_channel().await?;
+        pch.confirm_select(ConfirmSelectOptions::default()).await?;
+        let get_conn = connect(&cluster.uri(3)).await?;
+        let gch = get_conn.create_channel().await?;
+        for i in [0, QUEUES / 2, QUEUES - 1] {
+            let q = format!("cost-{i}");
+            let confirm = pch
+                .basic_publish(
+                    "".into(),
+                    q.as_str().into(),
+                    BasicPublishOptions::default(),
+                    q.as_bytes(),
+                    BasicProperties::default(),
+                )
+                .await?
+                .await?;
+            assert!(confirm.is_ack(), "publish to {q} confirmed");
+            let got = gch
+                .basic_get(q.as_str().into(), BasicGetOptions { no_ack: true })
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("{q} is empty"))?;
+            assert_eq!(got.delivery.data, q.as_bytes());
+        }
+        Ok(())
+    })
+    .await
+}
