@@ -327,6 +327,52 @@ impl LeanConn {
             .await
     }
 
+    /// queue.declare of durable quorum queue `name`: waits for its declare-ok.
+    ///
+    /// Errors: the broker closed the channel or connection instead.
+    pub async fn declare_quorum(&mut self, name: &str) -> anyhow::Result<()> {
+        let mut arguments = FieldTable::default();
+        arguments.insert(
+            "x-queue-type".into(),
+            amq_protocol::types::AMQPValue::LongString("quorum".into()),
+        );
+        self.send(AMQPClass::Queue(queue::AMQPMethod::Declare(
+            queue::Declare {
+                queue: name.into(),
+                passive: false,
+                durable: true,
+                exclusive: false,
+                auto_delete: false,
+                nowait: false,
+                arguments,
+            },
+        )))
+        .await?;
+        self.reader
+            .expect("queue.declare-ok", |m| {
+                matches!(m, AMQPClass::Queue(queue::AMQPMethod::DeclareOk(_))).then_some(())
+            })
+            .await
+    }
+
+    /// queue.delete of `name`: waits for its delete-ok.
+    ///
+    /// Errors: the broker closed the channel or connection instead.
+    pub async fn delete_queue(&mut self, name: &str) -> anyhow::Result<()> {
+        self.send(AMQPClass::Queue(queue::AMQPMethod::Delete(queue::Delete {
+            queue: name.into(),
+            if_unused: false,
+            if_empty: false,
+            nowait: false,
+        })))
+        .await?;
+        self.reader
+            .expect("queue.delete-ok", |m| {
+                matches!(m, AMQPClass::Queue(queue::AMQPMethod::DeleteOk(_))).then_some(())
+            })
+            .await
+    }
+
     /// connection.close, waiting (briefly) for close-ok.
     pub async fn close(mut self) {
         let mut out = Vec::new();

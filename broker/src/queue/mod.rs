@@ -30,6 +30,7 @@
 pub mod bodies;
 pub mod early;
 pub mod error;
+mod group_locks;
 pub mod handle;
 pub mod host;
 mod proposer;

@@ -126,8 +126,8 @@ pub struct Queues {
     meta: Arc<MetaGroup>,
     handles: RwLock<HashMap<u64, Arc<QueueHandle>>>,
     consumers: Arc<ConsumerRegistry>,
-    /// Serializes group creation and deletion.
-    groups_lock: tokio::sync::Mutex<()>,
+    /// Serializes opening, membership changes and dropping, group by group.
+    group_locks: super::group_locks::GroupLocks,
     /// Bumped on every event a held dead letter may be waiting for:
     /// exchange/binding/queue changes, a queue unblocking publishers.
     events: watch::Sender<u64>,
@@ -151,7 +151,7 @@ impl Queues {
             meta: parts.meta,
             handles: RwLock::new(HashMap::new()),
             consumers: parts.consumers,
-            groups_lock: tokio::sync::Mutex::new(()),
+            group_locks: Default::default(),
             events: watch::Sender::new(0),
             stopping: AtomicBool::new(false),
             peers: parts.peers,
@@ -417,7 +417,7 @@ impl Queues {
             return Ok(h);
         }
         let handle = {
-            let _guard = self.groups_lock.lock().await;
+            let _guard = self.group_locks.lock(rec.group_id).await;
             if let Some(h) = self.queue_by_group(rec.group_id) {
                 return Ok(h);
             }
@@ -697,7 +697,7 @@ impl Queues {
         if member == h.has_replica() {
             return;
         }
-        let _guard = self.groups_lock.lock().await;
+        let _guard = self.group_locks.lock(rec.group_id).await;
         if member == h.has_replica() || self.queue_by_group(rec.group_id).is_none() {
             return;
         }
@@ -758,7 +758,7 @@ impl Queues {
     /// Shuts down and forgets this node's group `group` (its consumers,
     /// transport registration, and a replica's storage).
     async fn drop_queue_group(&self, group: u64) {
-        let _guard = self.groups_lock.lock().await;
+        let _guard = self.group_locks.lock(group).await;
         let handle = self.handles.write().ok().and_then(|mut q| q.remove(&group));
         if let Some(h) = handle {
             self.consumers.cancel_group(group);
