@@ -42,12 +42,12 @@ BIN_DIR=${QUORUMQ_BIN_DIR:-target/release}
 BIN="$BIN_DIR/quorumq"
 CTL="$BIN_DIR/quorumqctl"
 if [ ! -x "$BIN" ] || [ ! -x "$CTL" ]; then cargo build --release --bins; fi
+has() { [[ ",$PHASES," == *",$1,"* ]]; }
 DECLARES=${DECLARES_BIN:-target/release/quorumq-declares}
 if has concurrent && [ ! -x "$DECLARES" ]; then cargo build --release -p cluster-tests --bin quorumq-declares; fi
 python3 -c 'import pika' 2>/dev/null || python3 -m pip install --quiet pika || python3 -m pip install --quiet --break-system-packages pika
 DATA=$(mktemp -d /tmp/quorumq-many.XXXXXX)
 export QUORUMQ_CLUSTER_SECRET_FILE="$DATA/cookie"
-has() { [[ ",$PHASES," == *",$1,"* ]]; }
 cleanup() {
   for f in "$DATA"/node-*.pid; do
     if [ -f "$f" ]; then kill -9 "$(cat "$f")" 2>/dev/null || true; fi
