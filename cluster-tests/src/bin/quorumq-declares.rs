@@ -1,6 +1,7 @@
 //! Declares (or deletes) many durable quorum queues from several connections
 //! at once, one channel each, each waiting for its declare-ok (delete-ok)
-//! before the next; prints the rate and this client's CPU per operation.
+//! before the next; prints the rate, the latency of one operation (p50, p99,
+//! max: send to ok) and this client's CPU per operation.
 //! Issue 31's bar: ≥ 2,000 declares/s from 8 channels on three nodes.
 //!
 //! It uses the lean client (`cluster_tests::lean`): pika, the Python client
@@ -85,28 +86,41 @@ async fn main() -> anyhow::Result<()> {
             .collect();
         let op = args.op;
         tasks.spawn(async move {
+            let mut took = Vec::with_capacity(names.len());
             for name in &names {
+                let sent = Instant::now();
                 match op {
                     Op::Declare => conn.declare_quorum(name).await?,
                     Op::Delete => conn.delete_queue(name).await?,
                 }
+                took.push(sent.elapsed());
             }
             conn.close().await;
-            anyhow::Ok(())
+            anyhow::Ok(took)
         });
     }
+    let mut took = Vec::new();
     while let Some(done) = tasks.join_next().await {
-        done??;
+        took.extend(done??);
     }
+    took.sort_unstable();
+    let pct = |p: f64| {
+        took.get(((took.len() as f64 * p) as usize).min(took.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    };
     let secs = started.elapsed().as_secs_f64();
     let cpu = cpu_ms().saturating_sub(cpu_before);
     println!(
-        "{:?} {} queues from {} connections: {:.0}/s ({:.2} s; client CPU {:.3} ms per queue)",
+        "{:?} {} queues from {} connections: {:.0}/s ({:.2} s; p50 {:.2} ms, p99 {:.2} ms, \
+         max {:.2} ms; client CPU {:.3} ms per queue)",
         args.op,
         args.queues,
         args.connections,
         args.queues as f64 / secs,
         secs,
+        pct(0.5),
+        pct(0.99),
+        pct(1.0),
         cpu as f64 / args.queues.max(1) as f64,
     );
     Ok(())
