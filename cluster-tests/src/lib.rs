@@ -457,6 +457,27 @@ pub fn proc_status_bytes(pid: u32, key: &str) -> Option<u64> {
     Some(kib << 10)
 }
 
+/// CPU time (user + system) of process `pid` so far, from `/proc/PID/stat`.
+///
+/// Errors: the process is gone, or its stat line does not parse.
+pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which is in parentheses).
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("malformed /proc stat")?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after ')'.
+    let field = |i: usize| -> anyhow::Result<u64> {
+        Ok(f.get(i).context("short /proc stat")?.parse::<u64>()?)
+    };
+    let ticks = field(11)? + field(12)?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok(Duration::from_secs_f64(ticks as f64 / hz as f64))
+}
+
 /// A name unique to this process and call, e.g. `ct.queue.1712.3.8123`.
 pub fn unique(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);

@@ -142,7 +142,8 @@ const SEEDED_TERM: u64 = 1;
 /// entry to replicate: the leader's first append finds every entry in
 /// place, and commits the blank entry on its answers (issue 31: the blank
 /// entry openraft appended itself cost every member an append and a sync
-/// per new queue). Returns the index of the last entry written (1).
+/// per new queue). Returns, on a follower, its wait for the seed to be
+/// durable ([`SeedSync`]); None on the preferred leader, which waited.
 ///
 /// Safe because the term-1 vote is granted by construction, not by a vote:
 /// every member of the creation takes it, and only for a group whose
@@ -163,7 +164,7 @@ pub async fn seed_new_group(
     flusher: &raft_log::Flusher,
     members: &[u64],
     me: u64,
-) -> Result<u64, NodeError> {
+) -> Result<Option<SeedSync>, NodeError> {
     let Some(&leader) = members.first() else {
         return Err(NodeError::Raft("a new group needs members".into()));
     };
@@ -183,13 +184,14 @@ pub async fn seed_new_group(
     let vote = openraft::Vote::new_committed(SEEDED_TERM, leader);
     log.seed(&vote, [first, blank])
         .map_err(|e| NodeError::Raft(e.to_string()))?;
-    if leader == me {
-        flusher
-            .flush()
-            .await
-            .map_err(|e| NodeError::Raft(e.to_string()))?;
+    if leader != me {
+        return Ok(Some(SeedSync::new(log.durable(), SEEDED_LAST_INDEX)));
     }
-    Ok(SEEDED_LAST_INDEX)
+    flusher
+        .flush()
+        .await
+        .map_err(|e| NodeError::Raft(e.to_string()))?;
+    Ok(None)
 }
 
 /// The index of the last entry [`seed_new_group`] writes (its blank entry).
@@ -208,7 +210,7 @@ pub struct SeedSync {
 impl SeedSync {
     /// The wait for log index `last` (the seed's last entry) to be durable in
     /// the replica whose durable mark is `durable`.
-    pub fn new(durable: raft_log::DurableIndex<u64>, last: u64) -> Self {
+    fn new(durable: raft_log::DurableIndex<u64>, last: u64) -> Self {
         SeedSync {
             durable,
             last,
@@ -321,7 +323,17 @@ mod tests {
             // One store per node in a real cluster; one group id each here.
             let mut log = store.log_store::<TypeConfig>(10 + me)?;
             assert!(is_fresh(&mut log).await);
-            seed_new_group(&mut log, store.flusher(), &members, me).await?;
+            let seed = seed_new_group(&mut log, store.flusher(), &members, me).await?;
+            // The preferred leader waited for the sync; a follower waits
+            // before its first answer, and its wait ends once it is durable.
+            assert_eq!(seed.is_some(), me != 2, "node {me}");
+            if let Some(seed) = seed {
+                tokio::time::timeout(Duration::from_secs(5), seed.wait()).await??;
+            }
+            assert!(
+                log.durable().last().is_some_and(|l| l.index >= 1),
+                "node {me}: the seed is durable"
+            );
             assert!(!is_fresh(&mut log).await, "seeded");
             assert_eq!(restores_as_leader(&mut log, me).await, me == 2, "node {me}");
             assert_eq!(log.read_vote().await?, Some(Vote::new_committed(1, 2)));

@@ -20,7 +20,6 @@ pub struct GroupLocks(Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>);
 pub struct GroupGuard<'a> {
     locks: &'a GroupLocks,
     group: u64,
-    lock: Arc<tokio::sync::Mutex<()>>,
     guard: Option<OwnedMutexGuard<()>>,
 }
 
@@ -31,12 +30,10 @@ impl GroupLocks {
             let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
             map.entry(group).or_default().clone()
         };
-        let guard = lock.clone().lock_owned().await;
         GroupGuard {
             locks: self,
             group,
-            lock,
-            guard: Some(guard),
+            guard: Some(lock.lock_owned().await),
         }
     }
 
@@ -49,12 +46,13 @@ impl GroupLocks {
 
 impl Drop for GroupGuard<'_> {
     fn drop(&mut self) {
-        drop(self.guard.take());
         let mut map = self.locks.0.lock().unwrap_or_else(|p| p.into_inner());
-        // Clones are taken under the map's lock: the map's and this one
-        // alone mean nobody else holds or awaits it.
-        if Arc::strong_count(&self.lock) == 2 {
-            map.remove(&self.group);
+        // Clones are taken under the map's lock: the map's and this guard's
+        // alone mean nobody awaits it.
+        if let Some(guard) = self.guard.take() {
+            if Arc::strong_count(OwnedMutexGuard::mutex(&guard)) == 2 {
+                map.remove(&self.group);
+            }
         }
     }
 }

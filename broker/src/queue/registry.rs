@@ -490,19 +490,16 @@ impl Queues {
             .ack_own_entries(me);
         let restored_leader = bootstrap::restores_as_leader(&mut log, me).await;
         let fresh = bootstrap::is_fresh(&mut log).await;
-        let seeded_last = match newborn {
-            Some(members) if fresh => {
-                Some(bootstrap::seed_new_group(&mut log, self.store.flusher(), members, me).await?)
-            }
-            _ => None,
+        // The preferred leader waits for its seed's sync here; a follower
+        // before its first answer to the leader (`seed_sync`).
+        let (seeded, seed_sync) = match newborn {
+            Some(members) if fresh => (
+                true,
+                bootstrap::seed_new_group(&mut log, self.store.flusher(), members, me).await?,
+            ),
+            _ => (false, None),
         };
-        let seeded = seeded_last.is_some();
         let durable = log.durable();
-        // The preferred leader waited for its seed's sync; a follower waits
-        // before its first answer to the leader.
-        let seed_sync = seeded_last
-            .filter(|_| newborn.and_then(|m| m.first()) != Some(&me))
-            .map(|last| bootstrap::SeedSync::new(durable.clone(), last));
         let sm = self
             .store
             .state_machine::<TypeConfig, QueueHost>(group, host)?

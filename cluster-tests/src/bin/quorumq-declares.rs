@@ -16,6 +16,7 @@
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
+use cluster_tests::cpu_time;
 use cluster_tests::lean::LeanConn;
 
 /// What each connection does to its queues.
@@ -50,24 +51,6 @@ struct Args {
     op: Op,
 }
 
-/// CPU time (user + system) this process used so far, in ms
-/// (`/proc/self/stat`, clock ticks of 10 ms).
-fn cpu_ms() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start at ") ".
-    let fields: Vec<&str> = stat
-        .rsplit_once(") ")
-        .map_or(Vec::new(), |(_, rest)| rest.split(' ').collect());
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are fields 14 and 15, i.e. 11 and 12 after the name.
-    (ticks(11) + ticks(12)) * 10
-}
-
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -76,7 +59,8 @@ async fn main() -> anyhow::Result<()> {
         conns.push(LeanConn::connect(&args.uri).await?);
     }
     let started = Instant::now();
-    let cpu_before = cpu_ms();
+    let me = std::process::id();
+    let cpu_before = cpu_time(me)?;
     let mut tasks = tokio::task::JoinSet::new();
     for (k, mut conn) in conns.into_iter().enumerate() {
         let names: Vec<String> = (args.first..args.first + args.queues)
@@ -109,7 +93,7 @@ async fn main() -> anyhow::Result<()> {
             .map_or(0.0, |d| d.as_secs_f64() * 1e3)
     };
     let secs = started.elapsed().as_secs_f64();
-    let cpu = cpu_ms().saturating_sub(cpu_before);
+    let cpu_ms = cpu_time(me)?.saturating_sub(cpu_before).as_secs_f64() * 1e3;
     println!(
         "{:?} {} queues from {} connections: {:.0}/s ({:.2} s; p50 {:.2} ms, p99 {:.2} ms, \
          max {:.2} ms; client CPU {:.3} ms per queue)",
@@ -121,7 +105,7 @@ async fn main() -> anyhow::Result<()> {
         pct(0.5),
         pct(0.99),
         pct(1.0),
-        cpu as f64 / args.queues.max(1) as f64,
+        cpu_ms / args.queues.max(1) as f64,
     );
     Ok(())
 }

@@ -911,22 +911,6 @@ mod retry {
         done: Mutex<Receipts>,
     }
 
-    /// CPU time (user + system) of process `pid` so far, from /proc/PID/stat.
-    fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-        // Fields after the command name (which is in parentheses).
-        let rest = stat
-            .rsplit_once(')')
-            .map(|(_, r)| r)
-            .context("malformed /proc stat")?;
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // utime and stime are fields 14 and 15 of the line, 12 and 13 after ')'.
-        let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        Ok(Duration::from_secs_f64(ticks as f64 / hz as f64))
-    }
-
     async fn consumer(
         args: Args,
         queue: String,
@@ -1087,7 +1071,7 @@ mod retry {
             receipts: Mutex::new(Receipts::new()?),
         });
         let stop = Arc::new(tokio::sync::Notify::new());
-        let cpu0 = args.broker_pid.map(cpu_time).transpose()?;
+        let cpu0 = args.broker_pid.map(cluster_tests::cpu_time).transpose()?;
         let start = Instant::now();
         let mut consumers = Vec::new();
         for _ in 0..args.consumers {
@@ -1137,7 +1121,7 @@ mod retry {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let end = Instant::now();
-        let cpu1 = args.broker_pid.map(cpu_time).transpose()?;
+        let cpu1 = args.broker_pid.map(cluster_tests::cpu_time).transpose()?;
         stop.notify_waiters();
         for c in consumers {
             match tokio::time::timeout(Duration::from_secs(10), c).await {
