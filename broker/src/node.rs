@@ -183,6 +183,7 @@ impl Broker {
                 groups: groups.clone(),
                 durable: None,
                 detector: detector.clone(),
+                seed: None,
             },
             log,
             sm,

@@ -142,29 +142,32 @@ const SEEDED_TERM: u64 = 1;
 /// entry to replicate: the leader's first append finds every entry in
 /// place, and commits the blank entry on its answers (issue 31: the blank
 /// entry openraft appended itself cost every member an append and a sync
-/// per new queue). Returns, on a follower, its wait for the seed to be
-/// durable ([`SeedSync`]); None on the preferred leader, which waited.
+/// per new queue). Returns the wait for the seed to be durable
+/// ([`SeedSync`]; its sync is already requested): the replica's Raft starts
+/// at once, but sends and answers nothing before it ends.
 ///
 /// Safe because the term-1 vote is granted by construction, not by a vote:
 /// every member of the creation takes it, and only for a group whose
 /// creation this node applied and nobody changed since
 /// ([`MetaGroup::take_newborn`](super::meta_group::MetaGroup::take_newborn)),
-/// opened with nothing stored. The preferred leader waits for the seed's
-/// sync before its Raft starts, so it never leads term 1 from a state a
-/// crash can take away (were it fresh again, it would start by election, in
-/// a later term). A follower's Raft starts at once, but it answers no
-/// append before its seed is durable ([`SeedSync`]): a blank entry the
-/// leader commits on its answer is durable on a majority, as an appended
-/// one would be. A follower's seed lost to a crash before that is what the
-/// leader's first append or a later election gives it again.
+/// opened with nothing stored. The preferred leader leads term 1 at once,
+/// but only locally until its seed is durable: it sends no append (nor
+/// vote) before (`cluster::transport`), so no member acts on a leadership
+/// a crash can take away (were it fresh again, it would start by election,
+/// in a later term; with part of the seed, from that part, which no member
+/// saw). A follower answers no append before its seed is durable
+/// (`cluster::server`): a blank entry the leader commits on its answer is
+/// durable on a majority, as an appended one would be. A follower's seed
+/// lost to a crash before that is what the leader's first append or a
+/// later election gives it again. (The preferred leader used to wait for
+/// the sync before its Raft started: one sync more in every declare's
+/// reply, issue 31.)
 ///
-/// Errors: the WAL refuses the writes, or the sync fails.
-pub async fn seed_new_group(
+/// Errors: the WAL refuses the writes.
+pub fn seed_new_group(
     log: &mut raft_log::LogStore<TypeConfig>,
-    flusher: &raft_log::Flusher,
     members: &[u64],
-    me: u64,
-) -> Result<Option<SeedSync>, NodeError> {
+) -> Result<SeedSync, NodeError> {
     let Some(&leader) = members.first() else {
         return Err(NodeError::Raft("a new group needs members".into()));
     };
@@ -184,23 +187,18 @@ pub async fn seed_new_group(
     let vote = openraft::Vote::new_committed(SEEDED_TERM, leader);
     log.seed(&vote, [first, blank])
         .map_err(|e| NodeError::Raft(e.to_string()))?;
-    if leader != me {
-        return Ok(Some(SeedSync::new(log.durable(), SEEDED_LAST_INDEX)));
-    }
-    flusher
-        .flush()
-        .await
-        .map_err(|e| NodeError::Raft(e.to_string()))?;
-    Ok(None)
+    Ok(SeedSync::new(log.durable(), SEEDED_LAST_INDEX))
 }
 
 /// The index of the last entry [`seed_new_group`] writes (its blank entry).
 const SEEDED_LAST_INDEX: u64 = 1;
 
-/// A follower's wait for its seed ([`seed_new_group`]) to be durable before
-/// it answers the leader's first append: its answer acknowledges the seeded
-/// entries, and the leader commits on it. Done once; later appends go
-/// through openraft's own append, which answers after the sync.
+/// A seeded replica's wait for its seed ([`seed_new_group`]) to be durable:
+/// before the preferred leader sends its first append (it announces the
+/// term-1 leadership the seed's vote holds), and before a follower answers
+/// one (its answer acknowledges the seeded entries, and the leader commits
+/// on it). Done once; later appends go through openraft's own append, which
+/// is durable before it is acknowledged.
 pub struct SeedSync {
     durable: raft_log::DurableIndex<u64>,
     last: u64,
@@ -210,7 +208,7 @@ pub struct SeedSync {
 impl SeedSync {
     /// The wait for log index `last` (the seed's last entry) to be durable in
     /// the replica whose durable mark is `durable`.
-    fn new(durable: raft_log::DurableIndex<u64>, last: u64) -> Self {
+    pub(crate) fn new(durable: raft_log::DurableIndex<u64>, last: u64) -> Self {
         SeedSync {
             durable,
             last,
@@ -323,13 +321,11 @@ mod tests {
             // One store per node in a real cluster; one group id each here.
             let mut log = store.log_store::<TypeConfig>(10 + me)?;
             assert!(is_fresh(&mut log).await);
-            let seed = seed_new_group(&mut log, store.flusher(), &members, me).await?;
-            // The preferred leader waited for the sync; a follower waits
-            // before its first answer, and its wait ends once it is durable.
-            assert_eq!(seed.is_some(), me != 2, "node {me}");
-            if let Some(seed) = seed {
-                tokio::time::timeout(Duration::from_secs(5), seed.wait()).await??;
-            }
+            let seed = seed_new_group(&mut log, &members)?;
+            // Every member (the preferred leader before its first send, a
+            // follower before its first answer) waits for the seed's sync,
+            // which the seed requested: the wait ends once it is durable.
+            tokio::time::timeout(Duration::from_secs(5), seed.wait()).await??;
             assert!(
                 log.durable().last().is_some_and(|l| l.index >= 1),
                 "node {me}: the seed is durable"

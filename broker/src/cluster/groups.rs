@@ -19,9 +19,9 @@ pub trait GroupReplica: Send + Sync + 'static {
     /// The group's Raft handle.
     fn raft(&self) -> &Raft;
 
-    /// A follower seeded as a member of a new group
+    /// A replica seeded as a member of a new group
     /// ([`super::bootstrap::seed_new_group`]): what it waits for before it
-    /// answers an append. None for other replicas.
+    /// answers an append or a vote. None for other replicas.
     fn seed_sync(&self) -> Option<&super::bootstrap::SeedSync> {
         None
     }

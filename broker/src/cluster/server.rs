@@ -154,8 +154,8 @@ impl ClusterServices {
     {
         self.check_cluster(cluster)?;
         let replica = self.find_replica(group, find).await?;
-        // A seeded follower answers once its seed is durable (an answer
-        // acknowledges the seeded entries: `bootstrap::SeedSync`).
+        // A seeded replica answers once its seed is durable (a follower's
+        // answer acknowledges the seeded entries: `bootstrap::SeedSync`).
         if let Some(seed) = replica.seed_sync() {
             seed.wait()
                 .await

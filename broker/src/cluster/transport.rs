@@ -26,6 +26,7 @@ use openraft::{BasicNode, LogId, Snapshot, Vote};
 use quorumq_proto::v1::raft_transport_client::RaftTransportClient;
 use quorumq_proto::v1::{AppendChunk, RaftRequest, SnapshotChunk};
 
+use super::bootstrap::SeedSync;
 use super::commit_updates::CommitUpdates;
 use super::detector::Detector;
 use super::frames;
@@ -71,6 +72,10 @@ pub struct Network {
     pub durable: Option<DurableIndex<NodeId>>,
     /// Node liveness: a timed-out call to a live node is retried at once.
     pub detector: Arc<Detector>,
+    /// A replica seeded as a member of a new group: nothing is sent before
+    /// its seed is durable (the preferred leader's first append announces
+    /// the term-1 leadership the seed's vote holds: `bootstrap::seed_new_group`).
+    pub seed: Option<Arc<SeedSync>>,
 }
 
 /// A client to one peer for one group (one per replication session).
@@ -152,6 +157,17 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 }
 
 impl PeerClient {
+    /// Returns once the replica's seed is durable, at once when it has none
+    /// or it is ([`Network::seed`]).
+    async fn seeded<E: std::error::Error>(&self) -> Result<(), RPCError<NodeId, BasicNode, E>> {
+        match &self.net.seed {
+            Some(seed) => seed.wait().await.map_err(|e| {
+                RPCError::Network(NetworkError::new(&TransportError::Local(e.to_string())))
+            }),
+            None => Ok(()),
+        }
+    }
+
     async fn send_append(
         &self,
         rpc: &AppendEntriesRequest<TypeConfig>,
@@ -581,6 +597,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.seeded().await?;
         if let Some(refused) = self.commits.as_ref().and_then(CommitUpdates::take_refusal) {
             self.confirmed = None;
             return Ok(refused);
@@ -652,6 +669,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.seeded().await?;
         if self.frames_supported() {
             let payload = raft_log::codec::encode(&rpc).map_err(|e| {
                 RPCError::Network(NetworkError::new(&TransportError::Local(e.to_string())))
@@ -706,6 +724,55 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A seeded replica sends nothing before its seed is durable: the
+    /// preferred leader's first append announces a term-1 leadership that
+    /// only the seed's vote holds (`bootstrap::seed_new_group`).
+    #[tokio::test]
+    async fn nothing_is_sent_before_the_seed_is_durable() {
+        let peers = Arc::new(Peers::new(1, 0));
+        let detector = Detector::new(
+            1,
+            1,
+            "127.0.0.1:5672".into(),
+            "127.0.0.1:5680".into(),
+            peers.clone(),
+            crate::alarms::Alarms::new(u64::MAX, 0),
+            crate::connections::Connections::new(),
+        );
+        let net = |seed| Network {
+            group: 5,
+            peers: peers.clone(),
+            groups: Arc::new(GroupTable::default()),
+            durable: None,
+            detector: detector.clone(),
+            seed,
+        };
+        let rpc = || AppendEntriesRequest::<TypeConfig> {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: None,
+            leader_commit: None,
+            entries: Vec::new(),
+        };
+        let option = || RPCOption::new(Duration::from_secs(1));
+        // Node 2 has no address: without a seed the append fails at once.
+        let mut unseeded = net(None).new_client(2, &BasicNode::default()).await;
+        let sent = tokio::time::timeout(
+            Duration::from_secs(5),
+            unseeded.append_entries(rpc(), option()),
+        )
+        .await;
+        assert!(matches!(sent, Ok(Err(_))), "tried to send: {sent:?}");
+        // A seed not yet durable (its mark never moves here): nothing is tried.
+        let seed = Arc::new(SeedSync::new(DurableIndex::new(None), 1));
+        let mut seeded = net(Some(seed)).new_client(2, &BasicNode::default()).await;
+        let held = tokio::time::timeout(
+            Duration::from_millis(300),
+            seeded.append_entries(rpc(), option()),
+        )
+        .await;
+        assert!(held.is_err(), "sent before the seed was durable: {held:?}");
+    }
 
     #[test]
     fn live_backoff_grows_to_a_second() {

@@ -490,12 +490,12 @@ impl Queues {
             .ack_own_entries(me);
         let restored_leader = bootstrap::restores_as_leader(&mut log, me).await;
         let fresh = bootstrap::is_fresh(&mut log).await;
-        // The preferred leader waits for its seed's sync here; a follower
-        // before its first answer to the leader (`seed_sync`).
+        // Nothing waits for the seed's sync here: the replica sends and
+        // answers nothing before it (`seed_sync`).
         let (seeded, seed_sync) = match newborn {
             Some(members) if fresh => (
                 true,
-                bootstrap::seed_new_group(&mut log, self.store.flusher(), members, me).await?,
+                Some(Arc::new(bootstrap::seed_new_group(&mut log, members)?)),
             ),
             _ => (false, None),
         };
@@ -522,6 +522,7 @@ impl Queues {
                 groups: self.groups.clone(),
                 durable: Some(durable),
                 detector: self.detector.clone(),
+                seed: seed_sync.clone(),
             },
             log,
             sm,

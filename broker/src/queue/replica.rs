@@ -19,9 +19,9 @@ pub struct QueueReplica {
     pub raft: Raft,
     /// The state machine and body store.
     pub host: Arc<Mutex<QueueHost>>,
-    /// A follower seeded as a member of a new group: its wait for the seed
-    /// to be durable before it answers the leader.
-    pub seed_sync: Option<crate::cluster::bootstrap::SeedSync>,
+    /// A replica seeded as a member of a new group: its wait for the seed to
+    /// be durable before it answers (and, leading, sends) anything.
+    pub seed_sync: Option<Arc<crate::cluster::bootstrap::SeedSync>>,
 }
 
 impl GroupReplica for QueueReplica {
@@ -30,7 +30,7 @@ impl GroupReplica for QueueReplica {
     }
 
     fn seed_sync(&self) -> Option<&crate::cluster::bootstrap::SeedSync> {
-        self.seed_sync.as_ref()
+        self.seed_sync.as_deref()
     }
 
     fn counts(&self) -> QueueStatus {
