@@ -173,6 +173,7 @@ impl Broker {
         )?;
         let meta_host = sm.machine();
         let log = store.log_store::<TypeConfig>(META_GROUP)?;
+        let meta_hints = Arc::new(crate::cluster::commit_hints::CommitHints::default());
         let raft_cfg = Arc::new(meta_raft_config().map_err(|e| NodeError::Raft(e.to_string()))?);
         let meta_raft = Raft::new(
             me,
@@ -184,6 +185,7 @@ impl Broker {
                 durable: None,
                 detector: detector.clone(),
                 seed: None,
+                hints: Some(meta_hints.clone()),
             },
             log,
             sm,
@@ -217,8 +219,15 @@ impl Broker {
             origin,
             seen_calls: Default::default(),
             queues: Default::default(),
+            meta_hints: meta_hints.clone(),
         };
-        let meta = Arc::new(MetaGroup::new(me, meta_raft, meta_host, forwarder.clone()));
+        let meta = Arc::new(MetaGroup::new(
+            me,
+            meta_raft,
+            meta_host,
+            forwarder.clone(),
+            meta_hints.clone(),
+        ));
         let queues = Queues::new(QueuesParts {
             origin,
             bodies_root: dir.join("bodies"),

@@ -6,18 +6,23 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::catch_up::{applied_here, CatchUp};
+use super::commit_hints::CommitHints;
 use super::forward::{Forwarded, Forwarder};
 use super::types::{GroupCommand, GroupReply, Raft, META_GROUP};
 use crate::amqp::error::ProtocolError;
 use crate::meta::command::{MetaCommand, MetaReply};
 use crate::meta::host::MetaHost;
 
-/// Has the meta leader tell its followers the commit index now, not at its
-/// next heartbeat (up to 100 ms later): a follower applies a new queue record
-/// (and opens its replica, whose vote the new group's leader waits for), and
-/// a forwarded write returns on its node, only once it knows the entry is
-/// committed (issue 31: declares waited for heartbeats).
-pub async fn announce_commit(raft: &Raft) {
+/// Has the meta leader tell its followers that the log is committed up to
+/// `commit` now, not at its next heartbeat (up to 100 ms later): a follower
+/// applies a new queue record (and opens its replica), and a forwarded write
+/// returns on its node, only once it knows the entry is committed (issue 31:
+/// declares waited for heartbeats). A follower whose append is still in
+/// flight hears it off the replication stream ([`CommitHints`]); the
+/// heartbeat reaches the others.
+pub async fn announce_commit(raft: &Raft, hints: &CommitHints, commit: openraft::LogId<u64>) {
+    let vote = raft.metrics().borrow().vote;
+    hints.push(&vote, commit);
     let _ = raft.trigger().heartbeat().await;
 }
 
@@ -36,13 +41,22 @@ pub struct MetaGroup {
     host: Arc<Mutex<MetaHost>>,
     forwarder: Arc<Forwarder>,
     catch_up: CatchUp,
+    /// Where the followers stand, for [`announce_commit`].
+    hints: Arc<CommitHints>,
 }
 
 impl MetaGroup {
     /// This node's (`me`) meta group: its Raft handle, the state machine
-    /// `host` it applies to, and the `forwarder` to the leader. Spawns the
+    /// `host` it applies to, the `forwarder` to the leader, and the
+    /// followers' standing its transport records (`hints`). Spawns the
     /// shared catch-up task ([`CatchUp`]): call within a tokio runtime.
-    pub fn new(me: u64, raft: Raft, host: Arc<Mutex<MetaHost>>, forwarder: Arc<Forwarder>) -> Self {
+    pub fn new(
+        me: u64,
+        raft: Raft,
+        host: Arc<Mutex<MetaHost>>,
+        forwarder: Arc<Forwarder>,
+        hints: Arc<CommitHints>,
+    ) -> Self {
         let catch_up = CatchUp::spawn(me, raft.clone(), forwarder.clone());
         MetaGroup {
             me,
@@ -50,6 +64,7 @@ impl MetaGroup {
             host,
             forwarder,
             catch_up,
+            hints,
         }
     }
 
@@ -133,7 +148,7 @@ impl MetaGroup {
                         .await
                     {
                         Ok(resp) => {
-                            announce_commit(&self.raft).await;
+                            announce_commit(&self.raft, &self.hints, resp.log_id).await;
                             return match resp.data {
                                 GroupReply::Meta(r) => {
                                     Ok(self.settle(&cmd, r, resp.log_id.index).await)

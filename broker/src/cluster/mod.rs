@@ -7,6 +7,7 @@
 
 pub mod bootstrap;
 pub mod catch_up;
+pub mod commit_hints;
 pub mod commit_updates;
 pub mod deliveries;
 pub mod detector;

@@ -48,6 +48,9 @@ pub struct ClusterServices {
     /// This node's queues, set once they exist: `Propose` and `Query` of a
     /// node-local queue whose home is this node are served from its handle.
     pub queues: Arc<std::sync::OnceLock<std::sync::Weak<crate::queue::registry::Queues>>>,
+    /// The meta group's followers, for the commit hints sent after a
+    /// forwarded meta write ([`super::commit_hints`]).
+    pub meta_hints: Arc<super::commit_hints::CommitHints>,
 }
 
 impl ClusterServices {
@@ -429,7 +432,8 @@ impl Cluster for ClusterServices {
         let reply = match replica.raft().client_write(cmd).await {
             Ok(resp) if req.group_id == META_GROUP => {
                 // The forwarding node returns once it applied the entry.
-                super::meta_group::announce_commit(replica.raft()).await;
+                super::meta_group::announce_commit(replica.raft(), &self.meta_hints, resp.log_id)
+                    .await;
                 ProposeReply {
                     reply: encode(&resp.data)?.into(),
                     log_index: resp.log_id.index,

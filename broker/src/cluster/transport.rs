@@ -27,6 +27,7 @@ use quorumq_proto::v1::raft_transport_client::RaftTransportClient;
 use quorumq_proto::v1::{AppendChunk, RaftRequest, SnapshotChunk};
 
 use super::bootstrap::SeedSync;
+use super::commit_hints::CommitHints;
 use super::commit_updates::CommitUpdates;
 use super::detector::Detector;
 use super::frames;
@@ -76,6 +77,9 @@ pub struct Network {
     /// its seed is durable (the preferred leader's first append announces
     /// the term-1 leadership the seed's vote holds: `bootstrap::seed_new_group`).
     pub seed: Option<Arc<SeedSync>>,
+    /// The meta group: where each follower stands, for the commit hints its
+    /// leader sends off the replication stream ([`CommitHints`]).
+    pub hints: Option<Arc<CommitHints>>,
 }
 
 /// A client to one peer for one group (one per replication session).
@@ -87,7 +91,7 @@ pub struct PeerClient {
     confirmed: Option<LogId<NodeId>>,
     /// Queue groups: commit-index updates sent off the replication path
     /// (started with the first one).
-    commits: Option<CommitUpdates>,
+    commits: Option<Arc<CommitUpdates>>,
     /// The append still running, which a retry may wait for (`in_flight`).
     in_flight: Option<InFlight<AppendError>>,
     /// A copy of this client that sends from other tasks (made at first use).
@@ -251,10 +255,10 @@ impl PeerClient {
     }
 
     /// The background sender of this session's commit-index updates.
-    fn commit_updates(&mut self) -> &CommitUpdates {
+    fn commit_updates(&mut self) -> &Arc<CommitUpdates> {
         let client = self.sender();
         self.commits.get_or_insert_with(|| {
-            CommitUpdates::start(move |update| {
+            Arc::new(CommitUpdates::start(move |update| {
                 let client = client.clone();
                 async move {
                     if let (Some(d), Some(c)) = (&client.net.durable, &update.leader_commit) {
@@ -264,7 +268,7 @@ impl PeerClient {
                     let ttl = Duration::from_millis(COMMIT_UPDATE_TIMEOUT_MS);
                     client.send_append(&update, ttl).await.ok()
                 }
-            })
+            }))
         })
     }
 
@@ -598,7 +602,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         self.seeded().await?;
-        if let Some(refused) = self.commits.as_ref().and_then(CommitUpdates::take_refusal) {
+        if let Some(refused) = self.commits.as_ref().and_then(|c| c.take_refusal()) {
             self.confirmed = None;
             return Ok(refused);
         }
@@ -638,6 +642,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             Ok(AppendEntriesResponse::PartialSuccess(m)) => *m,
             _ => None,
         };
+        if let (Some(hints), Some(confirmed)) = (self.net.hints.clone(), self.confirmed) {
+            let updates = self.commit_updates().clone();
+            hints.note(target, vote, confirmed, updates);
+        }
         if held_back && self.confirmed.is_some() && self.net.group != META_GROUP {
             // The rest of the commit index follows once it is durable here.
             let prev_log_id = self.confirmed;
@@ -747,6 +755,7 @@ mod tests {
             durable: None,
             detector: detector.clone(),
             seed,
+            hints: None,
         };
         let rpc = || AppendEntriesRequest::<TypeConfig> {
             vote: Vote::new_committed(1, 1),

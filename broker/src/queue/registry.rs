@@ -523,6 +523,7 @@ impl Queues {
                 durable: Some(durable),
                 detector: self.detector.clone(),
                 seed: seed_sync.clone(),
+                hints: None,
             },
             log,
             sm,
