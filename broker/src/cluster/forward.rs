@@ -8,12 +8,14 @@ use std::time::Duration;
 use super::secret::PeerChannel;
 use bytes::Bytes;
 use quorumq_proto::v1::cluster_client::ClusterClient;
-use quorumq_proto::v1::{ProposeRequest, QueryRequest, ReadIndexRequest, WaitAppliedRequest};
+use quorumq_proto::v1::{
+    ProposeReply, ProposeRequest, QueryRequest, ReadIndexRequest, WaitAppliedRequest,
+};
 
 use super::detector::Detector;
 use super::peers::{Peers, MAX_MESSAGE_BYTES};
 use super::status::QueueStatus;
-use super::types::GroupReply;
+use super::types::{GroupReply, META_GROUP};
 
 /// Outcome of one forwarded proposal.
 #[derive(Debug)]
@@ -42,6 +44,22 @@ pub enum ReadIndex {
     Unsupported,
     /// Unreachable, timed out, or no quorum there.
     Failed(String),
+}
+
+/// What `node`'s answer `r` to a proposal says ([`Forwarder::propose`]).
+fn outcome(node: u64, r: ProposeReply) -> Forwarded {
+    if r.no_group {
+        Forwarded::NoGroup
+    } else if !r.reply.is_empty() {
+        match raft_log::codec::decode::<GroupReply>(&r.reply) {
+            Ok(g) => Forwarded::Reply(g, r.log_index),
+            Err(e) => Forwarded::Failed(format!("node {node}: bad reply: {e}")),
+        }
+    } else if r.error.is_empty() {
+        Forwarded::Leader(r.leader_hint)
+    } else {
+        Forwarded::Failed(format!("node {node}: {}", r.error))
+    }
 }
 
 /// Forwarding client over the shared peer channels.
@@ -78,6 +96,8 @@ impl Forwarder {
     /// Proposes `command` (bincode of the group's command: `MetaCommand`
     /// for group 0, `QueueCommand` otherwise) on `node`, waiting at most
     /// `timeout` and no longer than `node` is seen alive.
+    /// A meta write goes as a frame on the node's frame link
+    /// ([`super::frames::PROPOSE`]) when the node takes it.
     pub async fn propose(
         &self,
         node: u64,
@@ -85,6 +105,39 @@ impl Forwarder {
         command: Bytes,
         timeout: Duration,
     ) -> Forwarded {
+        if group == META_GROUP
+            && command.len() <= super::frames::MAX_FRAME_PAYLOAD
+            && self.peers.frames().supported(node)
+        {
+            let frames = self.peers.frames();
+            let call = frames.call(
+                &self.peers,
+                node,
+                group,
+                super::frames::PROPOSE,
+                command.clone(),
+            );
+            let reply = tokio::select! {
+                r = tokio::time::timeout(timeout, call) => r,
+                _ = self.detector.wait_down(node) => {
+                    return Forwarded::Failed(format!("node {node} is down"));
+                }
+            };
+            match reply {
+                Err(_) => {
+                    return Forwarded::Failed(format!("node {node}: no reply within {timeout:?}"))
+                }
+                Ok(Ok(bytes)) => {
+                    return match <ProposeReply as prost::Message>::decode(bytes) {
+                        Ok(r) => outcome(node, r),
+                        Err(e) => Forwarded::Failed(format!("node {node}: bad reply: {e}")),
+                    }
+                }
+                // An older node: no such frame kind there, the call below.
+                Ok(Err(status)) if status.code() == tonic::Code::InvalidArgument => {}
+                Ok(Err(status)) => return Forwarded::Failed(format!("node {node}: {status}")),
+            }
+        }
         let Some(mut client) = self.client(node) else {
             return Forwarded::Failed(format!("no address for node {node}"));
         };
@@ -103,21 +156,7 @@ impl Forwarder {
         match reply {
             Err(_) => Forwarded::Failed(format!("node {node}: no reply within {timeout:?}")),
             Ok(Err(status)) => Forwarded::Failed(format!("node {node}: {status}")),
-            Ok(Ok(r)) => {
-                let r = r.into_inner();
-                if r.no_group {
-                    Forwarded::NoGroup
-                } else if !r.reply.is_empty() {
-                    match raft_log::codec::decode::<GroupReply>(&r.reply) {
-                        Ok(g) => Forwarded::Reply(g, r.log_index),
-                        Err(e) => Forwarded::Failed(format!("node {node}: bad reply: {e}")),
-                    }
-                } else if r.error.is_empty() {
-                    Forwarded::Leader(r.leader_hint)
-                } else {
-                    Forwarded::Failed(format!("node {node}: {}", r.error))
-                }
-            }
+            Ok(Ok(r)) => outcome(node, r.into_inner()),
         }
     }
 

@@ -168,6 +168,73 @@ impl ClusterServices {
         encode(&r)
     }
 
+    /// A command proposed to group `group_id` through this node (a
+    /// `Propose` call's or a [`super::frames::PROPOSE`] frame's): the reply
+    /// once committed and applied here, the leader to try instead, or no
+    /// group here.
+    ///
+    /// Errors: FAILED_PRECONDITION for another cluster's call; the command
+    /// cannot be decoded.
+    async fn propose_here(
+        &self,
+        group_id: u64,
+        cluster_id: u64,
+        command: &[u8],
+    ) -> Result<ProposeReply, Status> {
+        self.check_cluster(cluster_id)?;
+        let Some(replica) = self.groups.get(group_id) else {
+            if let Some(local) = self.local_queue(group_id) {
+                return propose_local(&local, command).await;
+            }
+            return Ok(ProposeReply {
+                no_group: true,
+                ..Default::default()
+            });
+        };
+        if group_id != META_GROUP && self.detector.is_draining() {
+            // Draining: this node appends no more as a queue leader, so the
+            // leadership can move (cluster::drain); the proposer retries
+            // until another member leads.
+            return Ok(ProposeReply::default());
+        }
+        let cmd = if group_id == META_GROUP {
+            GroupCommand::Meta(decode::<MetaCommand>(command)?)
+        } else {
+            GroupCommand::Queue {
+                origin: self.origin,
+                cmd: decode::<QueueCommand>(command)?,
+            }
+        };
+        let reply = match replica.raft().client_write(cmd).await {
+            Ok(resp) if group_id == META_GROUP => {
+                // The forwarding node returns once it applied the entry.
+                super::meta_group::announce_commit(replica.raft(), &self.meta_hints, resp.log_id)
+                    .await;
+                ProposeReply {
+                    reply: encode(&resp.data)?.into(),
+                    log_index: resp.log_id.index,
+                    ..Default::default()
+                }
+            }
+            Ok(resp) => ProposeReply {
+                reply: encode(&resp.data)?.into(),
+                log_index: resp.log_id.index,
+                ..Default::default()
+            },
+            Err(openraft::error::RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                ProposeReply {
+                    leader_hint: f.leader_id.unwrap_or(0),
+                    ..Default::default()
+                }
+            }
+            Err(e) => ProposeReply {
+                error: e.to_string(),
+                ..Default::default()
+            },
+        };
+        Ok(reply)
+    }
+
     /// One frame of a [`RaftTransport::frames`] stream: its reply (same id
     /// and kind), with the encoded result or the refusal.
     async fn answer_frame(&self, f: RaftFrame) -> RaftFrame {
@@ -192,6 +259,10 @@ impl ClusterServices {
                 )
                 .await
             }
+            super::frames::PROPOSE => self
+                .propose_here(f.group_id, f.cluster_id, &f.payload)
+                .await
+                .map(|r| prost::Message::encode_to_vec(&r)),
             other => Err(Status::invalid_argument(format!(
                 "unknown frame kind {other}"
             ))),
@@ -405,58 +476,9 @@ impl Cluster for ClusterServices {
         req: Request<ProposeRequest>,
     ) -> Result<Response<ProposeReply>, Status> {
         let req = req.into_inner();
-        self.check_cluster(req.cluster_id)?;
-        let Some(replica) = self.groups.get(req.group_id) else {
-            if let Some(local) = self.local_queue(req.group_id) {
-                return Ok(Response::new(propose_local(&local, &req.command).await?));
-            }
-            return Ok(Response::new(ProposeReply {
-                no_group: true,
-                ..Default::default()
-            }));
-        };
-        if req.group_id != META_GROUP && self.detector.is_draining() {
-            // Draining: this node appends no more as a queue leader, so the
-            // leadership can move (cluster::drain); the proposer retries
-            // until another member leads.
-            return Ok(Response::new(ProposeReply::default()));
-        }
-        let cmd = if req.group_id == META_GROUP {
-            GroupCommand::Meta(decode::<MetaCommand>(&req.command)?)
-        } else {
-            GroupCommand::Queue {
-                origin: self.origin,
-                cmd: decode::<QueueCommand>(&req.command)?,
-            }
-        };
-        let reply = match replica.raft().client_write(cmd).await {
-            Ok(resp) if req.group_id == META_GROUP => {
-                // The forwarding node returns once it applied the entry.
-                super::meta_group::announce_commit(replica.raft(), &self.meta_hints, resp.log_id)
-                    .await;
-                ProposeReply {
-                    reply: encode(&resp.data)?.into(),
-                    log_index: resp.log_id.index,
-                    ..Default::default()
-                }
-            }
-            Ok(resp) => ProposeReply {
-                reply: encode(&resp.data)?.into(),
-                log_index: resp.log_id.index,
-                ..Default::default()
-            },
-            Err(openraft::error::RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                ProposeReply {
-                    leader_hint: f.leader_id.unwrap_or(0),
-                    ..Default::default()
-                }
-            }
-            Err(e) => ProposeReply {
-                error: e.to_string(),
-                ..Default::default()
-            },
-        };
-        Ok(Response::new(reply))
+        self.propose_here(req.group_id, req.cluster_id, &req.command)
+            .await
+            .map(Response::new)
     }
 
     async fn deliver(
