@@ -96,8 +96,11 @@ impl Forwarder {
     /// Proposes `command` (bincode of the group's command: `MetaCommand`
     /// for group 0, `QueueCommand` otherwise) on `node`, waiting at most
     /// `timeout` and no longer than `node` is seen alive.
+    ///
     /// A meta write goes as a frame on the node's frame link
-    /// ([`super::frames::PROPOSE`]) when the node takes it.
+    /// ([`super::frames::PROPOSE`]); a node too old for it (INVALID_ARGUMENT:
+    /// an unknown frame kind) gets the unary `Propose` call, as other groups'
+    /// proposals (they may carry message bodies).
     pub async fn propose(
         &self,
         node: u64,

@@ -89,8 +89,9 @@ pub struct PeerClient {
     /// The last log id the follower confirmed to this client (None until an
     /// append succeeded, and after a refusal).
     confirmed: Option<LogId<NodeId>>,
-    /// Queue groups: commit-index updates sent off the replication path
-    /// (started with the first one).
+    /// Commit-index updates sent off the replication path (started with the
+    /// first one): a queue group's held-back commits, the meta group's
+    /// commit hints ([`CommitHints`], which shares it).
     commits: Option<Arc<CommitUpdates>>,
     /// The append still running, which a retry may wait for (`in_flight`).
     in_flight: Option<InFlight<AppendError>>,
