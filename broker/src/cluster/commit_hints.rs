@@ -118,7 +118,7 @@ mod tests {
         hints.push(&now, log_id(3, 12));
         let (node, req) = tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv())
             .await?
-            .expect("a hint");
+            .ok_or_else(|| anyhow::anyhow!("no hint sent"))?;
         assert_eq!(node, 2);
         assert_eq!(req.prev_log_id, Some(log_id(3, 10)));
         assert_eq!(req.leader_commit, Some(log_id(3, 12)));
