@@ -25,6 +25,9 @@
 //!   index trails it only by the apply queue), `quorumq_raft_leader` (1 on the leader);
 //! - `quorumq_wal_fsync_seconds`: histogram of the write-ahead log's write + `fdatasync`
 //!   rounds;
+//! - `quorumq_meta_writes_forwarded_total{via}` (meta writes forwarded to the meta
+//!   leader as a `frame` or a unary `call`) and `quorumq_meta_commit_hints_total`
+//!   (commit hints the meta leader queued, `cluster::commit_hints`);
 //! - `rabbitmq_message_size_bytes{protocol}`: histogram of the bodies received from
 //!   publishers, RabbitMQ 4.x's buckets (`rabbit_msg_size_metrics`: 100 B .. 100 MB),
 //!   written by [`Counters::encode_message_sizes`] with RabbitMQ's `le` spellings;
@@ -77,6 +80,12 @@ pub struct Counters {
     /// Messages moved by redrive, labels vhost + queue (the queue moved from).
     redriven: Family<Labels, Counter>,
     wal_fsync: Histogram,
+    /// Meta writes this node forwarded to the meta leader, label `via`:
+    /// `frame` (`cluster::frames::PROPOSE`) or `call` (unary `Propose`).
+    meta_forwarded: Family<Labels, Counter>,
+    /// Commit hints the meta leader queued for followers whose append was
+    /// in flight (`cluster::commit_hints`).
+    commit_hints: Counter,
     channels: Gauge<i64, AtomicI64>,
     /// Observations per [`MESSAGE_SIZE_BUCKETS`] bucket (not cumulative; the last is
     /// +Inf), then the sum of the sizes in bytes.
@@ -145,6 +154,8 @@ impl Counters {
             redriven: Family::default(),
             // 50 µs .. ~0.8 s.
             wal_fsync: Histogram::new(exponential_buckets(0.00005, 2.0, 15)),
+            meta_forwarded: Family::default(),
+            commit_hints: Counter::default(),
             channels: Gauge::default(),
             message_sizes: Default::default(),
             commit_latency: Mutex::new(HashMap::new()),
@@ -312,6 +323,19 @@ impl Counters {
             .inc_by(n);
     }
 
+    /// This node forwarded a meta write to the meta leader `via` a frame
+    /// (`"frame"`) or a unary call (`"call"`).
+    pub fn meta_write_forwarded(&self, via: &'static str) {
+        self.meta_forwarded
+            .get_or_create(&vec![("via", via.into())])
+            .inc();
+    }
+
+    /// The meta leader queued `n` commit hints (`cluster::commit_hints`).
+    pub fn commit_hints_queued(&self, n: u64) {
+        self.commit_hints.inc_by(n);
+    }
+
     /// One WAL write + `fdatasync` round took `d`.
     pub fn wal_synced(&self, d: std::time::Duration) {
         self.wal_fsync.observe(d.as_secs_f64());
@@ -419,6 +443,16 @@ impl Counters {
             "quorumq_wal_fsync_seconds",
             "Write-ahead log write + fdatasync rounds",
             self.wal_fsync.clone(),
+        );
+        reg.register(
+            "quorumq_meta_writes_forwarded",
+            "Meta writes this node forwarded to the meta group's leader, by frame or unary call",
+            self.meta_forwarded.clone(),
+        );
+        reg.register(
+            "quorumq_meta_commit_hints",
+            "Commit hints the meta leader queued for followers whose append was in flight",
+            self.commit_hints.clone(),
         );
     }
 }

@@ -257,74 +257,94 @@ impl LeanConn {
         Ok(())
     }
 
+    /// Sends `method` and waits for the reply `ok` accepts (`what` names it
+    /// in errors).
+    ///
+    /// Errors: the broker closed the channel or connection instead.
+    async fn call<T>(
+        &mut self,
+        method: AMQPClass,
+        what: &str,
+        ok: impl FnMut(&AMQPClass) -> Option<T>,
+    ) -> anyhow::Result<T> {
+        self.send(method).await?;
+        self.reader.expect(what, ok).await
+    }
+
+    /// queue.declare of `queue`, waiting for declare-ok: its ready message count.
+    async fn declare(
+        &mut self,
+        queue: &str,
+        passive: bool,
+        arguments: FieldTable,
+    ) -> anyhow::Result<u32> {
+        let declare = queue::Declare {
+            queue: queue.into(),
+            passive,
+            durable: !passive,
+            exclusive: false,
+            auto_delete: false,
+            nowait: false,
+            arguments,
+        };
+        self.call(
+            AMQPClass::Queue(queue::AMQPMethod::Declare(declare)),
+            "queue.declare-ok",
+            |m| match m {
+                AMQPClass::Queue(queue::AMQPMethod::DeclareOk(ok)) => Some(ok.message_count),
+                _ => None,
+            },
+        )
+        .await
+    }
+
     /// confirm.select, waiting for select-ok.
     pub async fn confirm_select(&mut self) -> anyhow::Result<()> {
-        self.send(AMQPClass::Confirm(confirm::AMQPMethod::Select(
-            confirm::Select { nowait: false },
-        )))
-        .await?;
-        self.reader
-            .expect("confirm.select-ok", |m| {
-                matches!(m, AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(_))).then_some(())
-            })
-            .await
+        self.call(
+            AMQPClass::Confirm(confirm::AMQPMethod::Select(confirm::Select {
+                nowait: false,
+            })),
+            "confirm.select-ok",
+            |m| matches!(m, AMQPClass::Confirm(confirm::AMQPMethod::SelectOk(_))).then_some(()),
+        )
+        .await
     }
 
     /// basic.qos (per-consumer prefetch count), waiting for qos-ok.
     pub async fn qos(&mut self, prefetch: u16) -> anyhow::Result<()> {
-        self.send(AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
-            prefetch_count: prefetch,
-            global: false,
-        })))
-        .await?;
-        self.reader
-            .expect("basic.qos-ok", |m| {
-                matches!(m, AMQPClass::Basic(basic::AMQPMethod::QosOk(_))).then_some(())
-            })
-            .await
+        self.call(
+            AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
+                prefetch_count: prefetch,
+                global: false,
+            })),
+            "basic.qos-ok",
+            |m| matches!(m, AMQPClass::Basic(basic::AMQPMethod::QosOk(_))).then_some(()),
+        )
+        .await
     }
 
     /// basic.consume on `queue` (manual acks), waiting for consume-ok.
     pub async fn consume(&mut self, queue: &str) -> anyhow::Result<()> {
-        self.send(AMQPClass::Basic(basic::AMQPMethod::Consume(
-            basic::Consume {
-                queue: queue.into(),
-                consumer_tag: "".into(),
-                no_local: false,
-                no_ack: false,
-                exclusive: false,
-                nowait: false,
-                arguments: FieldTable::default(),
-            },
-        )))
-        .await?;
-        self.reader
-            .expect("basic.consume-ok", |m| {
-                matches!(m, AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(_))).then_some(())
-            })
-            .await
+        let consume = basic::Consume {
+            queue: queue.into(),
+            consumer_tag: "".into(),
+            no_local: false,
+            no_ack: false,
+            exclusive: false,
+            nowait: false,
+            arguments: FieldTable::default(),
+        };
+        self.call(
+            AMQPClass::Basic(basic::AMQPMethod::Consume(consume)),
+            "basic.consume-ok",
+            |m| matches!(m, AMQPClass::Basic(basic::AMQPMethod::ConsumeOk(_))).then_some(()),
+        )
+        .await
     }
 
     /// Passive queue.declare: the queue's ready message count.
     pub async fn message_count(&mut self, queue: &str) -> anyhow::Result<u32> {
-        self.send(AMQPClass::Queue(queue::AMQPMethod::Declare(
-            queue::Declare {
-                queue: queue.into(),
-                passive: true,
-                durable: false,
-                exclusive: false,
-                auto_delete: false,
-                nowait: false,
-                arguments: FieldTable::default(),
-            },
-        )))
-        .await?;
-        self.reader
-            .expect("queue.declare-ok", |m| match m {
-                AMQPClass::Queue(queue::AMQPMethod::DeclareOk(ok)) => Some(ok.message_count),
-                _ => None,
-            })
-            .await
+        self.declare(queue, true, FieldTable::default()).await
     }
 
     /// queue.declare of durable quorum queue `name`: waits for its declare-ok.
@@ -336,41 +356,24 @@ impl LeanConn {
             "x-queue-type".into(),
             amq_protocol::types::AMQPValue::LongString("quorum".into()),
         );
-        self.send(AMQPClass::Queue(queue::AMQPMethod::Declare(
-            queue::Declare {
-                queue: name.into(),
-                passive: false,
-                durable: true,
-                exclusive: false,
-                auto_delete: false,
-                nowait: false,
-                arguments,
-            },
-        )))
-        .await?;
-        self.reader
-            .expect("queue.declare-ok", |m| {
-                matches!(m, AMQPClass::Queue(queue::AMQPMethod::DeclareOk(_))).then_some(())
-            })
-            .await
+        self.declare(name, false, arguments).await.map(|_| ())
     }
 
     /// queue.delete of `name`: waits for its delete-ok.
     ///
     /// Errors: the broker closed the channel or connection instead.
     pub async fn delete_queue(&mut self, name: &str) -> anyhow::Result<()> {
-        self.send(AMQPClass::Queue(queue::AMQPMethod::Delete(queue::Delete {
-            queue: name.into(),
-            if_unused: false,
-            if_empty: false,
-            nowait: false,
-        })))
-        .await?;
-        self.reader
-            .expect("queue.delete-ok", |m| {
-                matches!(m, AMQPClass::Queue(queue::AMQPMethod::DeleteOk(_))).then_some(())
-            })
-            .await
+        self.call(
+            AMQPClass::Queue(queue::AMQPMethod::Delete(queue::Delete {
+                queue: name.into(),
+                if_unused: false,
+                if_empty: false,
+                nowait: false,
+            })),
+            "queue.delete-ok",
+            |m| matches!(m, AMQPClass::Queue(queue::AMQPMethod::DeleteOk(_))).then_some(()),
+        )
+        .await
     }
 
     /// connection.close, waiting (briefly) for close-ok.

@@ -10,6 +10,12 @@
 //! seed held the leader's blank entry, openraft appended that entry when the
 //! preferred leader started, and every follower appended and synced it: a
 //! third sync per node per queue.
+//!
+//! Declares through the followers of the meta group reach its leader as
+//! frames (`cluster::frames::PROPOSE`), and the leader hints followers whose
+//! append is in flight of each commit (`cluster::commit_hints`): both are
+//! counted in `/metrics` and checked here, since neither changes an outcome
+//! a client sees, only how soon.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -42,6 +48,35 @@ fn value(scrape: &str, name: &str) -> Option<f64> {
         let (series, v) = line.split_once(' ')?;
         (series == name).then(|| v.trim().parse().ok())?
     })
+}
+
+/// The sum of series `name` with label `label` (e.g. `via="frame"`), or of
+/// the unlabelled `name`, in a Prometheus text scrape (0 when absent).
+fn sum(scrape: &str, name: &str, label: Option<&str>) -> f64 {
+    scrape
+        .lines()
+        .filter_map(|line| {
+            let (series, v) = line.split_once(' ')?;
+            let matches = match label {
+                Some(l) => series.starts_with(&format!("{name}{{")) && series.contains(l),
+                None => series == name,
+            };
+            matches.then(|| v.trim().parse::<f64>().ok())?
+        })
+        .fold(0.0, |a, b| a + b)
+}
+
+/// Three nodes, each restarted with an HTTP listener: the cluster and the
+/// listeners' addresses, by node.
+async fn cluster_with_http() -> anyhow::Result<(Cluster, Vec<String>)> {
+    let cluster = Cluster::start(3).await?;
+    let mut http = Vec::new();
+    for id in 1..=3 {
+        let addr = format!("127.0.0.1:{}", free_port()?);
+        cluster.restart_with(id, &["--http-listen", &addr]).await?;
+        http.push(addr);
+    }
+    Ok((cluster, http))
 }
 
 /// WAL sync rounds node `addr` made since it started.
@@ -80,13 +115,7 @@ fn applied_first_term(addr: &str, prefix: &str) -> anyhow::Result<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_quorum_queue_costs_each_node_two_wal_syncs() -> anyhow::Result<()> {
     bounded(Duration::from_secs(300), async {
-        let cluster = Cluster::start(3).await?;
-        let mut http = Vec::new();
-        for id in 1..=3 {
-            let addr = format!("127.0.0.1:{}", free_port()?);
-            cluster.restart_with(id, &["--http-listen", &addr]).await?;
-            http.push(addr);
-        }
+        let (cluster, http) = cluster_with_http().await?;
         let conn = cluster.ready_connection(1, "cost-warmup").await?;
         let ch = conn.create_channel().await?;
         // Every node up and its meta replica current: the warm-up queue's
@@ -156,6 +185,48 @@ async fn a_new_quorum_queue_costs_each_node_two_wal_syncs() -> anyhow::Result<()
                 .ok_or_else(|| anyhow::anyhow!("{q} is empty"))?;
             assert_eq!(got.delivery.data, q.as_bytes());
         }
+        Ok(())
+    })
+    .await
+}
+
+/// Queue declares through every node: those through the meta group's
+/// followers are forwarded as frames, never as unary calls, and the meta
+/// leader queues commit hints for the follower still answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_declares_go_as_frames_and_commits_are_hinted() -> anyhow::Result<()> {
+    bounded(Duration::from_secs(300), async {
+        let (cluster, http) = cluster_with_http().await?;
+        const PER_NODE: usize = 30;
+        for id in 1..=3 {
+            let conn = cluster.ready_connection(id, "hint-warmup").await?;
+            let ch = conn.create_channel().await?;
+            for i in 0..PER_NODE {
+                declare_durable(&ch, &format!("hint-{id}-{i}"), quorum_args(&[])).await?;
+            }
+        }
+        let scrapes: Vec<String> = http
+            .iter()
+            .map(|a| get(a, "/metrics"))
+            .collect::<Result<_, _>>()?;
+        let total = |name: &str, label: Option<&str>| -> f64 {
+            scrapes
+                .iter()
+                .map(|s| sum(s, name, label))
+                .fold(0.0, |a, b| a + b)
+        };
+        let frames = total("quorumq_meta_writes_forwarded_total", Some("via=\"frame\""));
+        let calls = total("quorumq_meta_writes_forwarded_total", Some("via=\"call\""));
+        let hints = total("quorumq_meta_commit_hints_total", None);
+        println!("forwarded meta writes: {frames} frames, {calls} calls; commit hints: {hints}");
+        // Two of the three nodes follow the meta group: their declares (and
+        // the warm-up declares) are forwarded.
+        assert!(
+            frames >= (2 * PER_NODE) as f64,
+            "{frames} meta writes forwarded as frames"
+        );
+        assert_eq!(calls, 0.0, "no meta write forwarded as a unary call");
+        assert!(hints > 0.0, "the meta leader queued no commit hint");
         Ok(())
     })
     .await

@@ -75,6 +75,7 @@ impl CommitHints {
             return;
         };
         followers.retain(|_, f| f.vote == *vote);
+        let mut queued = 0;
         for f in followers.values() {
             if f.confirmed.index < commit.index {
                 f.updates.push(AppendEntriesRequest::<TypeConfig> {
@@ -83,8 +84,10 @@ impl CommitHints {
                     leader_commit: Some(commit),
                     entries: Vec::new(),
                 });
+                queued += 1;
             }
         }
+        crate::metrics::COUNTERS.commit_hints_queued(queued);
     }
 }
 

@@ -131,10 +131,11 @@ impl Forwarder {
                     return Forwarded::Failed(format!("node {node}: no reply within {timeout:?}"))
                 }
                 Ok(Ok(bytes)) => {
+                    crate::metrics::COUNTERS.meta_write_forwarded("frame");
                     return match <ProposeReply as prost::Message>::decode(bytes) {
                         Ok(r) => outcome(node, r),
                         Err(e) => Forwarded::Failed(format!("node {node}: bad reply: {e}")),
-                    }
+                    };
                 }
                 // An older node: no such frame kind there, the call below.
                 Ok(Err(status)) if status.code() == tonic::Code::InvalidArgument => {}
@@ -159,7 +160,12 @@ impl Forwarder {
         match reply {
             Err(_) => Forwarded::Failed(format!("node {node}: no reply within {timeout:?}")),
             Ok(Err(status)) => Forwarded::Failed(format!("node {node}: {status}")),
-            Ok(Ok(r)) => outcome(node, r.into_inner()),
+            Ok(Ok(r)) => {
+                if group == META_GROUP {
+                    crate::metrics::COUNTERS.meta_write_forwarded("call");
+                }
+                outcome(node, r.into_inner())
+            }
         }
     }
 

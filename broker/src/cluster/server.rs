@@ -206,21 +206,22 @@ impl ClusterServices {
             }
         };
         let reply = match replica.raft().client_write(cmd).await {
-            Ok(resp) if group_id == META_GROUP => {
-                // The forwarding node returns once it applied the entry.
-                super::meta_group::announce_commit(replica.raft(), &self.meta_hints, resp.log_id)
+            Ok(resp) => {
+                if group_id == META_GROUP {
+                    // The forwarding node returns once it applied the entry.
+                    super::meta_group::announce_commit(
+                        replica.raft(),
+                        &self.meta_hints,
+                        resp.log_id,
+                    )
                     .await;
+                }
                 ProposeReply {
                     reply: encode(&resp.data)?.into(),
                     log_index: resp.log_id.index,
                     ..Default::default()
                 }
             }
-            Ok(resp) => ProposeReply {
-                reply: encode(&resp.data)?.into(),
-                log_index: resp.log_id.index,
-                ..Default::default()
-            },
             Err(openraft::error::RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 ProposeReply {
                     leader_hint: f.leader_id.unwrap_or(0),

@@ -1,10 +1,9 @@
 //! One lock per queue group, for what must not overlap on one group: opening
 //! its replica, following a membership change, dropping it. Groups do not
-//! wait for each other: the preferred leader of a new group waits for its
-//! seed's sync while it holds the lock, and with one lock for every group the
-//! declares of a node ran one sync after another (issue 31: 8 connections
-//! declaring were capped by it); now the syncs of groups opened at once
-//! share rounds.
+//! wait for each other: with one lock for every group, a node opened its new
+//! replicas one after another, each through its storage and its Raft's start
+//! (and, until the preferred leader stopped waiting for its seed's sync, one
+//! sync after another: issue 31, 8 connections declaring were capped by it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
